@@ -1,0 +1,24 @@
+# Warnings as errors on our own code only (third-party headers come in as SYSTEM).
+function(fragscope_target_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror -Wno-error=deprecated-declarations>)
+  if(FRAGSCOPE_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=${FRAGSCOPE_SANITIZE} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=${FRAGSCOPE_SANITIZE})
+  endif()
+endfunction()
+
+# fragscope_add_test(NAME SOURCES... LIBS ...): one GoogleTest binary, discovered by ctest.
+# FRAGSCOPE_FIXTURES points at the real PyTorch recordings shipped in tests/fixtures.
+function(fragscope_add_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_compile_definitions(${name} PRIVATE
+    FRAGSCOPE_FIXTURES="${CMAKE_SOURCE_DIR}/tests/fixtures/torch-2.11-h200"
+    FRAGSCOPE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    FRAGSCOPE_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  fragscope_target_warnings(${name})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()

@@ -1,0 +1,1 @@
+# CPack .deb settings (installer/package.sh).

@@ -1,0 +1,49 @@
+# Shared by installer/*.sh: install missing Debian packages, configure and build a preset.
+# Sourced, not run.
+set -euo pipefail
+
+FRAGSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Everything the build, the tests and the GUI need, as Debian 12 package names.
+FRAGSCOPE_BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git python3
+  zlib1g-dev libsqlite3-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
+  clang libclang-rt-14-dev
+  xvfb xauth
+)
+
+fragscope_sudo() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Installs only what dpkg says is missing, so a second run costs a few milliseconds.
+fragscope_install_packages() {
+  local missing=()
+  local pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "fragscope: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! fragscope_sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    fragscope_sudo apt-get update -q
+    fragscope_sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+fragscope_build() {
+  local preset="$1"
+  shift
+  cd "$FRAGSCOPE_ROOT"
+  if [ ! -f "build/$preset/CMakeCache.txt" ]; then
+    cmake --preset "$preset" "$@"
+  fi
+  cmake --build --preset "$preset" --parallel "$(nproc)"
+}

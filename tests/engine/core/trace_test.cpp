@@ -1,0 +1,36 @@
+#include "engine/core/trace.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/core/request.h"
+#include "engine/core/units.h"
+
+namespace fragscope {
+namespace {
+
+using namespace literals;
+
+TEST(TraceAction, NamesRoundTripForEveryAction) {
+  for (int i = 0; i < kTraceActionCount; ++i) {
+    const auto action = static_cast<TraceAction>(i);
+    auto parsed = trace_action_from_string(to_string(action));
+    ASSERT_TRUE(parsed.has_value()) << to_string(action);
+    EXPECT_EQ(*parsed, action);
+  }
+  EXPECT_FALSE(trace_action_from_string("annotate").has_value());
+  EXPECT_EQ(to_string(TraceAction::free_completed), "free_completed");
+}
+
+TEST(ByteLiterals, MatchPowersOfTwo) {
+  EXPECT_EQ(20_MiB, 20971520u);
+  EXPECT_EQ(512_B, 512u);
+  EXPECT_EQ(2_GiB, 2147483648u);
+}
+
+TEST(Category, HasStableNames) {
+  EXPECT_EQ(to_string(Category::optimizer_state), "optimizer_state");
+  EXPECT_EQ(to_string(Category::activation), "activation");
+}
+
+}  // namespace
+}  // namespace fragscope
