@@ -38,9 +38,9 @@ std::string_view to_string(Category category);
 struct Request {
   RequestOp op{};
   TensorId tensor{};
-  Bytes size = 0;    // malloc: requested bytes (unrounded); step_begin: step index
+  Bytes size = 0;     // malloc: requested bytes (unrounded); step_begin: step index
   StreamId stream{};  // malloc: allocation stream; record_stream: the stream that used the tensor
-  LabelId label{};   // malloc: index into RequestStream::labels (0 = unlabelled)
+  LabelId label{};    // malloc: index into RequestStream::labels (0 = unlabelled)
 };
 
 struct RequestLabel {

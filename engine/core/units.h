@@ -12,10 +12,18 @@ inline constexpr Bytes kGiB = 1024 * kMiB;
 inline constexpr Bytes kTiB = 1024 * kGiB;
 
 namespace literals {
-constexpr Bytes operator""_B(unsigned long long v) { return v; }
-constexpr Bytes operator""_KiB(unsigned long long v) { return v * kKiB; }
-constexpr Bytes operator""_MiB(unsigned long long v) { return v * kMiB; }
-constexpr Bytes operator""_GiB(unsigned long long v) { return v * kGiB; }
+constexpr Bytes operator""_B(unsigned long long v) {
+  return v;
+}
+constexpr Bytes operator""_KiB(unsigned long long v) {
+  return v * kKiB;
+}
+constexpr Bytes operator""_MiB(unsigned long long v) {
+  return v * kMiB;
+}
+constexpr Bytes operator""_GiB(unsigned long long v) {
+  return v * kGiB;
+}
 }  // namespace literals
 
 }  // namespace fragscope

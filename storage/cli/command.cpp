@@ -17,7 +17,9 @@ std::vector<CommandInfo>& registry() {
 }
 }  // namespace
 
-const std::vector<CommandInfo>& commands() { return registry(); }
+const std::vector<CommandInfo>& commands() {
+  return registry();
+}
 
 bool register_command(CommandInfo info) {
   registry().push_back(std::move(info));
@@ -36,13 +38,15 @@ Args::Args(const std::vector<std::string>& argv, std::set<std::string> flags,
         inline_value = arg.substr(eq + 1);
       }
       if (flags.count(name)) {
-        if (inline_value) throw UsageError{name + " takes no value"};
+        if (inline_value)
+          throw UsageError{name + " takes no value"};
         flags_set_.insert(name);
       } else if (options.count(name)) {
         if (inline_value) {
           options_.emplace_back(name, *inline_value);
         } else {
-          if (i + 1 >= argv.size()) throw UsageError{name + " needs a value"};
+          if (i + 1 >= argv.size())
+            throw UsageError{name + " needs a value"};
           options_.emplace_back(name, argv[++i]);
         }
       } else {
@@ -57,7 +61,8 @@ Args::Args(const std::vector<std::string>& argv, std::set<std::string> flags,
 std::optional<std::string> Args::option(const std::string& name) const {
   std::optional<std::string> found;
   for (const auto& [key, value] : options_) {
-    if (key == name) found = value;  // the last one wins, as in most CLIs
+    if (key == name)
+      found = value;  // the last one wins, as in most CLIs
   }
   return found;
 }
@@ -69,7 +74,8 @@ std::string Args::option_or(const std::string& name, std::string fallback) const
 
 std::optional<std::uint64_t> Args::uint_option(const std::string& name) const {
   auto text = option(name);
-  if (!text) return std::nullopt;
+  if (!text)
+    return std::nullopt;
   if (text->empty() || text->find_first_not_of("0123456789") != std::string::npos) {
     throw UsageError{name + " expects a non-negative integer, got '" + *text + "'"};
   }
@@ -82,13 +88,14 @@ std::optional<std::uint64_t> Args::uint_option(const std::string& name) const {
 
 void Args::expect_positional(std::size_t count, std::string_view what) const {
   if (positional_.size() != count) {
-    throw UsageError{"expected " + std::string(what) + ", got " + std::to_string(positional_.size()) +
-                     " positional argument(s)"};
+    throw UsageError{"expected " + std::string(what) + ", got " +
+                     std::to_string(positional_.size()) + " positional argument(s)"};
   }
 }
 
 void write_json(const nlohmann::json& value, const std::string& target) {
-  const std::string text = value.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text =
+      value.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (target == "-") {
     std::cout << text << std::flush;
     return;
@@ -98,7 +105,8 @@ void write_json(const nlohmann::json& value, const std::string& target) {
   temp_path += ".partial";
   {
     std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(target + ": cannot open for writing");
+    if (!out)
+      throw InputError(target + ": cannot open for writing");
     out << text;
     out.flush();
     if (!out) {

@@ -60,6 +60,6 @@ void write_json(const nlohmann::json& value, const std::string& target);
 #define FRAGSCOPE_CLI_CONCAT_INNER(a, b) a##b
 #define FRAGSCOPE_CLI_CONCAT(a, b) FRAGSCOPE_CLI_CONCAT_INNER(a, b)
 // FRAGSCOPE_CLI_COMMAND({"name", "usage", "summary", function});
-#define FRAGSCOPE_CLI_COMMAND(...)                                                  \
+#define FRAGSCOPE_CLI_COMMAND(...)                                                 \
   [[maybe_unused]] static const bool FRAGSCOPE_CLI_CONCAT(registered_, __LINE__) = \
       ::fragscope::cli::register_command(::fragscope::cli::CommandInfo __VA_ARGS__)
