@@ -11,7 +11,7 @@ FRAGSCOPE_BUILD_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
   clang libclang-rt-14-dev
-  xvfb xauth
+  xvfb xauth dpkg-dev file
 )
 
 fragscope_sudo() {
