@@ -206,6 +206,18 @@ void RunStore::delete_experiment(ExperimentId id) {
 
 // --- Ingest ---
 
+template <typename Work>
+void RunStore::abort_on_failure(Work&& work) {
+  try {
+    work();
+  } catch (...) {
+    // A failed write (disk full, I/O error) leaves the transaction unusable: roll the run back
+    // so the store stays usable and the database holds exactly what it held before begin_run.
+    ingest_.reset();
+    throw;
+  }
+}
+
 RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoint start) {
   if (ingest_)
     throw DatabaseError(db_->path() + ": run " + std::to_string(ingest_->run.value) +
@@ -272,6 +284,11 @@ RunStore::Ingest& RunStore::ingest_for(RunId run) {
 
 void RunStore::append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns) {
   Ingest& ingest = ingest_for(run);
+  abort_on_failure([&] { append_to(ingest, events, columns); });
+}
+
+void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns) {
+  const RunId run = ingest.run;
   if (!columns.series.empty() && columns.series.size() != events.size())
     throw DatabaseError("append_events: " + std::to_string(columns.series.size()) +
                         " series points for " + std::to_string(events.size()) + " events");
@@ -346,6 +363,10 @@ void RunStore::write_timeline_rows(RunId run, const std::vector<TimelineBuilder:
 
 void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
   ingest_for(run);
+  abort_on_failure([&] { write_frame_stacks(run, stacks); });
+}
+
+void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
   for (const char* table : {"strings", "frames", "frame_stacks"}) {
     auto erase = db_->prepare(std::string("DELETE FROM ") + table + " WHERE run_id = ?");
     erase.bind_int(1, run.value);
@@ -394,6 +415,10 @@ void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<StackFram
 
 void RunStore::set_labels(RunId run, std::span<const RequestLabel> labels) {
   ingest_for(run);
+  abort_on_failure([&] { write_labels(run, labels); });
+}
+
+void RunStore::write_labels(RunId run, std::span<const RequestLabel> labels) {
   auto erase = db_->prepare("DELETE FROM run_labels WHERE run_id = ?");
   erase.bind_int(1, run.value);
   erase.run();
@@ -430,6 +455,14 @@ void RunStore::add_oom_report(RunId run, std::uint64_t event_index, const nlohma
 RunRecord RunStore::finish_run(RunId run, RunStatus status, const nlohmann::json& summary,
                                double wall_seconds) {
   Ingest& ingest = ingest_for(run);
+  abort_on_failure([&] { commit_ingest(ingest, status, summary, wall_seconds); });
+  ingest_.reset();
+  return this->run(run);
+}
+
+void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
+                             double wall_seconds) {
+  const RunId run = ingest.run;
   flush_chunk(ingest);
   write_timeline_rows(run, ingest.timeline.finish());
 
@@ -450,8 +483,6 @@ RunRecord RunStore::finish_run(RunId run, RunStatus status, const nlohmann::json
       .bind_int(5, run.value);
   update.run();
   ingest.transaction.commit();
-  ingest_.reset();
-  return this->run(run);
 }
 
 void RunStore::cancel_run(RunId run) {

@@ -168,6 +168,8 @@ class RunStore {
   void set_labels(RunId run, std::span<const RequestLabel> labels);  // labels[i] is LabelId{i}
   void add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report);
   // Writes what is buffered, sets status, wall time and summary, and commits. Returns the run.
+  // If any ingest call throws (disk full, I/O error), the run is rolled back and the store is
+  // ready for the next begin_run().
   RunRecord finish_run(RunId run, RunStatus status, const nlohmann::json& summary = {},
                        double wall_seconds = 0);
   // Rolls the run back as if begin_run() had never been called.
@@ -222,6 +224,14 @@ class RunStore {
  private:
   struct Ingest;
   Ingest& ingest_for(RunId run);
+  // Runs `work`; if it throws, the ingest is rolled back before the exception propagates.
+  template <typename Work>
+  void abort_on_failure(Work&& work);
+  void append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns);
+  void commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
+                     double wall_seconds);
+  void write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
+  void write_labels(RunId run, std::span<const RequestLabel> labels);
   void flush_chunk(Ingest& ingest);
   void write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows);
   EventChunk load_chunk(RunId run, std::uint64_t chunk_first);

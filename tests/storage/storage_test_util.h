@@ -77,3 +77,22 @@ inline std::vector<TraceEvent> synthetic_trace(std::size_t count, std::uint32_t 
 }
 
 }  // namespace fragscope::storage::test
+
+#include <fstream>
+#include <sstream>
+
+namespace fragscope::storage::test {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+}  // namespace fragscope::storage::test
