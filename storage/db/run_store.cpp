@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <tuple>
 
@@ -157,6 +158,12 @@ struct RunStore::Ingest {
     insert_keyframe.reset();
   }
 };
+
+std::unique_ptr<RunStore> open_run_store(const std::string& path, OpenMode mode, bool must_exist) {
+  if (must_exist && path != ":memory:" && !std::filesystem::exists(path))
+    throw DatabaseError(path + ": no such database");
+  return std::make_unique<RunStore>(path, mode);
+}
 
 RunStore::RunStore(const std::string& path, OpenMode mode) : db_(open_store_database(path, mode)) {}
 

@@ -141,6 +141,12 @@ struct EventColumns {
   std::span<const LabelId> labels;
 };
 
+class RunStore;
+
+// Opens the store at `path` for a command: with `must_exist`, a missing file is a DatabaseError
+// "no such database" instead of a new, empty database.
+std::unique_ptr<RunStore> open_run_store(const std::string& path, OpenMode mode, bool must_exist);
+
 class RunStore {
  public:
   // Opens (creating and migrating as needed) the database at `path`; ":memory:" for tests.
