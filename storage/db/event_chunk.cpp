@@ -1,5 +1,6 @@
 #include "storage/db/event_chunk.h"
 
+#include <algorithm>
 #include <array>
 
 #include "storage/db/packing.h"
@@ -7,7 +8,8 @@
 namespace fragscope::storage {
 namespace {
 
-constexpr std::uint8_t kChunkFormat = 1;
+// Format 2 adds the mask of all-zero columns; format 1 chunks (every column present) still read.
+constexpr std::uint8_t kChunkFormat = 2;
 constexpr std::uint64_t kHasLabels = 1;
 
 enum Column : std::size_t {
@@ -100,6 +102,18 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
     previous = actual;
   }
 
+  // A column of zeros (no stacks, one stream, trace-derived series) is left out entirely: less
+  // for zlib to chew through, which is most of the ingest time.
+  std::uint64_t zero_columns = 0;
+  for (std::size_t c = kAddress; c < kColumnCount; ++c) {
+    auto& column = columns[c];
+    if (column.size() == count &&
+        std::all_of(column.begin(), column.end(), [](std::uint8_t byte) { return byte == 0; })) {
+      zero_columns |= std::uint64_t{1} << c;
+      column.clear();
+    }
+  }
+
   std::vector<std::uint8_t> payload;
   std::size_t total = 0;
   for (const auto& column : columns)
@@ -114,6 +128,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
   blob.push_back(kChunkFormat);
   put_varint(blob, count);
   put_varint(blob, has_labels ? kHasLabels : 0);
+  put_varint(blob, zero_columns);
   put_signed(blob, chunk.start.allocated);
   put_signed(blob, chunk.start.reserved);
   put_signed(blob, chunk.start.active);
@@ -125,12 +140,14 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
 
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {
   ByteReader header(blob, what);
-  if (const auto format = header.byte(); format != kChunkFormat)
+  const auto format = header.byte();
+  if (format != 1 && format != kChunkFormat)
     header.fail("unknown event chunk format " + std::to_string(format));
   const std::uint64_t count = header.varint();
   if (count > kEventsPerChunk)
     header.fail("chunk claims " + std::to_string(count) + " events");
   const bool has_labels = (header.varint() & kHasLabels) != 0;
+  const std::uint64_t zero_columns = format >= 2 ? header.varint() : 0;
   EventChunk chunk;
   chunk.start.allocated = header.signed_varint();
   chunk.start.reserved = header.signed_varint();
@@ -145,12 +162,19 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
   std::array<std::uint64_t, kColumnCount> sizes{};
   for (auto& size : sizes)
     size = body.varint();
-  std::array<ByteReader, kColumnCount> columns = {
-      ByteReader(body.take(sizes[0]), what), ByteReader(body.take(sizes[1]), what),
-      ByteReader(body.take(sizes[2]), what), ByteReader(body.take(sizes[3]), what),
-      ByteReader(body.take(sizes[4]), what), ByteReader(body.take(sizes[5]), what),
-      ByteReader(body.take(sizes[6]), what), ByteReader(body.take(sizes[7]), what),
-      ByteReader(body.take(sizes[8]), what), ByteReader(body.take(sizes[9]), what)};
+  // A left-out column reads as `count` zero values.
+  static const std::vector<std::uint8_t> kZeros(kEventsPerChunk, 0);
+  auto column = [&](std::size_t c) {
+    if ((zero_columns >> c) & 1) {
+      if (sizes[c] != 0)
+        body.fail("a left-out column has bytes");
+      return ByteReader(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
+    }
+    return ByteReader(body.take(sizes[c]), what);
+  };
+  std::array<ByteReader, kColumnCount> columns = {column(0), column(1), column(2), column(3),
+                                                  column(4), column(5), column(6), column(7),
+                                                  column(8), column(9)};
 
   chunk.events.resize(static_cast<std::size_t>(count));
   chunk.series.resize(static_cast<std::size_t>(count));

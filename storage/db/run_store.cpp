@@ -6,7 +6,9 @@
 #include <array>
 #include <chrono>
 #include <ctime>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <tuple>
 
@@ -148,6 +150,35 @@ struct RunStore::Ingest {
                         "VALUES (?, ?, ?)") {}
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
+
+  // Chunks being compressed in the background, oldest first.
+  struct PendingChunk {
+    std::uint64_t first_event = 0;
+    std::uint64_t count = 0;
+    std::int64_t first_time_us = 0;
+    std::int64_t last_time_us = 0;
+    std::future<std::vector<std::uint8_t>> blob;
+  };
+  std::deque<PendingChunk> pending;
+  // Two chunks in flight keep both cores of a small machine busy without holding much memory.
+  static constexpr std::size_t kMaxPending = 2;
+
+  // Writes pending chunks, oldest first, until at most `keep` remain.
+  void write_pending_chunks(std::size_t keep) {
+    while (pending.size() > keep) {
+      PendingChunk& oldest = pending.front();
+      const auto blob = oldest.blob.get();
+      insert_chunk.bind_int(1, run.value)
+          .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
+          .bind_int(3, static_cast<std::int64_t>(oldest.count))
+          .bind_int(4, oldest.first_time_us)
+          .bind_int(5, oldest.last_time_us)
+          .bind_blob(6, blob);
+      pending.pop_front();
+      insert_chunk.run();
+      insert_chunk.reset();
+    }
+  }
 
   void write_keyframe() {
     const auto blob = segments.serialize();
@@ -331,22 +362,22 @@ void RunStore::flush_chunk(Ingest& ingest) {
   EventChunk& buffer = ingest.buffer;
   if (buffer.events.empty())
     return;
-  const auto blob = encode_chunk(buffer);
-  ingest.insert_chunk.bind_int(1, ingest.run.value)
-      .bind_int(2, static_cast<std::int64_t>(ingest.flushed))
-      .bind_int(3, static_cast<std::int64_t>(buffer.events.size()))
-      .bind_int(4, buffer.events.front().time_us)
-      .bind_int(5, buffer.events.back().time_us)
-      .bind_blob(6, blob);
-  ingest.insert_chunk.run();
-  ingest.insert_chunk.reset();
+  ingest.write_pending_chunks(Ingest::kMaxPending - 1);
   // The keyframe of the next chunk is the state after this one.
   for (const auto& event : buffer.events)
     ingest.segments.apply(event);
-  ingest.flushed += buffer.events.size();
-  buffer.events.clear();
-  buffer.series.clear();
-  buffer.labels.clear();
+  // Compressing a chunk is most of the ingest cost: it runs on another core while this thread
+  // fills the next chunk. Rows are still written in order, on this connection's thread.
+  Ingest::PendingChunk pending;
+  pending.first_event = ingest.flushed;
+  pending.count = buffer.events.size();
+  pending.first_time_us = buffer.events.front().time_us;
+  pending.last_time_us = buffer.events.back().time_us;
+  pending.blob =
+      std::async(std::launch::async, [chunk = std::move(buffer)] { return encode_chunk(chunk); });
+  ingest.flushed += pending.count;
+  ingest.pending.push_back(std::move(pending));
+  buffer = EventChunk{};
   buffer.start = ingest.current;
   ingest.write_keyframe();
 }
@@ -471,6 +502,7 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
                              double wall_seconds) {
   const RunId run = ingest.run;
   flush_chunk(ingest);
+  ingest.write_pending_chunks(0);
   write_timeline_rows(run, ingest.timeline.finish());
 
   nlohmann::json merged = summary.is_object() ? summary : nlohmann::json::object();
