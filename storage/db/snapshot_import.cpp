@@ -13,6 +13,7 @@ SeriesPoint series_of(const SegmentMap& state) {
   for (const auto& [addr, block] : state.blocks()) {
     const auto size = static_cast<std::int64_t>(block.size);
     point.active += size;
+    point.requested += size;
     if (block.state == BlockState::allocated)
       point.allocated += size;
   }
@@ -109,7 +110,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
                             {"time_us", event.time_us},
                             {"allocated", series[i].allocated},
                             {"reserved", series[i].reserved},
-                            {"active", series[i].active}});
+                            {"active", series[i].active},
+                            {"requested", series[i].requested}});
     }
     nlohmann::json summary = {
         {"source_file", options.source_file},

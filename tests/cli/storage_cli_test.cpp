@@ -95,8 +95,9 @@ TEST_F(StorageCli, TimelineJsonHasThePeaksAndBuckets) {
   EXPECT_EQ(timeline["peak_allocated"], run.summary["peaks"]["allocated"]);
   ASSERT_EQ(timeline["buckets"].size(), 25u);
   const auto& bucket = timeline["buckets"][0];
-  for (const char* key : {"t0", "t1", "allocated_max", "allocated_min", "reserved_max",
-                          "reserved_min", "active_max", "active_min", "first_event", "end_event"})
+  for (const char* key :
+       {"t0", "t1", "allocated_max", "allocated_min", "reserved_max", "reserved_min", "active_max",
+        "active_min", "requested_max", "requested_min", "first_event", "end_event"})
     EXPECT_TRUE(bucket.contains(key)) << key;
   EXPECT_EQ(timeline["buckets"].back()["end_event"], 50'000);
   // The text form names the run.

@@ -48,6 +48,8 @@ TEST_P(ImportFixture, AgreesWithPyTorchsOwnNumbers) {
   EXPECT_EQ(run.summary["final"]["reserved"], stats["reserved_bytes.all.current"]);
   EXPECT_EQ(run.summary["peaks"]["active"], stats["requested_bytes.all.peak"]);
   EXPECT_EQ(run.summary["final"]["active"], stats["requested_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["requested"], stats["requested_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["requested"], stats["requested_bytes.all.current"]);
 
   // The timeline keeps the peak at any resolution.
   for (const std::size_t buckets : {std::size_t{1}, std::size_t{37}, std::size_t{2000}}) {
