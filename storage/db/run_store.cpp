@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "fragscope/version.h"
 #include "storage/db/packing.h"
@@ -48,9 +49,14 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
   return value;
 }
 
+SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
+}
+
 SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active)};
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
 }
 
 constexpr std::string_view kRunColumns =
@@ -339,11 +345,7 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
       buffer.labels.resize(buffer.events.size());  // earlier events of this chunk: unlabelled
     const TraceEvent& event = events[i];
     const SeriesPoint after =
-        columns.series.empty()
-            ? SeriesPoint{ingest.current.allocated + trace_delta(event).allocated,
-                          ingest.current.reserved + trace_delta(event).reserved,
-                          ingest.current.active + trace_delta(event).active}
-            : columns.series[i];
+        columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
     const std::uint64_t index = ingest.event_count();
     buffer.events.push_back(event);
     buffer.series.push_back(after);
@@ -509,10 +511,12 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
   merged["events"] = ingest.event_count();
   merged["peaks"] = {{"allocated", ingest.peak.allocated},
                      {"reserved", ingest.peak.reserved},
-                     {"active", ingest.peak.active}};
+                     {"active", ingest.peak.active},
+                     {"requested", ingest.peak.requested}};
   merged["final"] = {{"allocated", ingest.current.allocated},
                      {"reserved", ingest.current.reserved},
-                     {"active", ingest.current.active}};
+                     {"active", ingest.current.active},
+                     {"requested", ingest.current.requested}};
   auto update = db_->prepare(
       "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
   update.bind_text(1, to_string(status))
@@ -801,6 +805,81 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
     source.insert(source.end(), row.begin(), row.end());
   }
   return regroup_buckets(source, first, end, buckets);
+}
+
+std::int64_t CategoryBucket::total() const {
+  std::int64_t sum = 0;
+  for (const auto value : bytes)
+    sum += value;
+  return sum;
+}
+
+std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
+                                                        std::uint64_t end, std::size_t buckets) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<CategoryBucket> out;
+  if (end <= first || buckets == 0)
+    return out;
+  buckets = static_cast<std::size_t>(std::min<std::uint64_t>(buckets, end - first));
+
+  std::vector<Category> category_of_label;
+  for (const auto& label : labels(run)) {
+    if (category_of_label.size() <= label.id.value)
+      category_of_label.resize(label.id.value + 1, Category::unknown);
+    category_of_label[label.id.value] = label.label.category;
+  }
+  struct LiveAllocation {
+    Category category;
+    std::int64_t size;
+  };
+  std::unordered_map<std::uint64_t, LiveAllocation> live;
+  std::array<std::int64_t, kCategoryCount> bytes{};
+  // Blocks already live when the run's events begin (an imported, truncated trace).
+  for (const auto& [addr, block] : segment_state(run, 0).state.blocks()) {
+    live[addr] = {Category::unknown, static_cast<std::int64_t>(block.size)};
+    bytes[0] += static_cast<std::int64_t>(block.size);
+  }
+
+  out.resize(buckets);
+  std::vector<std::int64_t> best(buckets, -1);
+  const std::uint64_t span = end - first;
+  std::uint64_t index = 0;
+  for (const auto& chunk : load_chunks(run, 0, end)) {
+    for (std::size_t i = 0; i < chunk.events.size() && index < end; ++i, ++index) {
+      const TraceEvent& event = chunk.events[i];
+      if (event.action == TraceAction::alloc) {
+        const std::uint32_t label = chunk.labels.empty() ? 0 : chunk.labels[i].value;
+        const Category category =
+            label < category_of_label.size() ? category_of_label[label] : Category::unknown;
+        live[event.addr] = {category, static_cast<std::int64_t>(event.size)};
+        bytes[static_cast<std::size_t>(category)] += static_cast<std::int64_t>(event.size);
+      } else if (event.action == TraceAction::free_completed) {
+        if (auto it = live.find(event.addr); it != live.end()) {
+          bytes[static_cast<std::size_t>(it->second.category)] -= it->second.size;
+          live.erase(it);
+        }
+      }
+      if (index < first)
+        continue;
+      const auto b = static_cast<std::size_t>((index - first) * buckets / span);
+      CategoryBucket& bucket = out[b];
+      if (best[b] < 0) {
+        bucket.first_event = index;
+        bucket.t0_us = event.time_us;
+      }
+      bucket.end_event = index + 1;
+      bucket.t1_us = event.time_us;
+      std::int64_t total = 0;
+      for (const auto value : bytes)
+        total += value;
+      if (total > best[b]) {
+        best[b] = total;
+        bucket.peak_event = index;
+        bucket.bytes = bytes;
+      }
+    }
+  }
+  return out;
 }
 
 std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {

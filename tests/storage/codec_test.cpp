@@ -25,7 +25,7 @@ TEST(Packing, VarintsAndZigzagRoundTrip) {
 
 TEST(EventChunk, RoundTripsEveryFieldIncludingExtremes) {
   EventChunk chunk;
-  chunk.start = {100, 2 << 20, 100};
+  chunk.start = {100, 2 << 20, 100, 90};
   chunk.events = synthetic_trace(5000, 9);
   // Values at the edges of their types survive the delta coding.
   chunk.events.push_back({TraceAction::oom, UINT64_MAX, UINT64_MAX, StreamId{UINT64_MAX}, INT64_MIN,
