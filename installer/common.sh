@@ -10,8 +10,8 @@ FRAGSCOPE_BUILD_PACKAGES=(
   zlib1g-dev libsqlite3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
-  clang libclang-rt-14-dev
-  xvfb xauth
+  clang clang-format libclang-rt-14-dev
+  xvfb xauth dpkg-dev file
 )
 
 fragscope_sudo() {

@@ -1,0 +1,231 @@
+#include "storage/db/event_chunk.h"
+
+#include <algorithm>
+#include <array>
+
+#include "storage/db/packing.h"
+
+namespace fragscope::storage {
+namespace {
+
+// Format 2 adds the mask of all-zero columns, format 3 the requested-bytes residual; chunks of
+// formats 1 and 2 still read (their requested series is the trace-derived one).
+constexpr std::uint8_t kChunkFormat = 3;
+constexpr std::uint64_t kHasLabels = 1;
+
+enum Column : std::size_t {
+  kAction,
+  kAddress,
+  kSize,
+  kStream,
+  kTime,
+  kFrames,
+  kLabel,
+  kResidualAllocated,
+  kResidualReserved,
+  kResidualActive,
+  kResidualRequested,
+  kColumnCount
+};
+
+SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
+}
+
+}  // namespace
+
+SeriesPoint trace_delta(const TraceEvent& event) {
+  const auto size = static_cast<std::int64_t>(event.size);
+  switch (event.action) {
+    case TraceAction::alloc:
+      return {size, 0, size, size};
+    case TraceAction::free_requested:
+      return {-size, 0, 0, 0};
+    case TraceAction::free_completed:
+      return {0, 0, -size, -size};
+    case TraceAction::segment_alloc:
+    case TraceAction::segment_map:
+      return {0, size, 0, 0};
+    case TraceAction::segment_free:
+    case TraceAction::segment_unmap:
+      return {0, -size, 0, 0};
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      break;
+  }
+  return {};
+}
+
+std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start) {
+  std::vector<SeriesPoint> series;
+  series.reserve(events.size());
+  SeriesPoint current = start;
+  for (const auto& event : events) {
+    current = plus(current, trace_delta(event));
+    series.push_back(current);
+  }
+  return series;
+}
+
+std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
+  const std::size_t count = chunk.events.size();
+  const bool has_labels = !chunk.labels.empty();
+  std::array<std::vector<std::uint8_t>, kColumnCount> columns;
+  columns[kAction].reserve(count);
+  for (std::size_t c = kAddress; c < kColumnCount; ++c)
+    columns[c].reserve(count * 2);
+
+  std::uint64_t previous_addr = 0;
+  std::uint64_t previous_stream = 0;
+  std::int64_t previous_time = 0;
+  std::uint32_t previous_frames = 0;
+  SeriesPoint previous = chunk.start;
+  for (std::size_t i = 0; i < count; ++i) {
+    const TraceEvent& event = chunk.events[i];
+    columns[kAction].push_back(static_cast<std::uint8_t>(event.action));
+    put_signed(columns[kAddress], static_cast<std::int64_t>(event.addr - previous_addr));
+    put_varint(columns[kSize], event.size);
+    put_signed(columns[kStream], static_cast<std::int64_t>(event.stream.value - previous_stream));
+    put_signed(columns[kTime], event.time_us - previous_time);
+    put_signed(columns[kFrames], static_cast<std::int64_t>(event.frames.value) -
+                                     static_cast<std::int64_t>(previous_frames));
+    if (has_labels)
+      put_varint(columns[kLabel], chunk.labels[i].value);
+    // Only what the trace alone cannot predict is stored: zero for trace-derived series.
+    const SeriesPoint predicted = plus(previous, trace_delta(event));
+    const SeriesPoint& actual = chunk.series[i];
+    put_signed(columns[kResidualAllocated], actual.allocated - predicted.allocated);
+    put_signed(columns[kResidualReserved], actual.reserved - predicted.reserved);
+    put_signed(columns[kResidualActive], actual.active - predicted.active);
+    put_signed(columns[kResidualRequested], actual.requested - predicted.requested);
+    previous_addr = event.addr;
+    previous_stream = event.stream.value;
+    previous_time = event.time_us;
+    previous_frames = event.frames.value;
+    previous = actual;
+  }
+
+  // A column of zeros (no stacks, one stream, trace-derived series) is left out entirely: less
+  // for zlib to chew through, which is most of the ingest time.
+  std::uint64_t zero_columns = 0;
+  for (std::size_t c = kAddress; c < kColumnCount; ++c) {
+    auto& column = columns[c];
+    if (column.size() == count &&
+        std::all_of(column.begin(), column.end(), [](std::uint8_t byte) { return byte == 0; })) {
+      zero_columns |= std::uint64_t{1} << c;
+      column.clear();
+    }
+  }
+
+  std::vector<std::uint8_t> payload;
+  std::size_t total = 0;
+  for (const auto& column : columns)
+    total += column.size();
+  payload.reserve(total + kColumnCount * 4);
+  for (const auto& column : columns)
+    put_varint(payload, column.size());
+  for (const auto& column : columns)
+    payload.insert(payload.end(), column.begin(), column.end());
+
+  std::vector<std::uint8_t> blob;
+  blob.push_back(kChunkFormat);
+  put_varint(blob, count);
+  put_varint(blob, has_labels ? kHasLabels : 0);
+  put_varint(blob, zero_columns);
+  put_signed(blob, chunk.start.allocated);
+  put_signed(blob, chunk.start.reserved);
+  put_signed(blob, chunk.start.active);
+  put_signed(blob, chunk.start.requested);
+  put_varint(blob, payload.size());
+  const auto compressed = deflate_bytes(payload);
+  blob.insert(blob.end(), compressed.begin(), compressed.end());
+  return blob;
+}
+
+EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {
+  ByteReader header(blob, what);
+  const auto format = header.byte();
+  if (format != 1 && format != kChunkFormat)
+    header.fail("unknown event chunk format " + std::to_string(format));
+  const std::uint64_t count = header.varint();
+  if (count > kEventsPerChunk)
+    header.fail("chunk claims " + std::to_string(count) + " events");
+  const bool has_labels = (header.varint() & kHasLabels) != 0;
+  const std::uint64_t zero_columns = format >= 2 ? header.varint() : 0;
+  EventChunk chunk;
+  chunk.start.allocated = header.signed_varint();
+  chunk.start.reserved = header.signed_varint();
+  chunk.start.active = header.signed_varint();
+  chunk.start.requested = format >= 3 ? header.signed_varint() : chunk.start.active;
+  const std::uint64_t payload_size = header.varint();
+  if (payload_size > count * 128 + 1024)
+    header.fail("implausible payload size");
+  const auto payload =
+      inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(payload_size), what);
+
+  ByteReader body(payload, what);
+  // Older formats have fewer columns; the missing ones read as zeros.
+  const std::size_t stored_columns = format >= 3 ? kColumnCount : kColumnCount - 1;
+  std::uint64_t zeros = zero_columns;
+  std::array<std::uint64_t, kColumnCount> sizes{};
+  for (std::size_t c = 0; c < stored_columns; ++c)
+    sizes[c] = body.varint();
+  for (std::size_t c = stored_columns; c < kColumnCount; ++c)
+    zeros |= std::uint64_t{1} << c;
+  // A left-out column reads as `count` zero values.
+  static const std::vector<std::uint8_t> kZeros(kEventsPerChunk, 0);
+  auto column = [&](std::size_t c) {
+    if ((zeros >> c) & 1) {
+      if (sizes[c] != 0)
+        body.fail("a left-out column has bytes");
+      return ByteReader(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
+    }
+    return ByteReader(body.take(sizes[c]), what);
+  };
+  std::array<ByteReader, kColumnCount> columns = {column(0), column(1), column(2), column(3),
+                                                  column(4), column(5), column(6), column(7),
+                                                  column(8), column(9), column(10)};
+
+  chunk.events.resize(static_cast<std::size_t>(count));
+  chunk.series.resize(static_cast<std::size_t>(count));
+  if (has_labels)
+    chunk.labels.resize(static_cast<std::size_t>(count));
+  std::uint64_t addr = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time = 0;
+  std::int64_t frames = 0;
+  SeriesPoint previous = chunk.start;
+  for (std::size_t i = 0; i < count; ++i) {
+    TraceEvent& event = chunk.events[i];
+    const std::uint8_t action = columns[kAction].byte();
+    if (action >= kTraceActionCount)
+      columns[kAction].fail("unknown action " + std::to_string(action));
+    event.action = static_cast<TraceAction>(action);
+    addr += static_cast<std::uint64_t>(columns[kAddress].signed_varint());
+    event.addr = addr;
+    event.size = columns[kSize].varint();
+    stream += static_cast<std::uint64_t>(columns[kStream].signed_varint());
+    event.stream = StreamId{stream};
+    time += columns[kTime].signed_varint();
+    event.time_us = time;
+    frames += columns[kFrames].signed_varint();
+    event.frames = FrameStackId{static_cast<std::uint32_t>(frames)};
+    if (has_labels)
+      chunk.labels[i] = LabelId{static_cast<std::uint32_t>(columns[kLabel].varint())};
+    const SeriesPoint predicted = plus(previous, trace_delta(event));
+    SeriesPoint& actual = chunk.series[i];
+    actual.allocated = predicted.allocated + columns[kResidualAllocated].signed_varint();
+    actual.reserved = predicted.reserved + columns[kResidualReserved].signed_varint();
+    actual.active = predicted.active + columns[kResidualActive].signed_varint();
+    actual.requested = predicted.requested + columns[kResidualRequested].signed_varint();
+    previous = actual;
+  }
+  for (const auto& column : columns) {
+    if (!column.at_end())
+      column.fail("column longer than its events");
+  }
+  return chunk;
+}
+
+}  // namespace fragscope::storage

@@ -1,0 +1,52 @@
+#pragma once
+// Events on disk: up to kEventsPerChunk consecutive events of a run in one blob of packed
+// columns (action, address delta, size, stream delta, time delta, stack, label, series
+// residuals), zlib-compressed. Column order groups like values, so a chunk of a real trace costs
+// well under 16 bytes per event, and each chunk decodes on its own.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/strong_id.h"
+#include "engine/core/trace.h"
+
+namespace fragscope::storage {
+
+inline constexpr std::size_t kEventsPerChunk = 65536;
+
+// The memory series a timeline plots, as they stand after an event (bytes), with PyTorch's
+// memory_stats() meanings: allocated_bytes, reserved_bytes, active_bytes, requested_bytes. A
+// producer that knows block sizes (the allocator model, the snapshot timeline) passes them
+// exactly; derived from a trace alone, allocated and active count request sizes (see trace_delta).
+struct SeriesPoint {
+  std::int64_t allocated = 0;
+  std::int64_t reserved = 0;
+  std::int64_t active = 0;
+  std::int64_t requested = 0;
+  friend bool operator==(const SeriesPoint&, const SeriesPoint&) = default;
+};
+
+// What an event does to the series when only the trace is known: allocated, active and
+// requested move by the request size (PyTorch traces record unrounded sizes), reserved by the
+// segment size. allocated drops at free_requested, active and requested at free_completed
+// (torch-allocator-spec §4). reserved and requested are then exact; allocated and active are
+// the request-size view of PyTorch's rounded counters.
+SeriesPoint trace_delta(const TraceEvent& event);
+
+// The series after each event, starting from `start`, computed with trace_delta().
+std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start = {});
+
+struct EventChunk {
+  SeriesPoint start;                // the series before the first event
+  std::vector<TraceEvent> events;   // at most kEventsPerChunk
+  std::vector<SeriesPoint> series;  // one per event: the series after it
+  std::vector<LabelId> labels;      // empty (no labels) or one per event
+};
+
+std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk);
+// `what` names the blob in errors, e.g. "run 3, events 65536..": a corrupt blob is a
+// DatabaseError, never undefined behaviour.
+EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what);
+
+}  // namespace fragscope::storage

@@ -1,0 +1,79 @@
+#pragma once
+// Byte packing shared by the blob formats of storage/db (event chunks, timeline levels, segment
+// keyframes): LEB128 varints, zigzag for signed deltas, and zlib around a whole payload. Readers
+// never trust a blob: a truncated or overlong value is a DatabaseError naming the blob.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fragscope::storage {
+
+inline std::uint64_t zigzag(std::int64_t value) {
+  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(value >> 63);
+}
+inline std::int64_t unzigzag(std::uint64_t value) {
+  return static_cast<std::int64_t>(value >> 1) ^ -static_cast<std::int64_t>(value & 1);
+}
+
+inline void put_varint(std::vector<std::uint8_t>& out, std::uint64_t value) {
+  while (value >= 0x80) {
+    out.push_back(static_cast<std::uint8_t>(value | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<std::uint8_t>(value));
+}
+inline void put_signed(std::vector<std::uint8_t>& out, std::int64_t value) {
+  put_varint(out, zigzag(value));
+}
+
+// Reads values from a blob, remembering what the blob is for error messages.
+class ByteReader {
+ public:
+  ByteReader(std::span<const std::uint8_t> bytes, std::string what)
+      : bytes_(bytes), what_(std::move(what)) {}
+
+  std::uint64_t varint() {
+    std::uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= bytes_.size())
+        fail("truncated value");
+      const std::uint8_t byte = bytes_[pos_++];
+      value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0)
+        return value;
+    }
+    fail("overlong value");
+  }
+  std::int64_t signed_varint() { return unzigzag(varint()); }
+  std::uint8_t byte() {
+    if (pos_ >= bytes_.size())
+      fail("truncated value");
+    return bytes_[pos_++];
+  }
+  // The next `count` bytes as a sub-span, for a column of known length.
+  std::span<const std::uint8_t> take(std::uint64_t count) {
+    if (count > bytes_.size() - pos_)
+      fail("truncated column");
+    auto part = bytes_.subspan(pos_, static_cast<std::size_t>(count));
+    pos_ += static_cast<std::size_t>(count);
+    return part;
+  }
+  bool at_end() const { return pos_ == bytes_.size(); }
+  std::size_t remaining() const { return bytes_.size() - pos_; }
+  const std::string& what() const { return what_; }
+  [[noreturn]] void fail(const std::string& problem) const;
+
+ private:
+  std::span<const std::uint8_t> bytes_;
+  std::size_t pos_ = 0;
+  std::string what_;
+};
+
+// zlib at a fast level: ingest speed matters more than the last few percent of size.
+std::vector<std::uint8_t> deflate_bytes(std::span<const std::uint8_t> raw);
+// `expected_size` comes from the blob's header; a mismatch means a corrupt blob.
+std::vector<std::uint8_t> inflate_bytes(std::span<const std::uint8_t> compressed,
+                                        std::size_t expected_size, const std::string& what);
+
+}  // namespace fragscope::storage

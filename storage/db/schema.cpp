@@ -1,0 +1,193 @@
+#include "storage/db/schema.h"
+
+#include <array>
+#include <filesystem>
+#include <string_view>
+
+namespace fragscope::storage {
+namespace {
+
+// Migration i brings a database from version i to version i + 1. Never edit a published
+// migration: add a new one, so that every database ever written can still be brought forward.
+constexpr std::array<std::string_view, 3> kMigrations = {
+    // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
+    // interned strings / frames / stacks that events refer to.
+    R"sql(
+CREATE TABLE experiments(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  definition TEXT NOT NULL DEFAULT '{}',
+  created_at TEXT NOT NULL);
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  experiment_id INTEGER REFERENCES experiments(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  source TEXT NOT NULL CHECK (source IN ('simulated', 'imported', 'gpu', 'torch')),
+  alloc_config TEXT NOT NULL DEFAULT '',
+  capacity INTEGER NOT NULL DEFAULT 0,
+  device_name TEXT NOT NULL DEFAULT '',
+  status TEXT NOT NULL CHECK (status IN ('ok', 'oom', 'cancelled', 'failed')),
+  created_at TEXT NOT NULL,
+  wall_seconds REAL NOT NULL DEFAULT 0,
+  torch_version TEXT NOT NULL DEFAULT '',
+  cuda_version TEXT NOT NULL DEFAULT '',
+  driver_version TEXT NOT NULL DEFAULT '',
+  gpu_name TEXT NOT NULL DEFAULT '',
+  gpu_memory INTEGER NOT NULL DEFAULT 0,
+  fragscope_version TEXT NOT NULL DEFAULT '',
+  git_revision TEXT NOT NULL DEFAULT '',
+  host TEXT NOT NULL DEFAULT '',
+  twin_run INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+  summary TEXT NOT NULL DEFAULT '{}',
+  event_count INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX runs_by_experiment ON runs(experiment_id);
+CREATE INDEX runs_by_twin ON runs(twin_run);
+CREATE TABLE event_chunks(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  first_event INTEGER NOT NULL,
+  event_count INTEGER NOT NULL,
+  first_time_us INTEGER NOT NULL,
+  last_time_us INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (run_id, first_event));
+CREATE TABLE strings(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  id INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  PRIMARY KEY (run_id, id)) WITHOUT ROWID;
+CREATE TABLE frames(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  id INTEGER NOT NULL,
+  filename_id INTEGER NOT NULL,
+  line INTEGER NOT NULL,
+  name_id INTEGER NOT NULL,
+  PRIMARY KEY (run_id, id)) WITHOUT ROWID;
+CREATE TABLE frame_stacks(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  id INTEGER NOT NULL,
+  frame_ids BLOB NOT NULL,
+  PRIMARY KEY (run_id, id)) WITHOUT ROWID;
+)sql",
+    // 2: what the GUI reads without decoding events: the peak-preserving timeline pyramid,
+    // segment keyframes, OOM reports, and the labels (categories) of simulated allocations.
+    R"sql(
+CREATE TABLE timeline_levels(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  level INTEGER NOT NULL,
+  first_bucket INTEGER NOT NULL,
+  bucket_count INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (run_id, level, first_bucket));
+CREATE TABLE segment_keyframes(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  event_index INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (run_id, event_index));
+CREATE TABLE oom_reports(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  event_index INTEGER NOT NULL,
+  report TEXT NOT NULL);
+CREATE INDEX oom_reports_by_run ON oom_reports(run_id, event_index);
+CREATE TABLE run_labels(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  id INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  op TEXT NOT NULL,
+  layer INTEGER NOT NULL,
+  PRIMARY KEY (run_id, id)) WITHOUT ROWID;
+)sql",
+    // 3: comparisons between runs and the reports exported from them.
+    R"sql(
+CREATE TABLE comparisons(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  result TEXT NOT NULL DEFAULT '{}',
+  created_at TEXT NOT NULL);
+CREATE TABLE comparison_runs(
+  comparison_id INTEGER NOT NULL REFERENCES comparisons(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  PRIMARY KEY (comparison_id, position)) WITHOUT ROWID;
+CREATE INDEX comparison_runs_by_run ON comparison_runs(run_id);
+CREATE TABLE reports(
+  id INTEGER PRIMARY KEY,
+  comparison_id INTEGER REFERENCES comparisons(id) ON DELETE SET NULL,
+  title TEXT NOT NULL,
+  format TEXT NOT NULL,
+  content BLOB NOT NULL,
+  created_at TEXT NOT NULL);
+)sql",
+};
+
+// True when the file holds tables although it was never a FragScope database.
+bool has_foreign_tables(Database& db) {
+  return db.query_int("SELECT count(*) FROM sqlite_schema") > 0;
+}
+
+}  // namespace
+
+int latest_schema_version() {
+  return static_cast<int>(kMigrations.size());
+}
+
+int schema_version(Database& db) {
+  return static_cast<int>(db.query_int("PRAGMA user_version"));
+}
+
+void migrate_to(Database& db, int target) {
+  for (int version = schema_version(db); version < target; ++version) {
+    Transaction transaction(db);
+    db.exec(kMigrations[static_cast<std::size_t>(version)]);
+    if (version == 0)
+      db.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+    db.exec("PRAGMA user_version = " + std::to_string(version + 1));
+    transaction.commit();
+  }
+}
+
+std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode mode) {
+  if (mode == OpenMode::read_write_create && path != ":memory:" && !path.empty()) {
+    // The default location (~/.local/share/fragscope/) may not exist yet on a fresh machine.
+    const auto parent = std::filesystem::path(path).parent_path();
+    std::error_code ignored;
+    if (!parent.empty())
+      std::filesystem::create_directories(parent, ignored);
+  }
+  auto db = std::make_unique<Database>(path, mode);
+  // Reading the header first also turns "not a database" into a clear error before any write.
+  const int version = schema_version(*db);
+  const int latest = latest_schema_version();
+  if (version > latest) {
+    throw SchemaTooNewError(path + ": database schema version " + std::to_string(version) +
+                            " was written by a newer FragScope (this build reads up to version " +
+                            std::to_string(latest) + "); the file was not modified");
+  }
+  const auto application_id = db->query_int("PRAGMA application_id");
+  if ((version > 0 && application_id != kApplicationId) ||
+      (version == 0 && (application_id != 0 || has_foreign_tables(*db)))) {
+    throw DatabaseError(path + ": an SQLite database, but not FragScope's; the file was not " +
+                        "modified");
+  }
+  db->exec("PRAGMA foreign_keys = ON");
+  if (db->read_only()) {
+    if (version < latest) {
+      throw DatabaseError(path + ": read-only, and its schema (version " + std::to_string(version) +
+                          ") needs upgrading to version " + std::to_string(latest) +
+                          "; open it writable once");
+    }
+    return db;
+  }
+  if (path != ":memory:" && !path.empty()) {
+    // WAL lets the GUI read while a run is being written; NORMAL sync is crash-safe in WAL mode.
+    db->exec("PRAGMA journal_mode = WAL");
+    db->exec("PRAGMA synchronous = NORMAL");
+  }
+  migrate_to(*db, latest);
+  return db;
+}
+
+}  // namespace fragscope::storage

@@ -1,0 +1,218 @@
+#include "storage/db/segment_map.h"
+
+#include "storage/db/packing.h"
+
+namespace fragscope::storage {
+namespace {
+constexpr std::uint8_t kKeyframeFormat = 1;
+}  // namespace
+
+void SegmentMap::apply(const TraceEvent& event) {
+  switch (event.action) {
+    case TraceAction::alloc:
+      blocks_[event.addr] =
+          LiveBlock{event.addr, event.size, event.stream, BlockState::allocated, event.frames};
+      break;
+    case TraceAction::free_requested:
+      if (auto it = blocks_.find(event.addr); it != blocks_.end())
+        it->second.state = BlockState::pending_free;
+      else
+        ++unmatched_;
+      break;
+    case TraceAction::free_completed:
+      if (blocks_.erase(event.addr) == 0)
+        ++unmatched_;
+      break;
+    case TraceAction::segment_alloc:
+      segments_[event.addr] = SegmentRange{event.addr, event.size, event.stream, false};
+      break;
+    case TraceAction::segment_free:
+      if (segments_.erase(event.addr) == 0)
+        ++unmatched_;
+      break;
+    case TraceAction::segment_map:
+      map_range(SegmentRange{event.addr, event.size, event.stream, true});
+      break;
+    case TraceAction::segment_unmap:
+      unmap_range(event.addr, event.size);
+      break;
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      break;
+  }
+}
+
+void SegmentMap::unapply(const TraceEvent& event) {
+  switch (event.action) {
+    case TraceAction::alloc:
+      blocks_.erase(event.addr);
+      break;
+    case TraceAction::free_requested:
+      if (auto it = blocks_.find(event.addr); it != blocks_.end())
+        it->second.state = BlockState::allocated;
+      else
+        blocks_[event.addr] =
+            LiveBlock{event.addr, event.size, event.stream, BlockState::allocated, FrameStackId{}};
+      break;
+    case TraceAction::free_completed:
+      // The stack of a free event is the free's, not the allocation's: unknown here.
+      blocks_[event.addr] =
+          LiveBlock{event.addr, event.size, event.stream, BlockState::pending_free, FrameStackId{}};
+      break;
+    case TraceAction::segment_alloc:
+      segments_.erase(event.addr);
+      break;
+    case TraceAction::segment_free:
+      segments_[event.addr] = SegmentRange{event.addr, event.size, event.stream, false};
+      break;
+    case TraceAction::segment_map:
+      unmap_range(event.addr, event.size);
+      break;
+    case TraceAction::segment_unmap:
+      map_range(SegmentRange{event.addr, event.size, event.stream, true});
+      break;
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      break;
+  }
+}
+
+SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events) {
+  for (auto it = events.rbegin(); it != events.rend(); ++it)
+    final_state.unapply(*it);
+  return SegmentMap(final_state.segments(), final_state.blocks());
+}
+
+// Mapping next to a mapped range of the same stream extends it, as PyTorch's snapshot reports
+// one segment per contiguous mapped range.
+void SegmentMap::map_range(const SegmentRange& range) {
+  SegmentRange merged = range;
+  auto next = segments_.lower_bound(range.base);
+  if (next != segments_.begin()) {
+    auto previous = std::prev(next);
+    const SegmentRange& p = previous->second;
+    if (p.expandable && p.stream == range.stream && p.base + p.size == range.base) {
+      merged.base = p.base;
+      merged.size += p.size;
+      segments_.erase(previous);
+    }
+  }
+  next = segments_.find(range.base + range.size);
+  if (next != segments_.end() && next->second.expandable && next->second.stream == range.stream) {
+    merged.size += next->second.size;
+    segments_.erase(next);
+  }
+  segments_[merged.base] = merged;
+}
+
+void SegmentMap::unmap_range(std::uint64_t base, Bytes size) {
+  const std::uint64_t end = base + size;
+  auto it = segments_.upper_bound(base);
+  if (it != segments_.begin())
+    --it;
+  bool touched = false;
+  while (it != segments_.end() && it->second.base < end) {
+    const SegmentRange range = it->second;
+    const std::uint64_t range_end = range.base + range.size;
+    if (!range.expandable || range_end <= base) {
+      ++it;
+      continue;
+    }
+    touched = true;
+    it = segments_.erase(it);
+    if (range.base < base)
+      segments_[range.base] = SegmentRange{range.base, base - range.base, range.stream, true};
+    if (range_end > end)
+      segments_[end] = SegmentRange{end, range_end - end, range.stream, true};
+    it = segments_.lower_bound(range_end);
+  }
+  if (!touched)
+    ++unmatched_;
+}
+
+Bytes SegmentMap::reserved_bytes() const {
+  Bytes total = 0;
+  for (const auto& [base, segment] : segments_)
+    total += segment.size;
+  return total;
+}
+
+std::vector<std::uint8_t> SegmentMap::serialize() const {
+  std::vector<std::uint8_t> raw;
+  raw.reserve(16 + segments_.size() * 12 + blocks_.size() * 12);
+  put_varint(raw, unmatched_);
+  put_varint(raw, segments_.size());
+  std::uint64_t previous = 0;
+  for (const auto& [base, segment] : segments_) {
+    put_varint(raw, base - previous);
+    put_varint(raw, segment.size);
+    put_varint(raw, segment.stream.value);
+    raw.push_back(segment.expandable ? 1 : 0);
+    previous = base;
+  }
+  put_varint(raw, blocks_.size());
+  previous = 0;
+  for (const auto& [addr, block] : blocks_) {
+    put_varint(raw, addr - previous);
+    put_varint(raw, block.size);
+    put_varint(raw, block.stream.value);
+    raw.push_back(static_cast<std::uint8_t>(block.state));
+    put_varint(raw, block.frames.value);
+    previous = addr;
+  }
+  std::vector<std::uint8_t> blob;
+  blob.push_back(kKeyframeFormat);
+  put_varint(blob, raw.size());
+  const auto compressed = deflate_bytes(raw);
+  blob.insert(blob.end(), compressed.begin(), compressed.end());
+  return blob;
+}
+
+SegmentMap SegmentMap::deserialize(std::span<const std::uint8_t> blob, const std::string& what) {
+  ByteReader header(blob, what);
+  if (const auto format = header.byte(); format != kKeyframeFormat)
+    header.fail("unknown keyframe format " + std::to_string(format));
+  const std::uint64_t raw_size = header.varint();
+  if (raw_size > (std::uint64_t{1} << 32))
+    header.fail("implausible keyframe size");
+  const auto raw =
+      inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(raw_size), what);
+  ByteReader in(raw, what);
+  SegmentMap map;
+  map.unmatched_ = in.varint();
+  const std::uint64_t segment_count = in.varint();
+  if (segment_count > raw.size())
+    in.fail("implausible segment count");
+  std::uint64_t address = 0;
+  for (std::uint64_t i = 0; i < segment_count; ++i) {
+    SegmentRange segment;
+    address += in.varint();
+    segment.base = address;
+    segment.size = in.varint();
+    segment.stream = StreamId{in.varint()};
+    segment.expandable = in.byte() != 0;
+    map.segments_.emplace_hint(map.segments_.end(), segment.base, segment);
+  }
+  const std::uint64_t block_count = in.varint();
+  if (block_count > raw.size())
+    in.fail("implausible block count");
+  address = 0;
+  for (std::uint64_t i = 0; i < block_count; ++i) {
+    LiveBlock block;
+    address += in.varint();
+    block.addr = address;
+    block.size = in.varint();
+    block.stream = StreamId{in.varint()};
+    const std::uint8_t state = in.byte();
+    if (state > static_cast<std::uint8_t>(BlockState::pending_free))
+      in.fail("unknown block state " + std::to_string(state));
+    block.state = static_cast<BlockState>(state);
+    block.frames = FrameStackId{static_cast<std::uint32_t>(in.varint())};
+    map.blocks_.emplace_hint(map.blocks_.end(), block.addr, block);
+  }
+  if (!in.at_end())
+    in.fail("trailing bytes");
+  return map;
+}
+
+}  // namespace fragscope::storage

@@ -1,0 +1,92 @@
+#pragma once
+// The segment map as a trace describes it: which segments (or mapped ranges of expandable
+// segments) exist and which blocks are live in them, after a prefix of a run's events. The store
+// keeps a serialized SegmentMap as a keyframe at the start of every event chunk, so the state at
+// any event is one keyframe plus less than one chunk of events.
+//
+// Sizes are what the trace records: segment bytes, and for blocks the request size (PyTorch's
+// trace does not carry the rounded block size).
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/core/trace.h"
+
+namespace fragscope::storage {
+
+enum class BlockState : std::uint8_t { allocated, pending_free };
+
+struct LiveBlock {
+  std::uint64_t addr = 0;
+  Bytes size = 0;  // the request size from the alloc event
+  StreamId stream{};
+  BlockState state = BlockState::allocated;
+  FrameStackId frames{};
+  friend bool operator==(const LiveBlock&, const LiveBlock&) = default;
+};
+
+// One cudaMalloc segment, or one contiguous mapped range of an expandable segment.
+struct SegmentRange {
+  std::uint64_t base = 0;
+  Bytes size = 0;
+  StreamId stream{};
+  bool expandable = false;
+  friend bool operator==(const SegmentRange&, const SegmentRange&) = default;
+};
+
+class SegmentMap {
+ public:
+  SegmentMap() = default;
+  SegmentMap(std::map<std::uint64_t, SegmentRange> segments,
+             std::map<std::uint64_t, LiveBlock> blocks)
+      : segments_(std::move(segments)), blocks_(std::move(blocks)) {}
+
+  // Applies one event. Events that refer to something unknown (a free of a block allocated
+  // before a truncated trace began) are counted in unmatched_events() and otherwise ignored.
+  void apply(const TraceEvent& event);
+
+  // Keyed by base / address, in address order.
+  const std::map<std::uint64_t, SegmentRange>& segments() const { return segments_; }
+  const std::map<std::uint64_t, LiveBlock>& blocks() const { return blocks_; }
+  std::uint64_t unmatched_events() const { return unmatched_; }
+  Bytes reserved_bytes() const;
+
+  // Adds state that existed before the first event (an imported trace that does not start at
+  // an empty allocator).
+  void add_segment(const SegmentRange& segment) { segments_[segment.base] = segment; }
+  void add_block(const LiveBlock& block) { blocks_[block.addr] = block; }
+
+  // Undoes one event: the state before `event`, given the state after it. Rewinding a final
+  // state through a whole trace gives the state the trace started from.
+  void unapply(const TraceEvent& event);
+
+  std::vector<std::uint8_t> serialize() const;
+  // `what` names the blob in errors.
+  static SegmentMap deserialize(std::span<const std::uint8_t> blob, const std::string& what);
+
+  friend bool operator==(const SegmentMap&, const SegmentMap&) = default;
+
+ private:
+  void map_range(const SegmentRange& range);
+  void unmap_range(std::uint64_t base, Bytes size);
+
+  std::map<std::uint64_t, SegmentRange> segments_;
+  std::map<std::uint64_t, LiveBlock> blocks_;
+  std::uint64_t unmatched_ = 0;
+};
+
+// The state before the first of `events`, given `final_state` after the last (a snapshot's
+// segments at dump time): empty when the trace recorded everything since the allocator started,
+// and otherwise what was already live when recording began (a late start or a ring buffer that
+// overflowed).
+SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events);
+
+// The segment map after the first `event_index` events of a run.
+struct SegmentStateAt {
+  std::uint64_t event_index = 0;
+  SegmentMap state;
+};
+
+}  // namespace fragscope::storage

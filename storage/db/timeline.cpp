@@ -1,0 +1,200 @@
+#include "storage/db/timeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "storage/db/packing.h"
+
+namespace fragscope::storage {
+namespace {
+
+// Format 2 adds the requested series; format 1 rows read with requested = active.
+constexpr std::uint8_t kBucketFormat = 2;
+
+SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
+  return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
+}
+SeriesPoint series_min(const SeriesPoint& a, const SeriesPoint& b) {
+  return {std::min(a.allocated, b.allocated), std::min(a.reserved, b.reserved),
+          std::min(a.active, b.active), std::min(a.requested, b.requested)};
+}
+
+void put_series(std::vector<std::uint8_t>& out, const SeriesPoint& value,
+                const SeriesPoint& previous) {
+  put_signed(out, value.allocated - previous.allocated);
+  put_signed(out, value.reserved - previous.reserved);
+  put_signed(out, value.active - previous.active);
+  put_signed(out, value.requested - previous.requested);
+}
+SeriesPoint get_series(ByteReader& in, const SeriesPoint& previous, std::uint8_t format) {
+  SeriesPoint value;
+  value.allocated = previous.allocated + in.signed_varint();
+  value.reserved = previous.reserved + in.signed_varint();
+  value.active = previous.active + in.signed_varint();
+  value.requested = format >= 2 ? previous.requested + in.signed_varint() : value.active;
+  return value;
+}
+
+}  // namespace
+
+std::uint64_t level_bucket_events(int level) {
+  std::uint64_t events = kLevel0Events;
+  for (int i = 0; i < level; ++i)
+    events *= kLevelFanout;
+  return events;
+}
+
+TimelineBucket bucket_of(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after) {
+  return TimelineBucket{index, index + 1, event.time_us, event.time_us, after, after};
+}
+
+TimelineBucket merge_buckets(const TimelineBucket& a, const TimelineBucket& b) {
+  TimelineBucket merged;
+  merged.first_event = a.first_event;
+  merged.end_event = b.end_event;
+  merged.t0_us = a.t0_us;
+  merged.t1_us = b.t1_us;
+  merged.max = series_max(a.max, b.max);
+  merged.min = series_min(a.min, b.min);
+  return merged;
+}
+
+std::vector<std::uint8_t> encode_buckets(std::span<const TimelineBucket> buckets) {
+  std::vector<std::uint8_t> raw;
+  raw.reserve(buckets.size() * 24);
+  put_varint(raw, buckets.size());
+  TimelineBucket previous;
+  for (const auto& bucket : buckets) {
+    put_varint(raw, bucket.first_event - previous.end_event);
+    put_varint(raw, bucket.end_event - bucket.first_event);
+    put_signed(raw, bucket.t0_us - previous.t1_us);
+    put_signed(raw, bucket.t1_us - bucket.t0_us);
+    put_series(raw, bucket.max, previous.max);
+    put_series(raw, bucket.min, previous.min);
+    previous = bucket;
+  }
+  std::vector<std::uint8_t> blob;
+  blob.push_back(kBucketFormat);
+  put_varint(blob, raw.size());
+  const auto compressed = deflate_bytes(raw);
+  blob.insert(blob.end(), compressed.begin(), compressed.end());
+  return blob;
+}
+
+std::vector<TimelineBucket> decode_buckets(std::span<const std::uint8_t> blob,
+                                           const std::string& what) {
+  ByteReader header(blob, what);
+  const auto format = header.byte();
+  if (format != 1 && format != kBucketFormat)
+    header.fail("unknown timeline format " + std::to_string(format));
+  const std::uint64_t raw_size = header.varint();
+  if (raw_size > kBucketsPerRow * 128 + 64)
+    header.fail("implausible timeline row size");
+  const auto raw =
+      inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(raw_size), what);
+  ByteReader in(raw, what);
+  const std::uint64_t count = in.varint();
+  if (count > kBucketsPerRow)
+    in.fail("implausible bucket count");
+  std::vector<TimelineBucket> buckets;
+  buckets.reserve(static_cast<std::size_t>(count));
+  TimelineBucket previous;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    TimelineBucket bucket;
+    bucket.first_event = previous.end_event + in.varint();
+    bucket.end_event = bucket.first_event + in.varint();
+    bucket.t0_us = previous.t1_us + in.signed_varint();
+    bucket.t1_us = bucket.t0_us + in.signed_varint();
+    bucket.max = get_series(in, previous.max, format);
+    bucket.min = get_series(in, previous.min, format);
+    buckets.push_back(bucket);
+    previous = bucket;
+  }
+  if (!in.at_end())
+    in.fail("trailing bytes");
+  return buckets;
+}
+
+std::vector<TimelineBucket> regroup_buckets(std::span<const TimelineBucket> source,
+                                            std::uint64_t first, std::uint64_t end,
+                                            std::size_t count) {
+  std::vector<TimelineBucket> out;
+  if (end <= first || count == 0)
+    return out;
+  const std::uint64_t span = end - first;
+  std::size_t current = 0;
+  bool open = false;
+  for (const auto& bucket : source) {
+    if (bucket.end_event <= first || bucket.first_event >= end)
+      continue;
+    const std::uint64_t offset = bucket.first_event > first ? bucket.first_event - first : 0;
+    const std::uint64_t scaled =
+        offset <= std::numeric_limits<std::uint64_t>::max() / count
+            ? offset * count / span
+            : static_cast<std::uint64_t>(static_cast<long double>(offset) * count / span);
+    const auto target = static_cast<std::size_t>(std::min<std::uint64_t>(scaled, count - 1));
+    if (open && target == current) {
+      out.back() = merge_buckets(out.back(), bucket);
+    } else {
+      out.push_back(bucket);
+      current = target;
+      open = true;
+    }
+  }
+  return out;
+}
+
+void TimelineBuilder::add(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after) {
+  Level& level0 = levels_[0];
+  const TimelineBucket single = bucket_of(index, event, after);
+  level0.pending = level0.pending_parts == 0 ? single : merge_buckets(level0.pending, single);
+  if (++level0.pending_parts == kLevel0Events)
+    complete(0, true);
+}
+
+void TimelineBuilder::complete(std::size_t level, bool propagate) {
+  const TimelineBucket bucket = levels_[level].pending;
+  levels_[level].pending_parts = 0;
+  {
+    Level& current = levels_[level];
+    current.row.push_back(bucket);
+    if (current.row.size() == kBucketsPerRow) {
+      ready_.push_back(Row{static_cast<int>(level), current.row_first, std::move(current.row)});
+      current.row_first += kBucketsPerRow;
+      current.row.clear();
+    }
+  }
+  if (!propagate)
+    return;
+  if (levels_.size() == level + 1)
+    levels_.emplace_back();
+  Level& parent = levels_[level + 1];
+  parent.pending = parent.pending_parts == 0 ? bucket : merge_buckets(parent.pending, bucket);
+  if (++parent.pending_parts == kLevelFanout)
+    complete(level + 1, true);
+}
+
+std::vector<TimelineBuilder::Row> TimelineBuilder::take_full_rows() {
+  return std::exchange(ready_, {});
+}
+
+std::vector<TimelineBuilder::Row> TimelineBuilder::finish() {
+  // A partial bucket only feeds a parent level that already exists: the top level ends with the
+  // bucket that spans the whole run.
+  for (std::size_t level = 0; level < levels_.size(); ++level) {
+    if (levels_[level].pending_parts > 0)
+      complete(level, level + 1 < levels_.size());
+  }
+  for (std::size_t level = 0; level < levels_.size(); ++level) {
+    Level& current = levels_[level];
+    if (!current.row.empty()) {
+      ready_.push_back(Row{static_cast<int>(level), current.row_first, std::move(current.row)});
+      current.row.clear();
+    }
+  }
+  return take_full_rows();
+}
+
+}  // namespace fragscope::storage

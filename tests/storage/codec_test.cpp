@@ -1,0 +1,167 @@
+#include <gtest/gtest.h>
+
+#include "storage/db/database.h"
+#include "storage/db/event_chunk.h"
+#include "storage/db/packing.h"
+#include "storage/db/segment_map.h"
+#include "storage_test_util.h"
+
+namespace fragscope::storage {
+namespace {
+
+using test::synthetic_trace;
+
+TEST(Packing, VarintsAndZigzagRoundTrip) {
+  std::vector<std::uint8_t> bytes;
+  const std::vector<std::int64_t> values = {0, 1, -1, 63, -64, 1 << 20, INT64_MAX, INT64_MIN};
+  for (const auto v : values)
+    put_signed(bytes, v);
+  ByteReader in(bytes, "test");
+  for (const auto v : values)
+    EXPECT_EQ(in.signed_varint(), v);
+  EXPECT_TRUE(in.at_end());
+  EXPECT_THROW(in.varint(), DatabaseError);
+}
+
+TEST(EventChunk, RoundTripsEveryFieldIncludingExtremes) {
+  EventChunk chunk;
+  chunk.start = {100, 2 << 20, 100, 90};
+  chunk.events = synthetic_trace(5000, 9);
+  // Values at the edges of their types survive the delta coding.
+  chunk.events.push_back({TraceAction::oom, UINT64_MAX, UINT64_MAX, StreamId{UINT64_MAX}, INT64_MIN,
+                          FrameStackId{UINT32_MAX}});
+  chunk.events.push_back({TraceAction::snapshot, 0, 0, StreamId{0}, INT64_MAX, FrameStackId{0}});
+  chunk.series = derive_series(chunk.events, chunk.start);
+  chunk.series[10].active -= 77;
+  chunk.labels.assign(chunk.events.size(), LabelId{3});
+  const auto blob = encode_chunk(chunk);
+  const EventChunk decoded = decode_chunk(blob, "test");
+  EXPECT_EQ(decoded.start, chunk.start);
+  EXPECT_EQ(decoded.events, chunk.events);
+  EXPECT_EQ(decoded.series, chunk.series);
+  EXPECT_EQ(decoded.labels, chunk.labels);
+}
+
+TEST(EventChunk, ARealisticChunkIsCompact) {
+  EventChunk chunk;
+  chunk.events = synthetic_trace(kEventsPerChunk, 1);
+  chunk.series = derive_series(chunk.events);
+  const auto blob = encode_chunk(chunk);
+  const double per_event = static_cast<double>(blob.size()) / static_cast<double>(kEventsPerChunk);
+  EXPECT_LT(per_event, 16.0);
+  std::cout << "synthetic chunk: " << per_event << " bytes/event\n";
+}
+
+TEST(EventChunk, CorruptBlobsAreErrorsNotCrashes) {
+  EventChunk chunk;
+  chunk.events = synthetic_trace(3000, 2);
+  chunk.series = derive_series(chunk.events);
+  const auto blob = encode_chunk(chunk);
+  auto truncated = blob;
+  truncated.resize(blob.size() - 10);
+  EXPECT_THROW(decode_chunk(truncated, "run 1"), DatabaseError);
+  auto flipped = blob;
+  flipped[blob.size() / 2] ^= 0x5a;
+  EXPECT_THROW(decode_chunk(flipped, "run 1"), DatabaseError);
+  auto wrong_format = blob;
+  wrong_format[0] = 99;
+  try {
+    decode_chunk(wrong_format, "run 1, events from 0");
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("run 1, events from 0"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("format 99"), std::string::npos);
+  }
+  EXPECT_THROW(decode_chunk({}, "empty"), DatabaseError);
+}
+
+TEST(SegmentMap, TracksSegmentsBlocksAndPendingFrees) {
+  SegmentMap map;
+  map.apply({TraceAction::segment_alloc, 0x1000, 1 << 20, StreamId{}, 0, FrameStackId{}});
+  map.apply({TraceAction::alloc, 0x1000, 512, StreamId{}, 0, FrameStackId{4}});
+  map.apply({TraceAction::alloc, 0x1200, 100, StreamId{}, 0, FrameStackId{}});
+  map.apply({TraceAction::free_requested, 0x1000, 512, StreamId{}, 0, FrameStackId{}});
+  ASSERT_EQ(map.blocks().size(), 2u);
+  EXPECT_EQ(map.blocks().at(0x1000).state, BlockState::pending_free);
+  EXPECT_EQ(map.blocks().at(0x1000).frames, FrameStackId{4});
+  map.apply({TraceAction::free_completed, 0x1000, 512, StreamId{}, 0, FrameStackId{}});
+  EXPECT_EQ(map.blocks().size(), 1u);
+  map.apply({TraceAction::free_completed, 0x9999, 1, StreamId{}, 0, FrameStackId{}});
+  EXPECT_EQ(map.unmatched_events(), 1u);
+  EXPECT_EQ(map.reserved_bytes(), 1u << 20);
+  map.apply({TraceAction::segment_free, 0x1000, 1 << 20, StreamId{}, 0, FrameStackId{}});
+  EXPECT_TRUE(map.segments().empty());
+}
+
+TEST(SegmentMap, ExpandableRangesMergeAndSplit) {
+  SegmentMap map;
+  const std::uint64_t base = 0x7f0000000000;
+  const std::uint64_t page = 20 << 20;
+  map.apply({TraceAction::segment_map, base, page, StreamId{}, 0, FrameStackId{}});
+  map.apply({TraceAction::segment_map, base + page, 2 * page, StreamId{}, 0, FrameStackId{}});
+  ASSERT_EQ(map.segments().size(), 1u);
+  EXPECT_EQ(map.segments().begin()->second.size, 3 * page);
+  EXPECT_TRUE(map.segments().begin()->second.expandable);
+  map.apply({TraceAction::segment_unmap, base + page, page, StreamId{}, 0, FrameStackId{}});
+  ASSERT_EQ(map.segments().size(), 2u);
+  EXPECT_EQ(map.segments().at(base).size, page);
+  EXPECT_EQ(map.segments().at(base + 2 * page).size, page);
+  map.apply({TraceAction::segment_map, base + page, page, StreamId{}, 0, FrameStackId{}});
+  ASSERT_EQ(map.segments().size(), 1u);
+  EXPECT_EQ(map.reserved_bytes(), 3 * page);
+}
+
+TEST(SegmentMap, SerializeRoundTripsAndRejectsCorruption) {
+  SegmentMap map;
+  for (const auto& event : synthetic_trace(20000, 8))
+    map.apply(event);
+  ASSERT_FALSE(map.blocks().empty());
+  const auto blob = map.serialize();
+  EXPECT_EQ(SegmentMap::deserialize(blob, "keyframe"), map);
+  auto truncated = blob;
+  truncated.resize(blob.size() - 3);
+  EXPECT_THROW(SegmentMap::deserialize(truncated, "keyframe"), DatabaseError);
+}
+
+}  // namespace
+}  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+TEST(SegmentMap, RewindingTheFinalStateGivesTheStartingState) {
+  auto events = test::synthetic_trace(30'000, 17);
+  // A free does not say which stack allocated the block, so rewinding cannot restore stacks of
+  // blocks freed during the trace; compare without stacks.
+  for (auto& event : events)
+    event.frames = FrameStackId{};
+  // A trace that began after 10k events had happened: rewinding its final state through the
+  // recorded 20k events must give the state at event 10k.
+  SegmentMap full;
+  SegmentMap at_start;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (i == 10'000)
+      at_start = full;
+    full.apply(events[i]);
+  }
+  const auto recorded = std::span(events).subspan(10'000);
+  EXPECT_EQ(rewind(full, recorded), SegmentMap(at_start.segments(), at_start.blocks()));
+  EXPECT_EQ(rewind(full, events), SegmentMap());
+}
+
+TEST(SegmentMap, RewindHandlesExpandableRanges) {
+  const std::uint64_t base = 0x7f0000000000;
+  const std::uint64_t page = 2 << 20;
+  const std::vector<TraceEvent> events = {
+      {TraceAction::segment_map, base + page, page, StreamId{}, 0, FrameStackId{}},
+      {TraceAction::segment_unmap, base, page, StreamId{}, 0, FrameStackId{}}};
+  SegmentMap before;
+  before.apply({TraceAction::segment_map, base, page, StreamId{}, 0, FrameStackId{}});
+  SegmentMap after = before;
+  for (const auto& event : events)
+    after.apply(event);
+  EXPECT_EQ(rewind(after, events), before);
+}
+
+}  // namespace
+}  // namespace fragscope::storage

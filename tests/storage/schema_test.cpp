@@ -1,0 +1,116 @@
+#include "storage/db/schema.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/db/run_store.h"
+#include "storage_test_util.h"
+
+namespace fragscope::storage {
+namespace {
+
+using test::TempDir;
+
+TEST(Schema, NewDatabaseIsCreatedAtTheLatestVersionInWalMode) {
+  TempDir dir;
+  const std::string path = dir.file("new.db");
+  { RunStore store(path); }
+  Database db(path);
+  EXPECT_EQ(schema_version(db), latest_schema_version());
+  EXPECT_EQ(db.query_int("PRAGMA application_id"), kApplicationId);
+  auto mode = db.prepare("PRAGMA journal_mode");
+  ASSERT_TRUE(mode.step());
+  EXPECT_EQ(mode.column_text(0), "wal");
+  auto store = open_store_database(path);
+  EXPECT_EQ(store->query_int("PRAGMA foreign_keys"), 1);
+}
+
+// Builds a database at every earlier schema version, with data that version could hold, and
+// checks that opening it brings it forward without losing that data.
+TEST(Schema, MigratesFromEveryEarlierVersion) {
+  for (int version = 0; version < latest_schema_version(); ++version) {
+    SCOPED_TRACE("from version " + std::to_string(version));
+    TempDir dir;
+    const std::string path = dir.file("old.db");
+    {
+      Database db(path);
+      migrate_to(db, version);
+      EXPECT_EQ(schema_version(db), version);
+      if (version >= 1) {
+        db.exec(
+            "INSERT INTO experiments(id, name, definition, created_at) "
+            "VALUES (1, 'old', '{}', '2026-01-01T00:00:00Z')");
+        db.exec(
+            "INSERT INTO runs(id, experiment_id, name, source, status, created_at, summary) "
+            "VALUES (1, 1, 'old run', 'simulated', 'ok', '2026-01-01T00:00:00Z', '{}')");
+      }
+    }
+    RunStore store(path);
+    EXPECT_EQ(schema_version(store.database()), latest_schema_version());
+    if (version >= 1) {
+      ASSERT_EQ(store.run_count(), 1);
+      EXPECT_EQ(store.run(RunId{1}).name, "old run");
+      EXPECT_EQ(store.experiment(ExperimentId{1}).name, "old");
+    }
+    // Everything of the latest schema works on the migrated file.
+    const RunId id = store.begin_run(RunRecord{});
+    store.append_events(id, test::synthetic_trace(1000));
+    store.add_oom_report(id, 3, {{"x", 1}});
+    store.finish_run(id, RunStatus::ok);
+    const RunId both[] = {id};
+    store.save_comparison("c", both, {});
+    EXPECT_EQ(store.timeline(id, 10).size(), 10u);
+  }
+}
+
+TEST(Schema, NewerDatabaseIsRefusedAndNotModified) {
+  TempDir dir;
+  const std::string path = dir.file("future.db");
+  {
+    RunStore store(path);
+    store.database().exec("PRAGMA user_version = " + std::to_string(latest_schema_version() + 1));
+  }
+  const auto before = test::read_file(path);
+  try {
+    RunStore store(path);
+    FAIL() << "expected SchemaTooNewError";
+  } catch (const SchemaTooNewError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos);
+    EXPECT_NE(message.find("newer FragScope"), std::string::npos);
+    EXPECT_NE(message.find("not modified"), std::string::npos);
+  }
+  EXPECT_EQ(test::read_file(path), before);
+}
+
+TEST(Schema, ForeignSqliteDatabaseIsRefusedAndNotModified) {
+  TempDir dir;
+  const std::string path = dir.file("other.db");
+  {
+    Database db(path);
+    db.exec("CREATE TABLE contacts(name TEXT)");
+  }
+  const auto before = test::read_file(path);
+  try {
+    RunStore store(path);
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_NE(std::string(e.what()).find("not FragScope's"), std::string::npos);
+  }
+  EXPECT_EQ(test::read_file(path), before);
+}
+
+TEST(Schema, EachMigrationIsAtomic) {
+  // A database stopped between migrations is at a whole version, never in between.
+  TempDir dir;
+  const std::string path = dir.file("partial.db");
+  {
+    Database db(path);
+    migrate_to(db, 1);
+  }
+  Database db(path);
+  EXPECT_EQ(schema_version(db), 1);
+  EXPECT_EQ(db.query_int("SELECT count(*) FROM sqlite_schema WHERE name = 'timeline_levels'"), 0);
+}
+
+}  // namespace
+}  // namespace fragscope::storage
