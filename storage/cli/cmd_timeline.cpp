@@ -41,6 +41,7 @@ int run_timeline(const std::vector<std::string>& argv) {
     peak.allocated = std::max(peak.allocated, bucket.max.allocated);
     peak.reserved = std::max(peak.reserved, bucket.max.reserved);
     peak.active = std::max(peak.active, bucket.max.active);
+    peak.requested = std::max(peak.requested, bucket.max.requested);
     rows.push_back(storage::to_json(bucket));
   }
   if (auto target = args.option("--json")) {
@@ -49,6 +50,7 @@ int run_timeline(const std::vector<std::string>& argv) {
                 {"peak_allocated", peak.allocated},
                 {"peak_reserved", peak.reserved},
                 {"peak_active", peak.active},
+                {"peak_requested", peak.requested},
                 {"buckets", rows}},
                *target);
     return 0;

@@ -8,8 +8,9 @@
 namespace fragscope::storage {
 namespace {
 
-// Format 2 adds the mask of all-zero columns; format 1 chunks (every column present) still read.
-constexpr std::uint8_t kChunkFormat = 2;
+// Format 2 adds the mask of all-zero columns, format 3 the requested-bytes residual; chunks of
+// formats 1 and 2 still read (their requested series is the trace-derived one).
+constexpr std::uint8_t kChunkFormat = 3;
 constexpr std::uint64_t kHasLabels = 1;
 
 enum Column : std::size_t {
@@ -23,11 +24,13 @@ enum Column : std::size_t {
   kResidualAllocated,
   kResidualReserved,
   kResidualActive,
+  kResidualRequested,
   kColumnCount
 };
 
 SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
-  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active};
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
 }
 
 }  // namespace
@@ -36,17 +39,17 @@ SeriesPoint trace_delta(const TraceEvent& event) {
   const auto size = static_cast<std::int64_t>(event.size);
   switch (event.action) {
     case TraceAction::alloc:
-      return {size, 0, size};
+      return {size, 0, size, size};
     case TraceAction::free_requested:
-      return {-size, 0, 0};
+      return {-size, 0, 0, 0};
     case TraceAction::free_completed:
-      return {0, 0, -size};
+      return {0, 0, -size, -size};
     case TraceAction::segment_alloc:
     case TraceAction::segment_map:
-      return {0, size, 0};
+      return {0, size, 0, 0};
     case TraceAction::segment_free:
     case TraceAction::segment_unmap:
-      return {0, -size, 0};
+      return {0, -size, 0, 0};
     case TraceAction::snapshot:
     case TraceAction::oom:
       break;
@@ -95,6 +98,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
     put_signed(columns[kResidualAllocated], actual.allocated - predicted.allocated);
     put_signed(columns[kResidualReserved], actual.reserved - predicted.reserved);
     put_signed(columns[kResidualActive], actual.active - predicted.active);
+    put_signed(columns[kResidualRequested], actual.requested - predicted.requested);
     previous_addr = event.addr;
     previous_stream = event.stream.value;
     previous_time = event.time_us;
@@ -132,6 +136,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
   put_signed(blob, chunk.start.allocated);
   put_signed(blob, chunk.start.reserved);
   put_signed(blob, chunk.start.active);
+  put_signed(blob, chunk.start.requested);
   put_varint(blob, payload.size());
   const auto compressed = deflate_bytes(payload);
   blob.insert(blob.end(), compressed.begin(), compressed.end());
@@ -152,6 +157,7 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
   chunk.start.allocated = header.signed_varint();
   chunk.start.reserved = header.signed_varint();
   chunk.start.active = header.signed_varint();
+  chunk.start.requested = format >= 3 ? header.signed_varint() : chunk.start.active;
   const std::uint64_t payload_size = header.varint();
   if (payload_size > count * 128 + 1024)
     header.fail("implausible payload size");
@@ -159,13 +165,18 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
       inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(payload_size), what);
 
   ByteReader body(payload, what);
+  // Older formats have fewer columns; the missing ones read as zeros.
+  const std::size_t stored_columns = format >= 3 ? kColumnCount : kColumnCount - 1;
+  std::uint64_t zeros = zero_columns;
   std::array<std::uint64_t, kColumnCount> sizes{};
-  for (auto& size : sizes)
-    size = body.varint();
+  for (std::size_t c = 0; c < stored_columns; ++c)
+    sizes[c] = body.varint();
+  for (std::size_t c = stored_columns; c < kColumnCount; ++c)
+    zeros |= std::uint64_t{1} << c;
   // A left-out column reads as `count` zero values.
   static const std::vector<std::uint8_t> kZeros(kEventsPerChunk, 0);
   auto column = [&](std::size_t c) {
-    if ((zero_columns >> c) & 1) {
+    if ((zeros >> c) & 1) {
       if (sizes[c] != 0)
         body.fail("a left-out column has bytes");
       return ByteReader(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
@@ -174,7 +185,7 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
   };
   std::array<ByteReader, kColumnCount> columns = {column(0), column(1), column(2), column(3),
                                                   column(4), column(5), column(6), column(7),
-                                                  column(8), column(9)};
+                                                  column(8), column(9), column(10)};
 
   chunk.events.resize(static_cast<std::size_t>(count));
   chunk.series.resize(static_cast<std::size_t>(count));
@@ -207,6 +218,7 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
     actual.allocated = predicted.allocated + columns[kResidualAllocated].signed_varint();
     actual.reserved = predicted.reserved + columns[kResidualReserved].signed_varint();
     actual.active = predicted.active + columns[kResidualActive].signed_varint();
+    actual.requested = predicted.requested + columns[kResidualRequested].signed_varint();
     previous = actual;
   }
   for (const auto& column : columns) {

@@ -42,6 +42,8 @@ nlohmann::json to_json(const TimelineBucket& bucket) {
       {"reserved_min", bucket.min.reserved},
       {"active_max", bucket.max.active},
       {"active_min", bucket.min.active},
+      {"requested_max", bucket.max.requested},
+      {"requested_min", bucket.min.requested},
   };
 }
 

@@ -11,7 +11,7 @@ namespace fragscope::storage {
 //  "created_at","wall_seconds","environment":{...},"twin_run","event_count","summary"}
 nlohmann::json to_json(const RunRecord& run);
 // {"first_event","end_event","t0","t1","allocated_max","allocated_min","reserved_max",
-//  "reserved_min","active_max","active_min"}
+//  "reserved_min","active_max","active_min","requested_max","requested_min"}
 nlohmann::json to_json(const TimelineBucket& bucket);
 
 }  // namespace fragscope::storage

@@ -48,9 +48,14 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
   return value;
 }
 
+SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
+}
+
 SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active)};
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
 }
 
 constexpr std::string_view kRunColumns =
@@ -339,11 +344,7 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
       buffer.labels.resize(buffer.events.size());  // earlier events of this chunk: unlabelled
     const TraceEvent& event = events[i];
     const SeriesPoint after =
-        columns.series.empty()
-            ? SeriesPoint{ingest.current.allocated + trace_delta(event).allocated,
-                          ingest.current.reserved + trace_delta(event).reserved,
-                          ingest.current.active + trace_delta(event).active}
-            : columns.series[i];
+        columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
     const std::uint64_t index = ingest.event_count();
     buffer.events.push_back(event);
     buffer.series.push_back(after);
@@ -509,10 +510,12 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
   merged["events"] = ingest.event_count();
   merged["peaks"] = {{"allocated", ingest.peak.allocated},
                      {"reserved", ingest.peak.reserved},
-                     {"active", ingest.peak.active}};
+                     {"active", ingest.peak.active},
+                     {"requested", ingest.peak.requested}};
   merged["final"] = {{"allocated", ingest.current.allocated},
                      {"reserved", ingest.current.reserved},
-                     {"active", ingest.current.active}};
+                     {"active", ingest.current.active},
+                     {"requested", ingest.current.requested}};
   auto update = db_->prepare(
       "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
   update.bind_text(1, to_string(status))

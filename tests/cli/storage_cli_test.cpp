@@ -95,8 +95,9 @@ TEST_F(StorageCli, TimelineJsonHasThePeaksAndBuckets) {
   EXPECT_EQ(timeline["peak_allocated"], run.summary["peaks"]["allocated"]);
   ASSERT_EQ(timeline["buckets"].size(), 25u);
   const auto& bucket = timeline["buckets"][0];
-  for (const char* key : {"t0", "t1", "allocated_max", "allocated_min", "reserved_max",
-                          "reserved_min", "active_max", "active_min", "first_event", "end_event"})
+  for (const char* key :
+       {"t0", "t1", "allocated_max", "allocated_min", "reserved_max", "reserved_min", "active_max",
+        "active_min", "requested_max", "requested_min", "first_event", "end_event"})
     EXPECT_TRUE(bucket.contains(key)) << key;
   EXPECT_EQ(timeline["buckets"].back()["end_event"], 50'000);
   // The text form names the run.
@@ -135,6 +136,58 @@ TEST_F(StorageCli, VacuumShrinksAfterDelete) {
   EXPECT_NE(result.out.find("bytes"), std::string::npos);
   EXPECT_LT(std::filesystem::file_size(db), 200'000u);
   EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+}
+
+std::string fixture(const std::string& name) {
+  return std::string(FRAGSCOPE_FIXTURES) + "/" + name;
+}
+
+TEST_F(StorageCli, ImportPrintsTheContractJsonAndStoresTheRun) {
+  auto result = run_cli({"import", fixture("gpt_oom_cap.pickle.gz"), "--db", db, "--json", "-"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto out = nlohmann::json::parse(result.out);
+  EXPECT_EQ(out["events"], 22135);  // the README's trace entry count
+  EXPECT_EQ(out["ooms"], 1);
+  EXPECT_EQ(out["truncated"], false);
+  EXPECT_EQ(out["segments"], 79);
+  const RunId id{out["run_id"].get<std::int64_t>()};
+  auto runs = nlohmann::json::parse(run_cli({"runs", "--db", db, "--json", "-"}).out);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["name"], "gpt_oom_cap");
+  EXPECT_EQ(runs[0]["source"], "imported");
+  EXPECT_EQ(runs[0]["status"], "oom");
+
+  // The timeline's peak is PyTorch's own reserved_bytes.all.peak for this recording.
+  auto timeline = run_cli({"timeline", "--db", db, "--run", std::to_string(id.value), "--buckets",
+                           "300", "--json", "-"});
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.err;
+  EXPECT_EQ(nlohmann::json::parse(timeline.out)["peak_reserved"], 6392119296);
+}
+
+TEST_F(StorageCli, ImportTakesANameAndPrintsASummaryLine) {
+  auto result = run_cli(
+      {"import", fixture("streams_default.pickle.gz"), "--db", db, "--name", "two streams"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("31348 events"), std::string::npos) << result.out;
+  EXPECT_EQ(RunStore(db).list_runs().at(0).name, "two streams");
+}
+
+TEST_F(StorageCli, FailedImportWritesNothing) {
+  // A truncated snapshot: the reader fails, and no database appears.
+  const std::string bytes = storage::test::read_file(fixture("streams_default.pickle.gz"));
+  const std::string broken = dir.file("broken.pickle.gz");
+  storage::test::write_file(broken, bytes.substr(0, bytes.size() / 2));
+  expect_one_line_error(run_cli({"import", broken, "--db", db}), "broken.pickle.gz");
+  EXPECT_FALSE(std::filesystem::exists(db));
+  // With runs already stored, a failing import leaves them as they were.
+  add_run("earlier", 100);
+  expect_one_line_error(run_cli({"import", broken, "--db", db}), "broken.pickle.gz");
+  expect_one_line_error(
+      run_cli({"import", fixture("streams_default.pickle.gz"), "--db", db, "--device", "4"}),
+      "no device 4");
+  EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+  auto usage = run_cli({"import", "--db", db});
+  EXPECT_EQ(usage.exit_code, 2);
 }
 
 }  // namespace

@@ -98,11 +98,13 @@ TEST(RunStore, PeaksAreTheMaximaOfTheSeries) {
     peak.allocated = std::max(peak.allocated, point.allocated);
     peak.reserved = std::max(peak.reserved, point.reserved);
     peak.active = std::max(peak.active, point.active);
+    peak.requested = std::max(peak.requested, point.requested);
   }
   const auto summary = store.run(id).summary;
   EXPECT_EQ(summary["peaks"]["allocated"], peak.allocated);
   EXPECT_EQ(summary["peaks"]["reserved"], peak.reserved);
   EXPECT_EQ(summary["peaks"]["active"], peak.active);
+  EXPECT_EQ(summary["peaks"]["requested"], peak.requested);
   EXPECT_EQ(store.series(id, 0, events.size()), series);
 }
 
@@ -114,6 +116,7 @@ TEST(RunStore, StoresExactSeriesAndLabelsFromTheProducer) {
   std::vector<LabelId> labels(events.size());
   for (std::size_t i = 0; i < series.size(); ++i) {
     series[i].allocated += static_cast<std::int64_t>(i % 512);
+    series[i].requested -= static_cast<std::int64_t>(i % 7);
     labels[i] = LabelId{static_cast<std::uint32_t>(i % 5)};
   }
   const RunId id = store.begin_run(simulated_run("labelled"));
@@ -179,7 +182,8 @@ TEST(RunStore, InitialSegmentStateIsKept) {
   SegmentMap initial;
   initial.add_segment({0x1000, 2 << 20, StreamId{}, false});
   initial.add_block({0x1000, 4096, StreamId{}, BlockState::allocated, FrameStackId{}});
-  const RunId id = store.begin_run(simulated_run("truncated"), initial, {4096, 2 << 20, 4096});
+  const RunId id =
+      store.begin_run(simulated_run("truncated"), initial, {4096, 2 << 20, 4096, 4096});
   const std::vector<TraceEvent> events = {
       {TraceAction::free_requested, 0x1000, 4096, StreamId{}, 5, FrameStackId{}},
       {TraceAction::free_completed, 0x1000, 4096, StreamId{}, 6, FrameStackId{}}};
