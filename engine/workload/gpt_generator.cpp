@@ -134,9 +134,8 @@ class GptGenerator {
 
   void run() {
     for (std::size_t i = 0; i < params_.size(); ++i)
-      param_ids_.push_back(
-          b_.alloc(params_[i].numel * d_.param, Category::parameter, params_[i].name,
-                   params_[i].layer));
+      param_ids_.push_back(b_.alloc(params_[i].numel * d_.param, Category::parameter,
+                                    params_[i].name, params_[i].layer));
     grads_.assign(params_.size(), kNone);
     const std::vector<MicroBatch> shapes = micro_batches(t_);
     std::size_t mb = 0;
@@ -276,8 +275,8 @@ class GptGenerator {
   LayerNormOut layernorm_forward(const char* op, int layer, bool discard) {
     LayerNormOut r;
     // A compiled LayerNorm writes its 16-bit output directly (the cast is fused into it).
-    r.out = b_.alloc(t_.compile.layernorm ? bth(d_.act) : bth(d_.res), Category::activation, op,
-                     layer);
+    r.out =
+        b_.alloc(t_.compile.layernorm ? bth(d_.act) : bth(d_.res), Category::activation, op, layer);
     r.mean = b_.alloc(bt(4), Category::activation, "layernorm.mean", layer);
     r.rstd = b_.alloc(bt(4), Category::activation, "layernorm.rstd", layer);
     if (discard) {
@@ -302,7 +301,8 @@ class GptGenerator {
     const Bytes rows = (static_cast<Bytes>(2 * n_) + 127) / 128 * 128;
     const Bytes size = std::min(rows * out_features * 4, kBiasGradWorkspaceCap);
     const TensorId ws = b_.alloc(size, Category::temporary, "cublaslt.bgrad_workspace", layer);
-    const TensorId sem = b_.alloc(out_features / 32, Category::temporary, "cublaslt.bgrad_sem", layer);
+    const TensorId sem =
+        b_.alloc(out_features / 32, Category::temporary, "cublaslt.bgrad_sem", layer);
     b_.free(sem);
     b_.free(ws);
   }
@@ -696,8 +696,8 @@ class GptGenerator {
       b_.free(s.lse);
     }
     const bool qkv_in_was_copy = s.ln1_out == kNone;
-    LinearGrads gq = linear_backward(p.qkvw, p.qkvb, bth(d_.act), 3 * static_cast<Bytes>(h_),
-                                     gqkv, s.qkv_in, s.qkv_w, l, "grad.qkv");
+    LinearGrads gq = linear_backward(p.qkvw, p.qkvb, bth(d_.act), 3 * static_cast<Bytes>(h_), gqkv,
+                                     s.qkv_in, s.qkv_w, l, "grad.qkv");
     const TensorId gln = input_grad_to_residual(gq.input, qkv_in_was_copy && d_.autocast, l);
     finish_linear_grads(p.qkvw, p.qkvb, gq, l);
     layernorm_backward(p.ln1w, p.ln1b, gln, s.x_in, s.ln1_mean, s.ln1_rstd, l, true);
@@ -713,8 +713,9 @@ class GptGenerator {
       return;
     }
     // Sort-based path of embedding_dense_backward (fixture order); P = min(n, V) + n/10 partial
-    // segments
-    // of up to NROWS_PER_THREAD rows, cub radix-sort temporary storage ≈ 16n + 18 KiB.
+    // segments of up to NROWS_PER_THREAD rows. cub's radix-sort temporary storage is fitted as
+    // 16n + 18175 bytes: exact for n = 3184 and 4176, up to 2% small for other n (a small-pool
+    // block, freed at once).
     const auto n = static_cast<Bytes>(n_);
     // at most min(n, V) distinct indices
     const Bytes unique = std::min(n, static_cast<Bytes>(v_));
@@ -725,7 +726,8 @@ class GptGenerator {
     const TensorId sorted = tmp(8 * n);
     const TensorId order = tmp(8 * n);
     const TensorId range = tmp(8 * n);
-    const TensorId cub = tmp(16 * n + 18175);
+    const TensorId cub =
+        b_.alloc(16 * n + 18175, Category::temporary, "embedding_backward.cub_temp", -1);
     b_.free(cub);
     b_.free(range);
     const TensorId grad = b_.alloc(grad_bytes, cat, "grad.embedding", -1);
@@ -774,7 +776,8 @@ class GptGenerator {
     TensorId emb_drop_mask = kNone;
     if (m_.residual_dropout && p_drop_) {
       emb_drop_mask = b_.alloc(bth(1), Category::activation, "embedding.dropout_mask", -1);
-      const TensorId dropped = b_.alloc(bth(d_.param), Category::activation, "embedding.dropout", -1);
+      const TensorId dropped =
+          b_.alloc(bth(d_.param), Category::activation, "embedding.dropout", -1);
       b_.free(x);
       x = dropped;
     }
@@ -850,9 +853,9 @@ class GptGenerator {
       }
     }
     // LM head backward (no bias): grad weight first, then grad input (fixture order)
-    const TensorId ghw = b_.alloc(numel(head_) * d_.act,
-                                  d_.autocast ? Category::temporary : grad_category(head_),
-                                  "grad.lm_head", -1);
+    const TensorId ghw =
+        b_.alloc(numel(head_) * d_.act, d_.autocast ? Category::temporary : grad_category(head_),
+                 "grad.lm_head", -1);
     after_backward_matmul();
     const TensorId ghi = b_.alloc(bth(d_.act), Category::temporary, "grad.lm_head_input", -1);
     b_.free(grad_logits);
@@ -875,7 +878,8 @@ class GptGenerator {
       attention_backward(l, s);
     }
     if (emb_drop_mask != kNone) {
-      const TensorId gd = b_.alloc(bth(d_.param), Category::temporary, "grad.embedding_dropout", -1);
+      const TensorId gd =
+          b_.alloc(bth(d_.param), Category::temporary, "grad.embedding_dropout", -1);
       b_.free(residual_grad_);
       b_.free(emb_drop_mask);
       residual_grad_ = gd;
@@ -917,7 +921,8 @@ class GptGenerator {
     std::vector<TensorId> temps;
     temps.reserve(params_.size());
     for (const Param& p : params_)
-      temps.push_back(b_.alloc(p.numel * d_.param, Category::temporary, "adam.foreach_tmp", p.layer));
+      temps.push_back(
+          b_.alloc(p.numel * d_.param, Category::temporary, "adam.foreach_tmp", p.layer));
     for (auto it = temps.rbegin(); it != temps.rend(); ++it)
       b_.free(*it);
   }
@@ -958,8 +963,8 @@ std::uint64_t parameter_count(const GptModel& model) {
   const auto h = static_cast<std::uint64_t>(model.hidden);
   const auto f = static_cast<std::uint64_t>(model.ffn_mult) * h;
   const std::uint64_t b = model.bias ? 1 : 0;
-  const std::uint64_t per_layer = 2 * h + 2 * h * b + 3 * h * h + 3 * h * b + h * h + h * b +
-                                  2 * f * h + f * b + h * b;
+  const std::uint64_t per_layer =
+      2 * h + 2 * h * b + 3 * h * h + 3 * h * b + h * h + h * b + 2 * f * h + f * b + h * b;
   std::uint64_t total = static_cast<std::uint64_t>(model.layers) * per_layer;
   total += static_cast<std::uint64_t>(model.vocab) * h * (model.tied_embeddings ? 1 : 2);
   total += static_cast<std::uint64_t>(model.positions) * h;

@@ -108,8 +108,8 @@ void validate(const Workload& w) {
   if (m.positions > 0) {
     const int longest = s.kind == SeqLenKind::fixed ? s.value : s.max;
     if (longest > m.positions)
-      reject("model.positions", "is " + std::to_string(m.positions) +
-                                    " but sequences can be " + std::to_string(longest) + " long");
+      reject("model.positions", "is " + std::to_string(m.positions) + " but sequences can be " +
+                                    std::to_string(longest) + " long");
   }
   if (w.parallel.fsdp_shards != 1)
     reject("parallel.fsdp_shards",

@@ -43,15 +43,15 @@ struct GptModel {
   double dropout = 0.1;           // attention-probability dropout (eager; flash keeps no mask)
   bool residual_dropout = false;  // nanoGPT-style dropout after attention and after the MLP
   Attention attention = Attention::eager;
-  int positions = 0;              // learned position-embedding rows; 0 = none (the fixtures)
-  bool final_layernorm = false;   // ln_f before the LM head (GPT-2); the fixtures have none
+  int positions = 0;             // learned position-embedding rows; 0 = none (the fixtures)
+  bool final_layernorm = false;  // ln_f before the LM head (GPT-2); the fixtures have none
 };
 
 struct SeqLenSpec {
   SeqLenKind kind = SeqLenKind::fixed;
-  int value = 1024;  // fixed
-  int min = 32;      // uniform, lognormal (clip)
-  int max = 2048;    // uniform, lognormal (clip); pack: row length
+  int value = 1024;         // fixed
+  int min = 32;             // uniform, lognormal (clip)
+  int max = 2048;           // uniform, lognormal (clip); pack: row length
   double median = 492.749;  // lognormal: exp(mu)
   double sigma = 0.6;
   std::uint64_t seed = 7;
