@@ -132,6 +132,9 @@ class CachingAllocator {
   Bytes total_allocated_memory() const;
 
   std::vector<SegmentInfo> snapshot() const;
+  // State of the block that starts at `address`, if it is an active (allocated or pending-free)
+  // block; nullopt for anything else.
+  std::optional<BlockState> block_state(std::uint64_t address) const;
   // Largest cached (free, mapped) block, over all streams and both pools, or of one stream.
   Bytes largest_free_block() const;
   Bytes largest_free_block(StreamId stream) const;

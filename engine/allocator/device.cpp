@@ -137,7 +137,9 @@ RecordedAddressDevice::RecordedAddressDevice(std::vector<RecordedSegment> segmen
     : segments_(std::move(segments)), upstream_(upstream) {}
 
 Bytes RecordedAddressDevice::free_memory() const {
-  return free_override_ ? *free_override_ : upstream_.free_memory();
+  if (next_free_ < free_at_ooms_.size())
+    return free_at_ooms_[next_free_++];
+  return upstream_.free_memory();
 }
 
 std::optional<Bytes> RecordedAddressDevice::process_memory_in_use() const {

@@ -127,8 +127,13 @@ class RecordedAddressDevice final : public Device {
   RecordedAddressDevice(std::vector<RecordedSegment> segments, Device& upstream);
 
   bool diverged() const { return diverged_; }
-  // Overrides cudaMemGetInfo free (a replay sets the value the recording's oom entry holds).
-  void set_free_memory(std::optional<Bytes> bytes) { free_override_ = bytes; }
+  // cudaMemGetInfo free as the recording's oom entries hold it, in order. The allocator asks
+  // once per OOM (as PyTorch calls cudaMemGetInfo once), so each free_memory() call returns the
+  // next recorded value; when they are used up, upstream's value.
+  void set_free_memory_at_ooms(std::vector<Bytes> values) {
+    free_at_ooms_ = std::move(values);
+    next_free_ = 0;
+  }
   void set_process_memory_in_use(std::optional<Bytes> bytes) { process_memory_ = bytes; }
 
   Bytes total_memory() const override { return upstream_.total_memory(); }
@@ -148,7 +153,8 @@ class RecordedAddressDevice final : public Device {
   bool diverged_ = false;
   Device& upstream_;
   std::map<std::uint64_t, std::uint64_t> upstream_address_;  // address we returned -> upstream's
-  std::optional<Bytes> free_override_;
+  std::vector<Bytes> free_at_ooms_;
+  mutable std::size_t next_free_ = 0;
   std::optional<Bytes> process_memory_;
 };
 

@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "fragscope/version.h"
 #include "storage/db/packing.h"
@@ -804,6 +805,81 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
     source.insert(source.end(), row.begin(), row.end());
   }
   return regroup_buckets(source, first, end, buckets);
+}
+
+std::int64_t CategoryBucket::total() const {
+  std::int64_t sum = 0;
+  for (const auto value : bytes)
+    sum += value;
+  return sum;
+}
+
+std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
+                                                        std::uint64_t end, std::size_t buckets) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<CategoryBucket> out;
+  if (end <= first || buckets == 0)
+    return out;
+  buckets = static_cast<std::size_t>(std::min<std::uint64_t>(buckets, end - first));
+
+  std::vector<Category> category_of_label;
+  for (const auto& label : labels(run)) {
+    if (category_of_label.size() <= label.id.value)
+      category_of_label.resize(label.id.value + 1, Category::unknown);
+    category_of_label[label.id.value] = label.label.category;
+  }
+  struct LiveAllocation {
+    Category category;
+    std::int64_t size;
+  };
+  std::unordered_map<std::uint64_t, LiveAllocation> live;
+  std::array<std::int64_t, kCategoryCount> bytes{};
+  // Blocks already live when the run's events begin (an imported, truncated trace).
+  for (const auto& [addr, block] : segment_state(run, 0).state.blocks()) {
+    live[addr] = {Category::unknown, static_cast<std::int64_t>(block.size)};
+    bytes[0] += static_cast<std::int64_t>(block.size);
+  }
+
+  out.resize(buckets);
+  std::vector<std::int64_t> best(buckets, -1);
+  const std::uint64_t span = end - first;
+  std::uint64_t index = 0;
+  for (const auto& chunk : load_chunks(run, 0, end)) {
+    for (std::size_t i = 0; i < chunk.events.size() && index < end; ++i, ++index) {
+      const TraceEvent& event = chunk.events[i];
+      if (event.action == TraceAction::alloc) {
+        const std::uint32_t label = chunk.labels.empty() ? 0 : chunk.labels[i].value;
+        const Category category =
+            label < category_of_label.size() ? category_of_label[label] : Category::unknown;
+        live[event.addr] = {category, static_cast<std::int64_t>(event.size)};
+        bytes[static_cast<std::size_t>(category)] += static_cast<std::int64_t>(event.size);
+      } else if (event.action == TraceAction::free_completed) {
+        if (auto it = live.find(event.addr); it != live.end()) {
+          bytes[static_cast<std::size_t>(it->second.category)] -= it->second.size;
+          live.erase(it);
+        }
+      }
+      if (index < first)
+        continue;
+      const auto b = static_cast<std::size_t>((index - first) * buckets / span);
+      CategoryBucket& bucket = out[b];
+      if (best[b] < 0) {
+        bucket.first_event = index;
+        bucket.t0_us = event.time_us;
+      }
+      bucket.end_event = index + 1;
+      bucket.t1_us = event.time_us;
+      std::int64_t total = 0;
+      for (const auto value : bytes)
+        total += value;
+      if (total > best[b]) {
+        best[b] = total;
+        bucket.peak_event = index;
+        bucket.bytes = bytes;
+      }
+    }
+  }
+  return out;
 }
 
 std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {

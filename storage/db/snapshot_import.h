@@ -30,7 +30,8 @@ struct ImportResult {
 SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device);
 
 // Stores one device of `snapshot` as an imported run, in one transaction: on any error nothing
-// is written. An unknown device is an InputError.
+// is written. An unknown device is an InputError. The series are PyTorch's exact counters
+// (snapshot::build_timeline); summary["series"] records how they were obtained.
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
                              const ImportOptions& options);
 

@@ -328,3 +328,65 @@ TEST(RunStore, ExperimentsRoundTrip) {
 
 }  // namespace
 }  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+TEST(RunStore, CategoryTimelineStacksLabelledMemory) {
+  RunStore store(":memory:");
+  const RunId id = store.begin_run(RunRecord{});
+  store.set_labels(id, std::vector<RequestLabel>{
+                           {}, {Category::parameter, "w", 0}, {Category::activation, "act", 0}});
+  const StreamId s{};
+  const std::vector<TraceEvent> events = {
+      {TraceAction::segment_alloc, 0x1000, 1 << 20, s, 1, FrameStackId{}},
+      {TraceAction::alloc, 0x1000, 100, s, 2, FrameStackId{}},  // parameter
+      {TraceAction::alloc, 0x2000, 300, s, 3, FrameStackId{}},  // activation
+      {TraceAction::alloc, 0x3000, 50, s, 4, FrameStackId{}},   // unlabelled
+      {TraceAction::free_requested, 0x2000, 300, s, 5, FrameStackId{}},
+      {TraceAction::free_completed, 0x2000, 300, s, 5, FrameStackId{}},
+      {TraceAction::alloc, 0x4000, 20, s, 6, FrameStackId{}},  // activation
+  };
+  const std::vector<LabelId> labels = {LabelId{}, LabelId{1}, LabelId{2}, LabelId{},
+                                       LabelId{}, LabelId{},  LabelId{2}};
+  store.append_events(id, events, {{}, labels});
+  store.finish_run(id, RunStatus::ok);
+
+  const auto whole = store.category_timeline(id, 0, events.size(), 1);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].peak_event, 3u);  // 100 + 300 + 50 live
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::parameter)], 100);
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::activation)], 300);
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::unknown)], 50);
+  EXPECT_EQ(whole[0].total(), 450);
+
+  // The last event alone: a window late in the run still counts what was allocated before it.
+  const auto tail = store.category_timeline(id, 6, 7, 10);
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].first_event, 6u);
+  EXPECT_EQ(tail[0].bytes[static_cast<std::size_t>(Category::activation)], 20);
+  EXPECT_EQ(tail[0].total(), 170);
+}
+
+TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
+  RunStore store(":memory:");
+  const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
+  const RunId id = store.begin_run(RunRecord{});
+  store.append_events(id, events);
+  store.finish_run(id, RunStatus::ok);
+  const auto buckets = store.category_timeline(id, 1000, events.size(), 50);
+  ASSERT_EQ(buckets.size(), 50u);
+  const auto series = derive_series(events);
+  for (const auto& bucket : buckets) {
+    std::int64_t peak = 0;
+    for (std::uint64_t i = bucket.first_event; i < bucket.end_event; ++i)
+      peak = std::max(peak, series[i].active);
+    EXPECT_EQ(bucket.total(), peak);
+    EXPECT_EQ(bucket.bytes[0], bucket.total()) << "an unlabelled run is all 'unknown'";
+  }
+  EXPECT_EQ(buckets.front().first_event, 1000u);
+  EXPECT_EQ(buckets.back().end_event, events.size());
+}
+
+}  // namespace
+}  // namespace fragscope::storage
