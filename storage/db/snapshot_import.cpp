@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
 
 namespace fragscope::storage {
@@ -18,6 +19,11 @@ SeriesPoint series_of(const SegmentMap& state) {
       point.allocated += size;
   }
   return point;
+}
+
+SeriesPoint point_of(const snapshot::TimelineSample& sample) {
+  return {static_cast<std::int64_t>(sample.allocated), static_cast<std::int64_t>(sample.reserved),
+          static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
 }
 
 std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
@@ -69,7 +75,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   RunRecord record;
   record.name = options.name;
   record.experiment = options.experiment;
-  record.source = RunSource::imported;
+  record.source = options.source;
+  if (options.environment)
+    record.environment = *options.environment;
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
       conf != snapshot.allocator_settings.end() && conf->is_string())
     record.alloc_config = conf->get<std::string>();
@@ -82,7 +90,30 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   result.segments = final_state.segments().size();
   result.truncated = !initial.segments().empty() || !initial.blocks().empty();
 
-  const RunId run = store.begin_run(record, initial, series_of(initial));
+  // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying the
+  // trace with PyTorch's layout rules. A trace that contradicts itself cannot be laid out; it is
+  // still stored, with the series the trace alone gives, and the summary says so.
+  nlohmann::json series_info;
+  std::vector<SeriesPoint> series;
+  SeriesPoint start = series_of(initial);
+  try {
+    const snapshot::Timeline timeline =
+        snapshot::build_timeline(snapshot, static_cast<int>(device));
+    series.reserve(timeline.samples.size());
+    for (const auto& sample : timeline.samples)
+      series.push_back(point_of(sample));
+    start = point_of(timeline.initial);
+    series_info = {{"source", "layout"},
+                   {"matches_final_segments", timeline.matches_final_segments},
+                   {"mismatch", timeline.mismatch},
+                   {"guessed_blocks", timeline.guessed_blocks},
+                   {"exact_from", timeline.exact_from}};
+  } catch (const InputError& e) {
+    series = derive_series(events, start);
+    series_info = {{"source", "trace"}, {"layout_error", e.what()}};
+  }
+
+  const RunId run = store.begin_run(record, initial, start);
   try {
     std::vector<std::vector<StackFrame>> stacks;
     for (std::size_t id = 1; id < snapshot.frames.stack_count(); ++id) {
@@ -94,9 +125,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     }
     if (!stacks.empty())
       store.set_frame_stacks(run, stacks);
-    store.append_events(run, events);
-
-    const auto series = derive_series(events, series_of(initial));
+    store.append_events(run, events, {series, {}});
     for (std::size_t i = 0; i < events.size(); ++i) {
       const TraceEvent& event = events[i];
       if (event.action != TraceAction::oom)
@@ -124,6 +153,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"pickle_protocol", snapshot.pickle_protocol},
         {"warnings", snapshot.warnings},
         {"external_annotations", snapshot.external_annotations.size()},
+        {"series", series_info},
     };
     store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary);
   } catch (...) {

@@ -14,6 +14,10 @@ struct ImportOptions {
   std::string source_file;            // recorded in the summary
   std::optional<std::size_t> device;  // default: the device with the most trace entries
   std::optional<ExperimentId> experiment;
+  // A recording FragScope made itself (torch-run) is stored as RunSource::torch, with the
+  // environment the runner reported; fragscope's version and revision are always this build's.
+  RunSource source = RunSource::imported;
+  std::optional<Environment> environment;
 };
 
 struct ImportResult {
@@ -30,7 +34,8 @@ struct ImportResult {
 SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device);
 
 // Stores one device of `snapshot` as an imported run, in one transaction: on any error nothing
-// is written. An unknown device is an InputError.
+// is written. An unknown device is an InputError. The series are PyTorch's exact counters
+// (snapshot::build_timeline); summary["series"] records how they were obtained.
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
                              const ImportOptions& options);
 

@@ -42,12 +42,15 @@ TEST_P(ImportFixture, AgreesWithPyTorchsOwnNumbers) {
   EXPECT_EQ(run.status, result.ooms > 0 ? RunStatus::oom : RunStatus::ok);
   EXPECT_EQ(run.source, RunSource::imported);
 
-  // Reserved bytes are segment sizes; the active series counts request sizes of active blocks,
-  // which is PyTorch's requested_bytes.
+  // Every series is PyTorch's own counter, peak and final value.
+  EXPECT_EQ(run.summary["series"]["source"], "layout") << run.summary["series"].dump();
+  EXPECT_EQ(run.summary["series"]["matches_final_segments"], true);
   EXPECT_EQ(run.summary["peaks"]["reserved"], stats["reserved_bytes.all.peak"]);
   EXPECT_EQ(run.summary["final"]["reserved"], stats["reserved_bytes.all.current"]);
-  EXPECT_EQ(run.summary["peaks"]["active"], stats["requested_bytes.all.peak"]);
-  EXPECT_EQ(run.summary["final"]["active"], stats["requested_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["allocated"], stats["allocated_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["allocated"], stats["allocated_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["active"], stats["active_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["active"], stats["active_bytes.all.current"]);
   EXPECT_EQ(run.summary["peaks"]["requested"], stats["requested_bytes.all.peak"]);
   EXPECT_EQ(run.summary["final"]["requested"], stats["requested_bytes.all.current"]);
 
