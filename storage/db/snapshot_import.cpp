@@ -75,7 +75,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   RunRecord record;
   record.name = options.name;
   record.experiment = options.experiment;
-  record.source = RunSource::imported;
+  record.source = options.source;
+  if (options.environment)
+    record.environment = *options.environment;
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
       conf != snapshot.allocator_settings.end() && conf->is_string())
     record.alloc_config = conf->get<std::string>();

@@ -14,6 +14,10 @@ struct ImportOptions {
   std::string source_file;            // recorded in the summary
   std::optional<std::size_t> device;  // default: the device with the most trace entries
   std::optional<ExperimentId> experiment;
+  // A recording FragScope made itself (torch-run) is stored as RunSource::torch, with the
+  // environment the runner reported; fragscope's version and revision are always this build's.
+  RunSource source = RunSource::imported;
+  std::optional<Environment> environment;
 };
 
 struct ImportResult {
