@@ -10,6 +10,7 @@
 
 #include "engine/allocator/summary.h"
 #include "engine/core/trace.h"
+#include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::alloc {
@@ -270,11 +271,17 @@ TEST(OomMessageFixture, GptOomCapReproducesPyTorchsText) {
   ASSERT_GE(oom->size, 10 * kMiB);
   inputs.tried_to_allocate = (oom->size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
 
-  // Not recorded as bytes anywhere: the process's NVML figure and allocated_bytes at the OOM (the
-  // trace has requests, not block sizes; replaying the trace through the model gives it). Here
-  // they are the printed values in bytes: 6.64 GiB, and reserved minus 121.25 MiB.
+  // allocated_bytes at the OOM is not in the trace (it records requests, not block sizes):
+  // replaying the trace through the allocator model gives it, and must agree on reserved.
+  replay::ReplayOptions options;
+  options.allowed_memory = inputs.allowed;
+  options.total_memory = inputs.total_capacity;
+  const replay::ReplayResult replayed = replay::replay_snapshot(recorded, options);
+  ASSERT_EQ(replayed.run.ooms.size(), 1u);
+  EXPECT_EQ(replayed.run.ooms[0].oom.reserved, inputs.reserved);
+  inputs.allocated = replayed.run.ooms[0].oom.allocated;
+  // NVML's per-process figure is recorded nowhere but in the text: 6.64 GiB.
   inputs.processes = {{1234, 7'129'645'056, true}};
-  inputs.allocated = inputs.reserved - 127'139'840;
 
   EXPECT_EQ("oom: " + oom_message(inputs), outcome);
 }
