@@ -20,6 +20,7 @@ PYTORCH_CUDA_ALLOC_CONF is taken from the experiment's allocator.alloc_conf and 
 before CUDA starts, so this script sets it before importing torch; one run per process.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -115,7 +116,8 @@ def train(run, torch, steps_log):
     from model import GPT, apply_compile
 
     m, t = run["model"], run["training"]
-    torch.manual_seed(0)
+    # No manual_seed: the fixtures ran with PyTorch's fixed default seeds, and the token values
+    # matter to memory (the embedding backward's buffers depend on how many tokens are unique).
     model = GPT(m, t).cuda()
     if t["precision"] == "bf16":
         model = model.to(torch.bfloat16)
@@ -203,6 +205,8 @@ def main(argv):
     except torch.OutOfMemoryError as e:
         outcome = "oom: " + str(e).splitlines()[0][:1000]
         done = len(steps_log)
+    if any(run["training"]["compile"].values()):
+        gc.collect()  # compiled modules hold reference cycles (see model.apply_compile)
     torch.cuda.synchronize()
     wall = time.time() - t0
     stem = os.path.join(args.out, args.name)
