@@ -905,36 +905,39 @@ bool CachingAllocator::Impl::is_valid(std::string* why) const {
     std::uint64_t expected = base;
     const Block* previous = nullptr;
     for (const Block* b = head; b; previous = b, b = b->next) {
-      const std::string where = "block " + hex_address(b->ptr) + " of segment " + hex_address(base);
+      auto where = [&] {
+        return "block " + hex_address(b->ptr) + " of segment " + hex_address(base);
+      };
       if (b->segment != &segment || b->prev != previous)
-        return fail(why, where + ": broken prev/segment link");
+        return fail(why, where() + ": broken prev/segment link");
       if (b->ptr != expected)
-        return fail(why, where + ": expected to start at " + hex_address(expected));
+        return fail(why, where() + ": expected to start at " + hex_address(expected));
       if (b->size == 0 || b->size % kMinBlockSize != 0)
-        return fail(why, where + ": size " + std::to_string(b->size) + " not a multiple of 512");
+        return fail(why, where() + ": size " + std::to_string(b->size) + " not a multiple of 512");
       if (b->stream != segment.stream || b->pool != segment.pool)
-        return fail(why, where + ": stream or pool differs from its segment");
+        return fail(why, where() + ": stream or pool differs from its segment");
       if (!segment.expandable && !b->mapped)
-        return fail(why, where + ": unmapped block in a cudaMalloc segment");
+        return fail(why, where() + ": unmapped block in a cudaMalloc segment");
       expected += b->size;
       const bool is_free = !b->allocated && b->event_count == 0;
       const BlockPool& pool = pools[static_cast<std::size_t>(b->pool)];
-      if (b->event_count != (queued.contains(b) ? queued.at(b) : 0))
-        return fail(why, where + ": event_count disagrees with the event queues");
+      const auto queued_it = queued.empty() ? queued.end() : queued.find(b);
+      if (b->event_count != (queued_it != queued.end() ? queued_it->second : 0u))
+        return fail(why, where() + ": event_count disagrees with the event queues");
       if (is_free && previous && !previous->allocated && previous->event_count == 0 &&
           previous->mapped == b->mapped)
-        return fail(why, where + ": two adjacent free blocks were not merged");
+        return fail(why, where() + ": two adjacent free blocks were not merged");
       if (b->mapped && segment.expandable)
         device_bytes += b->size;
       if (is_free) {
         if (b->mapped) {
           ++free_mapped;
           if (!pool.blocks.contains(b))
-            return fail(why, where + ": free block missing from its pool");
+            return fail(why, where() + ": free block missing from its pool");
         } else {
           ++free_unmapped;
           if (!pool.unmapped.contains(b))
-            return fail(why, where + ": unmapped block missing from the unmapped set");
+            return fail(why, where() + ": unmapped block missing from the unmapped set");
         }
         if (!segment.expandable && b->is_split()) {
           add(counts.inactive_split, b->pool, 1);
@@ -945,7 +948,7 @@ bool CachingAllocator::Impl::is_valid(std::string* why) const {
       ++active_blocks;
       auto it = active.find(b->ptr);
       if (it == active.end() || it->second != b)
-        return fail(why, where + ": active block missing from the address index");
+        return fail(why, where() + ": active block missing from the address index");
       add(counts.active, b->pool, 1);
       add(counts.active_bytes, b->pool, to_signed(b->size));
       add(counts.requested_bytes, b->pool, to_signed(b->requested_size));

@@ -110,7 +110,8 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
         allocator.reset_peak_stats();
         break;
     }
-    if (options.check_invariants) {
+    const std::size_t every = options.check_invariants_every;
+    if (every != 0 && (index % every == 0 || index + 1 >= list.size())) {
       std::string why;
       if (!allocator.is_valid(&why))
         throw std::logic_error(where(index) + "allocator invariant violated: " + why);

@@ -26,8 +26,9 @@ struct RunOptions {
   // Per-process limit in bytes (set_per_process_memory_fraction); overrides the config's
   // per_process_memory_fraction when set.
   std::optional<Bytes> allowed_memory;
-  // Run is_valid() after every request and throw std::logic_error on the first violation.
-  bool check_invariants = false;
+  // Run is_valid() after every N-th request (1 = every request, 0 = never) and after the last
+  // one; throw std::logic_error on the first violation.
+  std::size_t check_invariants_every = 0;
 };
 
 struct RunResult {

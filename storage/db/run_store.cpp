@@ -742,6 +742,50 @@ std::vector<StackFrame> RunStore::frame_stack(RunId run, FrameStackId stack) {
   return frames;
 }
 
+std::vector<std::vector<StackFrame>> RunStore::frame_stacks(RunId run) {
+  std::unordered_map<std::int64_t, std::string> strings;
+  auto string_query = db_->prepare("SELECT id, text FROM strings WHERE run_id = ?");
+  string_query.bind_int(1, run.value);
+  while (string_query.step())
+    strings[string_query.column_int(0)] = string_query.column_text(1);
+  const std::string what = db_->path() + ": run " + std::to_string(run.value);
+  auto text = [&](std::int64_t id) {
+    auto it = strings.find(id);
+    if (it == strings.end())
+      throw DatabaseError(what + ": a frame refers to missing string " + std::to_string(id));
+    return it->second;
+  };
+  std::unordered_map<std::int64_t, StackFrame> frames;
+  auto frame_query =
+      db_->prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
+  frame_query.bind_int(1, run.value);
+  while (frame_query.step()) {
+    frames[frame_query.column_int(0)] =
+        StackFrame{text(frame_query.column_int(1)), frame_query.column_int(2),
+                   text(frame_query.column_int(3))};
+  }
+  std::vector<std::vector<StackFrame>> stacks;
+  auto stack_query =
+      db_->prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
+  stack_query.bind_int(1, run.value);
+  while (stack_query.step()) {
+    const auto id = static_cast<std::size_t>(stack_query.column_int(0));
+    if (id == 0 || id > (std::size_t{1} << 31))
+      throw DatabaseError(what + ": bad stack id " + std::to_string(id));
+    stacks.resize(std::max(stacks.size(), id));
+    const auto blob = stack_query.column_blob(1);
+    const std::vector<std::uint8_t> ids(blob.begin(), blob.end());
+    ByteReader in(ids, what + ", stack " + std::to_string(id));
+    while (!in.at_end()) {
+      auto it = frames.find(static_cast<std::int64_t>(in.varint()));
+      if (it == frames.end())
+        in.fail("stack refers to a missing frame");
+      stacks[id - 1].push_back(it->second);
+    }
+  }
+  return stacks;
+}
+
 std::vector<OomReport> RunStore::oom_reports(RunId run) {
   auto query = db_->prepare(
       "SELECT id, event_index, report FROM oom_reports WHERE run_id = ? ORDER BY event_index, id");

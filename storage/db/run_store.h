@@ -221,6 +221,8 @@ class RunStore {
   std::vector<LabelId> labels_of_events(RunId run, std::uint64_t first, std::uint64_t end);
   std::vector<RunLabel> labels(RunId run);
   std::vector<StackFrame> frame_stack(RunId run, FrameStackId stack);
+  // Every stack of the run: result[i] is FrameStackId{i + 1} (as set_frame_stacks took them).
+  std::vector<std::vector<StackFrame>> frame_stacks(RunId run);
   std::vector<OomReport> oom_reports(RunId run);
   // At most `buckets` peak-preserving buckets over events [first, end).
   std::vector<TimelineBucket> timeline(RunId run, std::uint64_t first, std::uint64_t end,
