@@ -77,10 +77,19 @@ def resolve_run(args):
         fail(str(e))
     device = run["device"]
     run["capacity_bytes"] = args.capacity_bytes or device.get("capacity_bytes")
+    return run
+
+
+def check_runnable(run, args):
+    """What --plan can show but a real run cannot do."""
+    device = run["device"]
     if run["capacity_bytes"] is None and device.get("preset"):
         fail(f"{args.experiment}: device.preset '{device['preset']}' needs --capacity-bytes "
              "(fragscope-cli torch-run passes the preset's capacity)")
-    return run
+    shards = run["parallel"].get("fsdp_shards", 1)
+    if shards != 1:
+        fail(f"{args.experiment}: parallel.fsdp_shards {shards}: the runner trains on one GPU "
+             "only (FSDP needs several processes)")
 
 
 def environment(torch):
@@ -180,6 +189,7 @@ def main(argv):
         return 0
     if not args.out:
         fail("--out DIR is required (or --plan)")
+    check_runnable(run, args)
     os.makedirs(args.out, exist_ok=True)
     if run["alloc_conf"]:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = run["alloc_conf"]
