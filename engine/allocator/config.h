@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/core/units.h"
 
 namespace fragscope::alloc {
@@ -17,6 +19,14 @@ namespace fragscope::alloc {
 class AllocatorConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A string PyTorch 2.11 cannot even tokenize into key:value pairs (`,,`, a key without a value,
+// an unclosed `[`). PyTorch hits an internal assert on these (at library load that aborts the
+// process); we report them as this error instead.
+class MalformedAllocatorConfig : public AllocatorConfigError {
+ public:
+  using AllocatorConfigError::AllocatorConfigError;
 };
 
 enum class Backend : std::uint8_t { native, cuda_malloc_async };
@@ -43,10 +53,28 @@ struct AllocatorConfig {
 
   // Parses a PYTORCH_CUDA_ALLOC_CONF string; "" gives PyTorch's defaults.
   static AllocatorConfig parse(std::string_view text);
+  // Applies a settings string on top of this config the way
+  // torch._C._accelerator_setAllocatorSettings does at runtime (§8.3): max_split_size, the
+  // roundup table and garbage_collection_threshold are reset first, other options keep their
+  // values unless the string names them, and the backend cannot change. On error this config is
+  // left unchanged.
+  void apply(std::string_view text);
   // Warnings PyTorch prints but does not fail on (e.g. cudaMallocAsync ignoring native keys).
   std::string warnings;
 
   friend bool operator==(const AllocatorConfig&, const AllocatorConfig&) = default;
 };
+
+// A snapshot's `allocator_settings` dict (§10.2), as JSON: the raw PYTORCH_CUDA_ALLOC_CONF string
+// is parsed for the options the dict does not record (large_segment_size_mb, backend, ...), and
+// the recorded effective values (max_split_size, roundup_power2_divisions, ...) then override
+// it. A missing or mistyped key is an AllocatorConfigError naming it.
+AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
+
+// A canonical PYTORCH_CUDA_ALLOC_CONF string that parses back to the same options (the `raw` and
+// `warnings` members aside). Options at their defaults are left out, so PyTorch's defaults give "".
+// A config no string can express (a size that is not whole MiB, a roundup value that is neither 0
+// nor a power of two) is an AllocatorConfigError.
+std::string to_alloc_conf_string(const AllocatorConfig& config);
 
 }  // namespace fragscope::alloc

@@ -1,11 +1,13 @@
 #pragma once
 // The allocator's statistics, with PyTorch's names and semantics (torch-allocator-spec §9).
-// The allocator model updates them; stats_format turns them into memory_stats() keys and the
-// memory_summary() text.
+// The allocator model updates them; to_memory_stats (here) and memory_summary (summary.h) turn
+// them into memory_stats() keys and the memory_summary() text.
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace fragscope::alloc {
 
@@ -70,5 +72,7 @@ std::map<std::string, std::int64_t> to_memory_stats(const DeviceStats& stats);
 // The inverse, for tests and for stats recorded by PyTorch (*.stats.json). A missing or unknown
 // key is an error naming it.
 DeviceStats from_memory_stats(const std::map<std::string, std::int64_t>& flat);
+// The same from a JSON object (a *.stats.json "memory_stats" value); non-integers are errors.
+DeviceStats memory_stats_from_json(const nlohmann::json& object);
 
 }  // namespace fragscope::alloc

@@ -67,7 +67,10 @@ Database::~Database() {
 }
 
 void Database::fail(int rc, std::string_view context) const {
-  std::string message = path_ + ": " + std::string(context) + ": " + describe(rc, db_);
+  // "Not a database" is about the whole file, whatever statement found out.
+  std::string message = (rc & 0xff) == SQLITE_NOTADB
+                            ? path_ + ": " + describe(rc, db_)
+                            : path_ + ": " + std::string(context) + ": " + describe(rc, db_);
   if ((rc & 0xff) == SQLITE_FULL)
     throw DatabaseFullError(message);
   throw DatabaseError(message);

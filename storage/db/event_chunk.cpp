@@ -1,5 +1,6 @@
 #include "storage/db/event_chunk.h"
 
+#include <algorithm>
 #include <array>
 
 #include "storage/db/packing.h"
@@ -7,7 +8,9 @@
 namespace fragscope::storage {
 namespace {
 
-constexpr std::uint8_t kChunkFormat = 1;
+// Format 2 adds the mask of all-zero columns, format 3 the requested-bytes residual; chunks of
+// formats 1 and 2 still read (their requested series is the trace-derived one).
+constexpr std::uint8_t kChunkFormat = 3;
 constexpr std::uint64_t kHasLabels = 1;
 
 enum Column : std::size_t {
@@ -21,11 +24,13 @@ enum Column : std::size_t {
   kResidualAllocated,
   kResidualReserved,
   kResidualActive,
+  kResidualRequested,
   kColumnCount
 };
 
 SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
-  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active};
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
 }
 
 }  // namespace
@@ -34,17 +39,17 @@ SeriesPoint trace_delta(const TraceEvent& event) {
   const auto size = static_cast<std::int64_t>(event.size);
   switch (event.action) {
     case TraceAction::alloc:
-      return {size, 0, size};
+      return {size, 0, size, size};
     case TraceAction::free_requested:
-      return {-size, 0, 0};
+      return {-size, 0, 0, 0};
     case TraceAction::free_completed:
-      return {0, 0, -size};
+      return {0, 0, -size, -size};
     case TraceAction::segment_alloc:
     case TraceAction::segment_map:
-      return {0, size, 0};
+      return {0, size, 0, 0};
     case TraceAction::segment_free:
     case TraceAction::segment_unmap:
-      return {0, -size, 0};
+      return {0, -size, 0, 0};
     case TraceAction::snapshot:
     case TraceAction::oom:
       break;
@@ -93,11 +98,24 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
     put_signed(columns[kResidualAllocated], actual.allocated - predicted.allocated);
     put_signed(columns[kResidualReserved], actual.reserved - predicted.reserved);
     put_signed(columns[kResidualActive], actual.active - predicted.active);
+    put_signed(columns[kResidualRequested], actual.requested - predicted.requested);
     previous_addr = event.addr;
     previous_stream = event.stream.value;
     previous_time = event.time_us;
     previous_frames = event.frames.value;
     previous = actual;
+  }
+
+  // A column of zeros (no stacks, one stream, trace-derived series) is left out entirely: less
+  // for zlib to chew through, which is most of the ingest time.
+  std::uint64_t zero_columns = 0;
+  for (std::size_t c = kAddress; c < kColumnCount; ++c) {
+    auto& column = columns[c];
+    if (column.size() == count &&
+        std::all_of(column.begin(), column.end(), [](std::uint8_t byte) { return byte == 0; })) {
+      zero_columns |= std::uint64_t{1} << c;
+      column.clear();
+    }
   }
 
   std::vector<std::uint8_t> payload;
@@ -114,9 +132,11 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
   blob.push_back(kChunkFormat);
   put_varint(blob, count);
   put_varint(blob, has_labels ? kHasLabels : 0);
+  put_varint(blob, zero_columns);
   put_signed(blob, chunk.start.allocated);
   put_signed(blob, chunk.start.reserved);
   put_signed(blob, chunk.start.active);
+  put_signed(blob, chunk.start.requested);
   put_varint(blob, payload.size());
   const auto compressed = deflate_bytes(payload);
   blob.insert(blob.end(), compressed.begin(), compressed.end());
@@ -125,16 +145,19 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
 
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {
   ByteReader header(blob, what);
-  if (const auto format = header.byte(); format != kChunkFormat)
+  const auto format = header.byte();
+  if (format != 1 && format != kChunkFormat)
     header.fail("unknown event chunk format " + std::to_string(format));
   const std::uint64_t count = header.varint();
   if (count > kEventsPerChunk)
     header.fail("chunk claims " + std::to_string(count) + " events");
   const bool has_labels = (header.varint() & kHasLabels) != 0;
+  const std::uint64_t zero_columns = format >= 2 ? header.varint() : 0;
   EventChunk chunk;
   chunk.start.allocated = header.signed_varint();
   chunk.start.reserved = header.signed_varint();
   chunk.start.active = header.signed_varint();
+  chunk.start.requested = format >= 3 ? header.signed_varint() : chunk.start.active;
   const std::uint64_t payload_size = header.varint();
   if (payload_size > count * 128 + 1024)
     header.fail("implausible payload size");
@@ -142,15 +165,27 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
       inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(payload_size), what);
 
   ByteReader body(payload, what);
+  // Older formats have fewer columns; the missing ones read as zeros.
+  const std::size_t stored_columns = format >= 3 ? kColumnCount : kColumnCount - 1;
+  std::uint64_t zeros = zero_columns;
   std::array<std::uint64_t, kColumnCount> sizes{};
-  for (auto& size : sizes)
-    size = body.varint();
-  std::array<ByteReader, kColumnCount> columns = {
-      ByteReader(body.take(sizes[0]), what), ByteReader(body.take(sizes[1]), what),
-      ByteReader(body.take(sizes[2]), what), ByteReader(body.take(sizes[3]), what),
-      ByteReader(body.take(sizes[4]), what), ByteReader(body.take(sizes[5]), what),
-      ByteReader(body.take(sizes[6]), what), ByteReader(body.take(sizes[7]), what),
-      ByteReader(body.take(sizes[8]), what), ByteReader(body.take(sizes[9]), what)};
+  for (std::size_t c = 0; c < stored_columns; ++c)
+    sizes[c] = body.varint();
+  for (std::size_t c = stored_columns; c < kColumnCount; ++c)
+    zeros |= std::uint64_t{1} << c;
+  // A left-out column reads as `count` zero values.
+  static const std::vector<std::uint8_t> kZeros(kEventsPerChunk, 0);
+  auto column = [&](std::size_t c) {
+    if ((zeros >> c) & 1) {
+      if (sizes[c] != 0)
+        body.fail("a left-out column has bytes");
+      return ByteReader(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
+    }
+    return ByteReader(body.take(sizes[c]), what);
+  };
+  std::array<ByteReader, kColumnCount> columns = {column(0), column(1), column(2), column(3),
+                                                  column(4), column(5), column(6), column(7),
+                                                  column(8), column(9), column(10)};
 
   chunk.events.resize(static_cast<std::size_t>(count));
   chunk.series.resize(static_cast<std::size_t>(count));
@@ -183,6 +218,7 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
     actual.allocated = predicted.allocated + columns[kResidualAllocated].signed_varint();
     actual.reserved = predicted.reserved + columns[kResidualReserved].signed_varint();
     actual.active = predicted.active + columns[kResidualActive].signed_varint();
+    actual.requested = predicted.requested + columns[kResidualRequested].signed_varint();
     previous = actual;
   }
   for (const auto& column : columns) {

@@ -15,17 +15,23 @@ namespace fragscope::storage {
 
 inline constexpr std::size_t kEventsPerChunk = 65536;
 
-// The memory series a timeline plots, as they stand after an event (bytes).
+// The memory series a timeline plots, as they stand after an event (bytes), with PyTorch's
+// memory_stats() meanings: allocated_bytes, reserved_bytes, active_bytes, requested_bytes. A
+// producer that knows block sizes (the allocator model, the snapshot timeline) passes them
+// exactly; derived from a trace alone, allocated and active count request sizes (see trace_delta).
 struct SeriesPoint {
   std::int64_t allocated = 0;
   std::int64_t reserved = 0;
   std::int64_t active = 0;
+  std::int64_t requested = 0;
   friend bool operator==(const SeriesPoint&, const SeriesPoint&) = default;
 };
 
-// What an event does to the series when only the trace is known: allocated and active move by
-// the request size (PyTorch traces record unrounded sizes), reserved by the segment size.
-// allocated drops at free_requested, active at free_completed (torch-allocator-spec §4).
+// What an event does to the series when only the trace is known: allocated, active and
+// requested move by the request size (PyTorch traces record unrounded sizes), reserved by the
+// segment size. allocated drops at free_requested, active and requested at free_completed
+// (torch-allocator-spec §4). reserved and requested are then exact; allocated and active are
+// the request-size view of PyTorch's rounded counters.
 SeriesPoint trace_delta(const TraceEvent& event);
 
 // The series after each event, starting from `start`, computed with trace_delta().

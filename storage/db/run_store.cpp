@@ -6,8 +6,12 @@
 #include <array>
 #include <chrono>
 #include <ctime>
+#include <deque>
+#include <filesystem>
+#include <future>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "fragscope/version.h"
 #include "storage/db/packing.h"
@@ -45,9 +49,14 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
   return value;
 }
 
+SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
+}
+
 SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active)};
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
 }
 
 constexpr std::string_view kRunColumns =
@@ -148,6 +157,35 @@ struct RunStore::Ingest {
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
 
+  // Chunks being compressed in the background, oldest first.
+  struct PendingChunk {
+    std::uint64_t first_event = 0;
+    std::uint64_t count = 0;
+    std::int64_t first_time_us = 0;
+    std::int64_t last_time_us = 0;
+    std::future<std::vector<std::uint8_t>> blob;
+  };
+  std::deque<PendingChunk> pending;
+  // Two chunks in flight keep both cores of a small machine busy without holding much memory.
+  static constexpr std::size_t kMaxPending = 2;
+
+  // Writes pending chunks, oldest first, until at most `keep` remain.
+  void write_pending_chunks(std::size_t keep) {
+    while (pending.size() > keep) {
+      PendingChunk& oldest = pending.front();
+      const auto blob = oldest.blob.get();
+      insert_chunk.bind_int(1, run.value)
+          .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
+          .bind_int(3, static_cast<std::int64_t>(oldest.count))
+          .bind_int(4, oldest.first_time_us)
+          .bind_int(5, oldest.last_time_us)
+          .bind_blob(6, blob);
+      pending.pop_front();
+      insert_chunk.run();
+      insert_chunk.reset();
+    }
+  }
+
   void write_keyframe() {
     const auto blob = segments.serialize();
     insert_keyframe.bind_int(1, run.value)
@@ -157,6 +195,12 @@ struct RunStore::Ingest {
     insert_keyframe.reset();
   }
 };
+
+std::unique_ptr<RunStore> open_run_store(const std::string& path, OpenMode mode, bool must_exist) {
+  if (must_exist && path != ":memory:" && !std::filesystem::exists(path))
+    throw DatabaseError(path + ": no such database");
+  return std::make_unique<RunStore>(path, mode);
+}
 
 RunStore::RunStore(const std::string& path, OpenMode mode) : db_(open_store_database(path, mode)) {}
 
@@ -301,11 +345,7 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
       buffer.labels.resize(buffer.events.size());  // earlier events of this chunk: unlabelled
     const TraceEvent& event = events[i];
     const SeriesPoint after =
-        columns.series.empty()
-            ? SeriesPoint{ingest.current.allocated + trace_delta(event).allocated,
-                          ingest.current.reserved + trace_delta(event).reserved,
-                          ingest.current.active + trace_delta(event).active}
-            : columns.series[i];
+        columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
     const std::uint64_t index = ingest.event_count();
     buffer.events.push_back(event);
     buffer.series.push_back(after);
@@ -324,22 +364,22 @@ void RunStore::flush_chunk(Ingest& ingest) {
   EventChunk& buffer = ingest.buffer;
   if (buffer.events.empty())
     return;
-  const auto blob = encode_chunk(buffer);
-  ingest.insert_chunk.bind_int(1, ingest.run.value)
-      .bind_int(2, static_cast<std::int64_t>(ingest.flushed))
-      .bind_int(3, static_cast<std::int64_t>(buffer.events.size()))
-      .bind_int(4, buffer.events.front().time_us)
-      .bind_int(5, buffer.events.back().time_us)
-      .bind_blob(6, blob);
-  ingest.insert_chunk.run();
-  ingest.insert_chunk.reset();
+  ingest.write_pending_chunks(Ingest::kMaxPending - 1);
   // The keyframe of the next chunk is the state after this one.
   for (const auto& event : buffer.events)
     ingest.segments.apply(event);
-  ingest.flushed += buffer.events.size();
-  buffer.events.clear();
-  buffer.series.clear();
-  buffer.labels.clear();
+  // Compressing a chunk is most of the ingest cost: it runs on another core while this thread
+  // fills the next chunk. Rows are still written in order, on this connection's thread.
+  Ingest::PendingChunk pending;
+  pending.first_event = ingest.flushed;
+  pending.count = buffer.events.size();
+  pending.first_time_us = buffer.events.front().time_us;
+  pending.last_time_us = buffer.events.back().time_us;
+  pending.blob =
+      std::async(std::launch::async, [chunk = std::move(buffer)] { return encode_chunk(chunk); });
+  ingest.flushed += pending.count;
+  ingest.pending.push_back(std::move(pending));
+  buffer = EventChunk{};
   buffer.start = ingest.current;
   ingest.write_keyframe();
 }
@@ -464,16 +504,19 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
                              double wall_seconds) {
   const RunId run = ingest.run;
   flush_chunk(ingest);
+  ingest.write_pending_chunks(0);
   write_timeline_rows(run, ingest.timeline.finish());
 
   nlohmann::json merged = summary.is_object() ? summary : nlohmann::json::object();
   merged["events"] = ingest.event_count();
   merged["peaks"] = {{"allocated", ingest.peak.allocated},
                      {"reserved", ingest.peak.reserved},
-                     {"active", ingest.peak.active}};
+                     {"active", ingest.peak.active},
+                     {"requested", ingest.peak.requested}};
   merged["final"] = {{"allocated", ingest.current.allocated},
                      {"reserved", ingest.current.reserved},
-                     {"active", ingest.current.active}};
+                     {"active", ingest.current.active},
+                     {"requested", ingest.current.requested}};
   auto update = db_->prepare(
       "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
   update.bind_text(1, to_string(status))
@@ -699,6 +742,50 @@ std::vector<StackFrame> RunStore::frame_stack(RunId run, FrameStackId stack) {
   return frames;
 }
 
+std::vector<std::vector<StackFrame>> RunStore::frame_stacks(RunId run) {
+  std::unordered_map<std::int64_t, std::string> strings;
+  auto string_query = db_->prepare("SELECT id, text FROM strings WHERE run_id = ?");
+  string_query.bind_int(1, run.value);
+  while (string_query.step())
+    strings[string_query.column_int(0)] = string_query.column_text(1);
+  const std::string what = db_->path() + ": run " + std::to_string(run.value);
+  auto text = [&](std::int64_t id) {
+    auto it = strings.find(id);
+    if (it == strings.end())
+      throw DatabaseError(what + ": a frame refers to missing string " + std::to_string(id));
+    return it->second;
+  };
+  std::unordered_map<std::int64_t, StackFrame> frames;
+  auto frame_query =
+      db_->prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
+  frame_query.bind_int(1, run.value);
+  while (frame_query.step()) {
+    frames[frame_query.column_int(0)] =
+        StackFrame{text(frame_query.column_int(1)), frame_query.column_int(2),
+                   text(frame_query.column_int(3))};
+  }
+  std::vector<std::vector<StackFrame>> stacks;
+  auto stack_query =
+      db_->prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
+  stack_query.bind_int(1, run.value);
+  while (stack_query.step()) {
+    const auto id = static_cast<std::size_t>(stack_query.column_int(0));
+    if (id == 0 || id > (std::size_t{1} << 31))
+      throw DatabaseError(what + ": bad stack id " + std::to_string(id));
+    stacks.resize(std::max(stacks.size(), id));
+    const auto blob = stack_query.column_blob(1);
+    const std::vector<std::uint8_t> ids(blob.begin(), blob.end());
+    ByteReader in(ids, what + ", stack " + std::to_string(id));
+    while (!in.at_end()) {
+      auto it = frames.find(static_cast<std::int64_t>(in.varint()));
+      if (it == frames.end())
+        in.fail("stack refers to a missing frame");
+      stacks[id - 1].push_back(it->second);
+    }
+  }
+  return stacks;
+}
+
 std::vector<OomReport> RunStore::oom_reports(RunId run) {
   auto query = db_->prepare(
       "SELECT id, event_index, report FROM oom_reports WHERE run_id = ? ORDER BY event_index, id");
@@ -762,6 +849,81 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
     source.insert(source.end(), row.begin(), row.end());
   }
   return regroup_buckets(source, first, end, buckets);
+}
+
+std::int64_t CategoryBucket::total() const {
+  std::int64_t sum = 0;
+  for (const auto value : bytes)
+    sum += value;
+  return sum;
+}
+
+std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
+                                                        std::uint64_t end, std::size_t buckets) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<CategoryBucket> out;
+  if (end <= first || buckets == 0)
+    return out;
+  buckets = static_cast<std::size_t>(std::min<std::uint64_t>(buckets, end - first));
+
+  std::vector<Category> category_of_label;
+  for (const auto& label : labels(run)) {
+    if (category_of_label.size() <= label.id.value)
+      category_of_label.resize(label.id.value + 1, Category::unknown);
+    category_of_label[label.id.value] = label.label.category;
+  }
+  struct LiveAllocation {
+    Category category;
+    std::int64_t size;
+  };
+  std::unordered_map<std::uint64_t, LiveAllocation> live;
+  std::array<std::int64_t, kCategoryCount> bytes{};
+  // Blocks already live when the run's events begin (an imported, truncated trace).
+  for (const auto& [addr, block] : segment_state(run, 0).state.blocks()) {
+    live[addr] = {Category::unknown, static_cast<std::int64_t>(block.size)};
+    bytes[0] += static_cast<std::int64_t>(block.size);
+  }
+
+  out.resize(buckets);
+  std::vector<std::int64_t> best(buckets, -1);
+  const std::uint64_t span = end - first;
+  std::uint64_t index = 0;
+  for (const auto& chunk : load_chunks(run, 0, end)) {
+    for (std::size_t i = 0; i < chunk.events.size() && index < end; ++i, ++index) {
+      const TraceEvent& event = chunk.events[i];
+      if (event.action == TraceAction::alloc) {
+        const std::uint32_t label = chunk.labels.empty() ? 0 : chunk.labels[i].value;
+        const Category category =
+            label < category_of_label.size() ? category_of_label[label] : Category::unknown;
+        live[event.addr] = {category, static_cast<std::int64_t>(event.size)};
+        bytes[static_cast<std::size_t>(category)] += static_cast<std::int64_t>(event.size);
+      } else if (event.action == TraceAction::free_completed) {
+        if (auto it = live.find(event.addr); it != live.end()) {
+          bytes[static_cast<std::size_t>(it->second.category)] -= it->second.size;
+          live.erase(it);
+        }
+      }
+      if (index < first)
+        continue;
+      const auto b = static_cast<std::size_t>((index - first) * buckets / span);
+      CategoryBucket& bucket = out[b];
+      if (best[b] < 0) {
+        bucket.first_event = index;
+        bucket.t0_us = event.time_us;
+      }
+      bucket.end_event = index + 1;
+      bucket.t1_us = event.time_us;
+      std::int64_t total = 0;
+      for (const auto value : bytes)
+        total += value;
+      if (total > best[b]) {
+        best[b] = total;
+        bucket.peak_event = index;
+        bucket.bytes = bytes;
+      }
+    }
+  }
+  return out;
 }
 
 std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {

@@ -9,6 +9,7 @@
 // other RunStores on the same file keep working while a run is written (WAL).
 //
 // A RunStore is one connection: use it from one thread at a time; give each thread its own.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -132,6 +133,23 @@ struct ReportRecord {
   std::string created_at;
 };
 
+// Number of fragscope::Category values (unknown .. input).
+inline constexpr std::size_t kCategoryCount = 7;
+
+// Memory by category over events [first_event, end_event): the live bytes of each category at
+// the event where the bucket's total was highest, so the stacked categories reach the bucket's
+// peak. Bytes are request sizes (the trace's).
+struct CategoryBucket {
+  std::uint64_t first_event = 0;
+  std::uint64_t end_event = 0;
+  std::int64_t t0_us = 0;
+  std::int64_t t1_us = 0;
+  std::uint64_t peak_event = 0;                      // the event after which `bytes` was taken
+  std::array<std::int64_t, kCategoryCount> bytes{};  // index = static_cast<size_t>(Category)
+
+  std::int64_t total() const;
+};
+
 // Optional per-event columns that go with a batch of events.
 struct EventColumns {
   // The series after each event, when the producer knows them exactly (the allocator model
@@ -140,6 +158,12 @@ struct EventColumns {
   // The label of each event (0 = none); empty = no labels.
   std::span<const LabelId> labels;
 };
+
+class RunStore;
+
+// Opens the store at `path` for a command: with `must_exist`, a missing file is a DatabaseError
+// "no such database" instead of a new, empty database.
+std::unique_ptr<RunStore> open_run_store(const std::string& path, OpenMode mode, bool must_exist);
 
 class RunStore {
  public:
@@ -197,12 +221,20 @@ class RunStore {
   std::vector<LabelId> labels_of_events(RunId run, std::uint64_t first, std::uint64_t end);
   std::vector<RunLabel> labels(RunId run);
   std::vector<StackFrame> frame_stack(RunId run, FrameStackId stack);
+  // Every stack of the run: result[i] is FrameStackId{i + 1} (as set_frame_stacks took them).
+  std::vector<std::vector<StackFrame>> frame_stacks(RunId run);
   std::vector<OomReport> oom_reports(RunId run);
   // At most `buckets` peak-preserving buckets over events [first, end).
   std::vector<TimelineBucket> timeline(RunId run, std::uint64_t first, std::uint64_t end,
                                        std::size_t buckets);
   // The same over the whole run.
   std::vector<TimelineBucket> timeline(RunId run, std::size_t buckets);
+  // At most `buckets` buckets of memory by category over events [first, end): the GUI's stacked
+  // parameter / gradient / optimizer_state / activation / temporary plot. Allocations without a
+  // label (and every allocation of an unlabelled run) count as Category::unknown. Computed from
+  // the events on demand: reads the run from its start up to `end`.
+  std::vector<CategoryBucket> category_timeline(RunId run, std::uint64_t first, std::uint64_t end,
+                                                std::size_t buckets);
   // The index of the first event at or after `time_us` (event_count when none): maps a time
   // axis onto the event axis that timeline() takes.
   std::uint64_t event_at_time(RunId run, std::int64_t time_us);

@@ -1,6 +1,7 @@
 #include "storage/db/schema.h"
 
 #include <array>
+#include <filesystem>
 #include <string_view>
 
 namespace fragscope::storage {
@@ -149,6 +150,13 @@ void migrate_to(Database& db, int target) {
 }
 
 std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode mode) {
+  if (mode == OpenMode::read_write_create && path != ":memory:" && !path.empty()) {
+    // The default location (~/.local/share/fragscope/) may not exist yet on a fresh machine.
+    const auto parent = std::filesystem::path(path).parent_path();
+    std::error_code ignored;
+    if (!parent.empty())
+      std::filesystem::create_directories(parent, ignored);
+  }
   auto db = std::make_unique<Database>(path, mode);
   // Reading the header first also turns "not a database" into a clear error before any write.
   const int version = schema_version(*db);

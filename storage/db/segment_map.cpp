@@ -42,6 +42,47 @@ void SegmentMap::apply(const TraceEvent& event) {
   }
 }
 
+void SegmentMap::unapply(const TraceEvent& event) {
+  switch (event.action) {
+    case TraceAction::alloc:
+      blocks_.erase(event.addr);
+      break;
+    case TraceAction::free_requested:
+      if (auto it = blocks_.find(event.addr); it != blocks_.end())
+        it->second.state = BlockState::allocated;
+      else
+        blocks_[event.addr] =
+            LiveBlock{event.addr, event.size, event.stream, BlockState::allocated, FrameStackId{}};
+      break;
+    case TraceAction::free_completed:
+      // The stack of a free event is the free's, not the allocation's: unknown here.
+      blocks_[event.addr] =
+          LiveBlock{event.addr, event.size, event.stream, BlockState::pending_free, FrameStackId{}};
+      break;
+    case TraceAction::segment_alloc:
+      segments_.erase(event.addr);
+      break;
+    case TraceAction::segment_free:
+      segments_[event.addr] = SegmentRange{event.addr, event.size, event.stream, false};
+      break;
+    case TraceAction::segment_map:
+      unmap_range(event.addr, event.size);
+      break;
+    case TraceAction::segment_unmap:
+      map_range(SegmentRange{event.addr, event.size, event.stream, true});
+      break;
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      break;
+  }
+}
+
+SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events) {
+  for (auto it = events.rbegin(); it != events.rend(); ++it)
+    final_state.unapply(*it);
+  return SegmentMap(final_state.segments(), final_state.blocks());
+}
+
 // Mapping next to a mapped range of the same stream extends it, as PyTorch's snapshot reports
 // one segment per contiguous mapped range.
 void SegmentMap::map_range(const SegmentRange& range) {

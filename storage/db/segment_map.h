@@ -38,6 +38,11 @@ struct SegmentRange {
 
 class SegmentMap {
  public:
+  SegmentMap() = default;
+  SegmentMap(std::map<std::uint64_t, SegmentRange> segments,
+             std::map<std::uint64_t, LiveBlock> blocks)
+      : segments_(std::move(segments)), blocks_(std::move(blocks)) {}
+
   // Applies one event. Events that refer to something unknown (a free of a block allocated
   // before a truncated trace began) are counted in unmatched_events() and otherwise ignored.
   void apply(const TraceEvent& event);
@@ -53,6 +58,10 @@ class SegmentMap {
   void add_segment(const SegmentRange& segment) { segments_[segment.base] = segment; }
   void add_block(const LiveBlock& block) { blocks_[block.addr] = block; }
 
+  // Undoes one event: the state before `event`, given the state after it. Rewinding a final
+  // state through a whole trace gives the state the trace started from.
+  void unapply(const TraceEvent& event);
+
   std::vector<std::uint8_t> serialize() const;
   // `what` names the blob in errors.
   static SegmentMap deserialize(std::span<const std::uint8_t> blob, const std::string& what);
@@ -67,6 +76,12 @@ class SegmentMap {
   std::map<std::uint64_t, LiveBlock> blocks_;
   std::uint64_t unmatched_ = 0;
 };
+
+// The state before the first of `events`, given `final_state` after the last (a snapshot's
+// segments at dump time): empty when the trace recorded everything since the allocator started,
+// and otherwise what was already live when recording began (a late start or a ring buffer that
+// overflowed).
+SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events);
 
 // The segment map after the first `event_index` events of a run.
 struct SegmentStateAt {

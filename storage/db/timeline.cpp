@@ -9,15 +9,16 @@
 namespace fragscope::storage {
 namespace {
 
-constexpr std::uint8_t kBucketFormat = 1;
+// Format 2 adds the requested series; format 1 rows read with requested = active.
+constexpr std::uint8_t kBucketFormat = 2;
 
 SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active)};
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
 }
 SeriesPoint series_min(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::min(a.allocated, b.allocated), std::min(a.reserved, b.reserved),
-          std::min(a.active, b.active)};
+          std::min(a.active, b.active), std::min(a.requested, b.requested)};
 }
 
 void put_series(std::vector<std::uint8_t>& out, const SeriesPoint& value,
@@ -25,12 +26,14 @@ void put_series(std::vector<std::uint8_t>& out, const SeriesPoint& value,
   put_signed(out, value.allocated - previous.allocated);
   put_signed(out, value.reserved - previous.reserved);
   put_signed(out, value.active - previous.active);
+  put_signed(out, value.requested - previous.requested);
 }
-SeriesPoint get_series(ByteReader& in, const SeriesPoint& previous) {
+SeriesPoint get_series(ByteReader& in, const SeriesPoint& previous, std::uint8_t format) {
   SeriesPoint value;
   value.allocated = previous.allocated + in.signed_varint();
   value.reserved = previous.reserved + in.signed_varint();
   value.active = previous.active + in.signed_varint();
+  value.requested = format >= 2 ? previous.requested + in.signed_varint() : value.active;
   return value;
 }
 
@@ -83,7 +86,8 @@ std::vector<std::uint8_t> encode_buckets(std::span<const TimelineBucket> buckets
 std::vector<TimelineBucket> decode_buckets(std::span<const std::uint8_t> blob,
                                            const std::string& what) {
   ByteReader header(blob, what);
-  if (const auto format = header.byte(); format != kBucketFormat)
+  const auto format = header.byte();
+  if (format != 1 && format != kBucketFormat)
     header.fail("unknown timeline format " + std::to_string(format));
   const std::uint64_t raw_size = header.varint();
   if (raw_size > kBucketsPerRow * 128 + 64)
@@ -103,8 +107,8 @@ std::vector<TimelineBucket> decode_buckets(std::span<const std::uint8_t> blob,
     bucket.end_event = bucket.first_event + in.varint();
     bucket.t0_us = previous.t1_us + in.signed_varint();
     bucket.t1_us = bucket.t0_us + in.signed_varint();
-    bucket.max = get_series(in, previous.max);
-    bucket.min = get_series(in, previous.min);
+    bucket.max = get_series(in, previous.max, format);
+    bucket.min = get_series(in, previous.min, format);
     buckets.push_back(bucket);
     previous = bucket;
   }

@@ -13,7 +13,7 @@
 
 namespace fragscope::storage {
 
-inline constexpr std::uint64_t kLevel0Events = 64;
+inline constexpr std::uint64_t kLevel0Events = 32;
 inline constexpr std::uint64_t kLevelFanout = 4;
 inline constexpr std::size_t kBucketsPerRow = 4096;
 

@@ -25,7 +25,7 @@ TEST(Packing, VarintsAndZigzagRoundTrip) {
 
 TEST(EventChunk, RoundTripsEveryFieldIncludingExtremes) {
   EventChunk chunk;
-  chunk.start = {100, 2 << 20, 100};
+  chunk.start = {100, 2 << 20, 100, 90};
   chunk.events = synthetic_trace(5000, 9);
   // Values at the edges of their types survive the delta coding.
   chunk.events.push_back({TraceAction::oom, UINT64_MAX, UINT64_MAX, StreamId{UINT64_MAX}, INT64_MIN,
@@ -121,6 +121,46 @@ TEST(SegmentMap, SerializeRoundTripsAndRejectsCorruption) {
   auto truncated = blob;
   truncated.resize(blob.size() - 3);
   EXPECT_THROW(SegmentMap::deserialize(truncated, "keyframe"), DatabaseError);
+}
+
+}  // namespace
+}  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+TEST(SegmentMap, RewindingTheFinalStateGivesTheStartingState) {
+  auto events = test::synthetic_trace(30'000, 17);
+  // A free does not say which stack allocated the block, so rewinding cannot restore stacks of
+  // blocks freed during the trace; compare without stacks.
+  for (auto& event : events)
+    event.frames = FrameStackId{};
+  // A trace that began after 10k events had happened: rewinding its final state through the
+  // recorded 20k events must give the state at event 10k.
+  SegmentMap full;
+  SegmentMap at_start;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (i == 10'000)
+      at_start = full;
+    full.apply(events[i]);
+  }
+  const auto recorded = std::span(events).subspan(10'000);
+  EXPECT_EQ(rewind(full, recorded), SegmentMap(at_start.segments(), at_start.blocks()));
+  EXPECT_EQ(rewind(full, events), SegmentMap());
+}
+
+TEST(SegmentMap, RewindHandlesExpandableRanges) {
+  const std::uint64_t base = 0x7f0000000000;
+  const std::uint64_t page = 2 << 20;
+  const std::vector<TraceEvent> events = {
+      {TraceAction::segment_map, base + page, page, StreamId{}, 0, FrameStackId{}},
+      {TraceAction::segment_unmap, base, page, StreamId{}, 0, FrameStackId{}}};
+  SegmentMap before;
+  before.apply({TraceAction::segment_map, base, page, StreamId{}, 0, FrameStackId{}});
+  SegmentMap after = before;
+  for (const auto& event : events)
+    after.apply(event);
+  EXPECT_EQ(rewind(after, events), before);
 }
 
 }  // namespace

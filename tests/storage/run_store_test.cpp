@@ -98,11 +98,13 @@ TEST(RunStore, PeaksAreTheMaximaOfTheSeries) {
     peak.allocated = std::max(peak.allocated, point.allocated);
     peak.reserved = std::max(peak.reserved, point.reserved);
     peak.active = std::max(peak.active, point.active);
+    peak.requested = std::max(peak.requested, point.requested);
   }
   const auto summary = store.run(id).summary;
   EXPECT_EQ(summary["peaks"]["allocated"], peak.allocated);
   EXPECT_EQ(summary["peaks"]["reserved"], peak.reserved);
   EXPECT_EQ(summary["peaks"]["active"], peak.active);
+  EXPECT_EQ(summary["peaks"]["requested"], peak.requested);
   EXPECT_EQ(store.series(id, 0, events.size()), series);
 }
 
@@ -114,6 +116,7 @@ TEST(RunStore, StoresExactSeriesAndLabelsFromTheProducer) {
   std::vector<LabelId> labels(events.size());
   for (std::size_t i = 0; i < series.size(); ++i) {
     series[i].allocated += static_cast<std::int64_t>(i % 512);
+    series[i].requested -= static_cast<std::int64_t>(i % 7);
     labels[i] = LabelId{static_cast<std::uint32_t>(i % 5)};
   }
   const RunId id = store.begin_run(simulated_run("labelled"));
@@ -179,7 +182,8 @@ TEST(RunStore, InitialSegmentStateIsKept) {
   SegmentMap initial;
   initial.add_segment({0x1000, 2 << 20, StreamId{}, false});
   initial.add_block({0x1000, 4096, StreamId{}, BlockState::allocated, FrameStackId{}});
-  const RunId id = store.begin_run(simulated_run("truncated"), initial, {4096, 2 << 20, 4096});
+  const RunId id =
+      store.begin_run(simulated_run("truncated"), initial, {4096, 2 << 20, 4096, 4096});
   const std::vector<TraceEvent> events = {
       {TraceAction::free_requested, 0x1000, 4096, StreamId{}, 5, FrameStackId{}},
       {TraceAction::free_completed, 0x1000, 4096, StreamId{}, 6, FrameStackId{}}};
@@ -320,6 +324,68 @@ TEST(RunStore, ExperimentsRoundTrip) {
   EXPECT_EQ(record.definition["model"], "1.2b");
   EXPECT_EQ(store.list_experiments().size(), 1u);
   EXPECT_THROW(store.experiment(ExperimentId{5}), DatabaseError);
+}
+
+}  // namespace
+}  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+TEST(RunStore, CategoryTimelineStacksLabelledMemory) {
+  RunStore store(":memory:");
+  const RunId id = store.begin_run(RunRecord{});
+  store.set_labels(id, std::vector<RequestLabel>{
+                           {}, {Category::parameter, "w", 0}, {Category::activation, "act", 0}});
+  const StreamId s{};
+  const std::vector<TraceEvent> events = {
+      {TraceAction::segment_alloc, 0x1000, 1 << 20, s, 1, FrameStackId{}},
+      {TraceAction::alloc, 0x1000, 100, s, 2, FrameStackId{}},  // parameter
+      {TraceAction::alloc, 0x2000, 300, s, 3, FrameStackId{}},  // activation
+      {TraceAction::alloc, 0x3000, 50, s, 4, FrameStackId{}},   // unlabelled
+      {TraceAction::free_requested, 0x2000, 300, s, 5, FrameStackId{}},
+      {TraceAction::free_completed, 0x2000, 300, s, 5, FrameStackId{}},
+      {TraceAction::alloc, 0x4000, 20, s, 6, FrameStackId{}},  // activation
+  };
+  const std::vector<LabelId> labels = {LabelId{}, LabelId{1}, LabelId{2}, LabelId{},
+                                       LabelId{}, LabelId{},  LabelId{2}};
+  store.append_events(id, events, {{}, labels});
+  store.finish_run(id, RunStatus::ok);
+
+  const auto whole = store.category_timeline(id, 0, events.size(), 1);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].peak_event, 3u);  // 100 + 300 + 50 live
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::parameter)], 100);
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::activation)], 300);
+  EXPECT_EQ(whole[0].bytes[static_cast<std::size_t>(Category::unknown)], 50);
+  EXPECT_EQ(whole[0].total(), 450);
+
+  // The last event alone: a window late in the run still counts what was allocated before it.
+  const auto tail = store.category_timeline(id, 6, 7, 10);
+  ASSERT_EQ(tail.size(), 1u);
+  EXPECT_EQ(tail[0].first_event, 6u);
+  EXPECT_EQ(tail[0].bytes[static_cast<std::size_t>(Category::activation)], 20);
+  EXPECT_EQ(tail[0].total(), 170);
+}
+
+TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
+  RunStore store(":memory:");
+  const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
+  const RunId id = store.begin_run(RunRecord{});
+  store.append_events(id, events);
+  store.finish_run(id, RunStatus::ok);
+  const auto buckets = store.category_timeline(id, 1000, events.size(), 50);
+  ASSERT_EQ(buckets.size(), 50u);
+  const auto series = derive_series(events);
+  for (const auto& bucket : buckets) {
+    std::int64_t peak = 0;
+    for (std::uint64_t i = bucket.first_event; i < bucket.end_event; ++i)
+      peak = std::max(peak, series[i].active);
+    EXPECT_EQ(bucket.total(), peak);
+    EXPECT_EQ(bucket.bytes[0], bucket.total()) << "an unlabelled run is all 'unknown'";
+  }
+  EXPECT_EQ(buckets.front().first_event, 1000u);
+  EXPECT_EQ(buckets.back().end_event, events.size());
 }
 
 }  // namespace

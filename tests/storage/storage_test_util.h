@@ -39,7 +39,12 @@ inline std::vector<TraceEvent> synthetic_trace(std::size_t count, std::uint32_t 
   std::mt19937_64 random(seed);
   std::vector<TraceEvent> events;
   events.reserve(count);
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> live;  // addr, size
+  struct Live {
+    std::uint64_t addr;
+    std::uint64_t size;
+    StreamId stream;
+  };
+  std::vector<Live> live;
   std::uint64_t next_segment = 0x7f0000000000;
   std::uint64_t cursor = 0;
   std::uint64_t segment_end = 0;
@@ -50,12 +55,15 @@ inline std::vector<TraceEvent> synthetic_trace(std::size_t count, std::uint32_t 
     const StreamId stream = streams[random() % 8 == 0 ? 1 : 0];
     if (!live.empty() && random() % 2 == 0) {
       const std::size_t pick = random() % live.size();
-      const auto [addr, size] = live[pick];
+      // A free carries the block's own stream, as PyTorch records it.
+      const Live block = live[pick];
       live[pick] = live.back();
       live.pop_back();
-      events.push_back({TraceAction::free_requested, addr, size, stream, time, FrameStackId{}});
+      events.push_back({TraceAction::free_requested, block.addr, block.size, block.stream, time,
+                        FrameStackId{}});
       if (events.size() < count)
-        events.push_back({TraceAction::free_completed, addr, size, stream, time, FrameStackId{}});
+        events.push_back({TraceAction::free_completed, block.addr, block.size, block.stream, time,
+                          FrameStackId{}});
       continue;
     }
     const std::uint64_t size = 512 * (1 + random() % 4096);
@@ -70,7 +78,7 @@ inline std::vector<TraceEvent> synthetic_trace(std::size_t count, std::uint32_t 
     }
     events.push_back({TraceAction::alloc, cursor, size - random() % 512, stream, time,
                       FrameStackId{static_cast<std::uint32_t>(random() % 3)}});
-    live.emplace_back(cursor, events.back().size);
+    live.push_back({cursor, events.back().size, stream});
     cursor += size;
   }
   return events;

@@ -1,0 +1,155 @@
+#pragma once
+// A byte-exact model of PyTorch 2.11's native CUDA caching allocator (torch-allocator-spec
+// §1-§7, §9): the same rounding, best-fit search, splitting, merging, release order, garbage
+// collection, memory limit, expandable segments, record_stream handling, OOM retry sequence and
+// statistics, decision for decision.
+//
+// Glossary (PyTorch's words, used throughout):
+// - segment: one range of device memory the allocator got from the device: a cudaMalloc'd
+//   range, or for expandable segments one virtual-address reservation whose pages are mapped on
+//   demand. Segments are only ever returned whole (cudaFree) or, expandable, page by page.
+// - block: a contiguous byte range inside a segment. A segment is tiled by a chain of blocks in
+//   address order (prev/next); a block is allocated (handed to the program), pending free
+//   (freed by the program but still used by another stream), or free (cached).
+// - split: handing out the low part of a free block and keeping the rest as a new free block;
+//   a block "is split" when its segment has other blocks. Free blocks of split segments are what
+//   memory_summary calls "Non-releasable" (stat inactive_split).
+// - pool: the free blocks that can serve a request. There are two, small (blocks <= 1 MiB, from
+//   2 MiB segments) and large; each is ordered by (stream, size, address) for best fit.
+// - stream: the CUDA stream a block was allocated on. A free block is only reused on the same
+//   stream, so streams never share cached memory.
+// - event: when a block used by other streams (record_stream) is freed, one CUDA event per such
+//   stream is recorded; the block becomes free only when all of them completed (here:
+//   mark_events_ready, or a synchronization in empty_cache / the OOM path).
+// - oversize: blocks of at least max_split_size bytes; never split, reused only by requests less
+//   than max_non_split_rounding_size smaller.
+//
+// Not modelled: CUDA graph capture and private pools (§13), MemPools, the cudaMallocAsync
+// backend (§12), free-memory callbacks (IPC) and runtime changes of the configuration.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
+#include "engine/allocator/event_sink.h"
+#include "engine/allocator/sizes.h"
+#include "engine/allocator/stats.h"
+#include "engine/core/error.h"
+#include "engine/core/strong_id.h"
+#include "engine/core/units.h"
+
+namespace fragscope::alloc {
+
+// free()/record_stream()/mark_events_ready() of an address that is not a live allocation
+// (PyTorch: "invalid device pointer: <ptr>").
+class InvalidPointerError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Everything PyTorch knew when it raised torch.OutOfMemoryError (spec §6).
+struct OutOfMemory {
+  Bytes requested = 0;           // unrounded request n
+  Bytes rounded_size = 0;        // round_size(n); the trace's oom entry has this size
+  Bytes segment_size = 0;        // allocation_size: what "Tried to allocate" prints
+  Bytes allocated = 0;           // allocated_bytes.all.current at the failure
+  Bytes reserved = 0;            // reserved_bytes.all.current at the failure
+  std::optional<Bytes> allowed;  // per-process limit, when one is set
+  Bytes device_total = 0;
+  Bytes device_free = 0;
+  StreamId stream{};
+  std::string message;  // PyTorch's exact exception text
+};
+
+struct MallocResult {
+  std::uint64_t address = 0;       // block address when ok()
+  std::optional<OutOfMemory> oom;  // set when the allocation failed
+  bool ok() const { return !oom.has_value(); }
+};
+
+enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };
+std::string_view to_string(BlockState state);  // PyTorch's snapshot strings
+
+struct BlockInfo {
+  std::uint64_t address = 0;
+  Bytes size = 0;
+  Bytes requested_size = 0;  // stale for inactive blocks, exactly as PyTorch reports it (§2.1)
+  BlockState state = BlockState::inactive;
+};
+
+// One segment as torch.cuda.memory._snapshot() lists it: a cudaMalloc'd segment, or one
+// contiguous mapped range of an expandable segment. Sorted by address.
+struct SegmentInfo {
+  std::uint64_t address = 0;
+  Bytes total_size = 0;
+  Bytes allocated_size = 0;
+  Bytes active_size = 0;
+  Bytes requested_size = 0;  // over active blocks only
+  StreamId stream{};
+  PoolKind pool = PoolKind::large;
+  bool is_expandable = false;
+  std::vector<BlockInfo> blocks;
+};
+
+class CachingAllocator {
+ public:
+  // `device` and `sink` must outlive the allocator; `sink` may be null. Applies the config's
+  // per_process_memory_fraction (allowed = floor(f x device.total_memory()) when f < 1).
+  CachingAllocator(AllocatorConfig config, Device& device, EventSink* sink = nullptr);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // caching_allocator_alloc(bytes, stream). bytes == 0 returns address 0 and records nothing,
+  // like PyTorch. Sizes >= 1 EiB fail with "Tried to allocate more than 1EB memory." and no
+  // stats change.
+  MallocResult malloc(Bytes bytes, StreamId stream);
+  // caching_allocator_delete. Address 0 is a no-op; an unknown address throws
+  // InvalidPointerError.
+  void free(std::uint64_t address);
+  // tensor.record_stream(stream) on a live allocation; the allocation stream itself is ignored.
+  void record_stream(std::uint64_t address, StreamId stream);
+  // The events recorded when the pending-free block at `address` was freed have completed; the
+  // block is freed at the next malloc (process_events), in per-stream FIFO order like PyTorch.
+  void mark_events_ready(std::uint64_t address);
+  // torch.cuda.empty_cache() (release_cached_blocks): synchronizes all events, then returns every
+  // unsplit cached segment and every fully free expandable page to the device.
+  void empty_cache();
+  // set_per_process_memory_fraction as a byte limit; nullopt removes it (fraction 1.0).
+  void set_allowed_memory(std::optional<Bytes> bytes);
+  std::optional<Bytes> allowed_memory() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+
+  const DeviceStats& stats() const;
+  const AllocatorConfig& config() const;
+  // Bytes obtained from the device (cudaMalloc'd segments + mapped pages): PyTorch's
+  // total_allocated_memory, which the memory limit and GC compare against.
+  Bytes total_allocated_memory() const;
+
+  std::vector<SegmentInfo> snapshot() const;
+  // State of the block that starts at `address`, if it is an active (allocated or pending-free)
+  // block; nullopt for anything else.
+  std::optional<BlockState> block_state(std::uint64_t address) const;
+  // Largest cached (free, mapped) block, over all streams and both pools, or of one stream.
+  Bytes largest_free_block() const;
+  Bytes largest_free_block(StreamId stream) const;
+  // Size and address of every cached block of one pool, in best-fit order (stream, size, address).
+  std::vector<BlockInfo> free_blocks(PoolKind pool) const;
+
+  // The invariant checker: blocks tile their segments, neighbours agree, pool sets hold exactly
+  // the free mapped blocks, the address index holds exactly the active blocks, and every stat
+  // that can be recounted from the blocks (current values) agrees. On failure returns false and
+  // says why.
+  bool is_valid(std::string* why = nullptr) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fragscope::alloc

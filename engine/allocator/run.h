@@ -1,0 +1,51 @@
+#pragma once
+// Runs a RequestStream (engine/core/request.h) through the caching-allocator model: the one loop
+// workloads, what-if analysis and replays share.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/allocator/caching_allocator.h"
+#include "engine/core/request.h"
+
+namespace fragscope::alloc {
+
+struct RequestOom {
+  std::size_t request_index = 0;  // index into RequestStream::requests of the failing malloc
+  std::size_t allocs_before = 0;  // successful mallocs before it
+  OutOfMemory oom;
+};
+
+struct RunOptions {
+  // A failing malloc stops the run, as the Python exception would stop the training script.
+  // Replays of recorded traces that continue after an OOM (the script caught it, or the trace
+  // shows the unwinding frees) set this to false; frees of tensors whose malloc failed are then
+  // skipped and counted in RunResult::skipped_requests.
+  bool stop_on_oom = true;
+  // Per-process limit in bytes (set_per_process_memory_fraction); overrides the config's
+  // per_process_memory_fraction when set.
+  std::optional<Bytes> allowed_memory;
+  // Run is_valid() after every N-th request (1 = every request, 0 = never) and after the last
+  // one; throw std::logic_error on the first violation.
+  std::size_t check_invariants_every = 0;
+};
+
+struct RunResult {
+  DeviceStats stats;  // final memory_stats()
+  std::vector<RequestOom> ooms;
+  std::size_t requests_run = 0;      // requests processed (up to and including a stopping OOM)
+  std::size_t allocs = 0;            // successful mallocs
+  std::size_t skipped_requests = 0;  // ops on tensors that were never allocated
+  bool stopped_on_oom = false;
+  Bytes peak_allocated = 0;       // allocated_bytes.all.peak (since the last reset_peak request)
+  Bytes peak_reserved = 0;        // reserved_bytes.all.peak
+  DeviceCallCounts device_calls;  // calls this run made on the device
+};
+
+// Bad requests (a free of an unknown tensor id, a malloc of a tensor id that is live) throw
+// fragscope::InputError naming the request index.
+RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
+                       EventSink* sink = nullptr, const RunOptions& options = {});
+
+}  // namespace fragscope::alloc

@@ -1,0 +1,33 @@
+#pragma once
+// Size rounding of PyTorch 2.11's caching allocator (torch-allocator-spec §1): the block size a
+// request gets, which pool it goes to, and how big a new segment for it is.
+#include "engine/allocator/config.h"
+#include "engine/core/units.h"
+
+namespace fragscope::alloc {
+
+inline constexpr Bytes kMinBlockSize = 512;            // every block is a multiple of this
+inline constexpr Bytes kSmallSize = 1 * kMiB;          // rounded sizes <= this: small pool
+inline constexpr Bytes kSmallBuffer = 2 * kMiB;        // small-pool segment (and page) size
+inline constexpr Bytes kMinLargeAlloc = 10 * kMiB;     // below: a large_segment_size segment
+inline constexpr Bytes kRoundLarge = 2 * kMiB;         // larger segments round up to this
+inline constexpr Bytes kOneExbibyte = Bytes{1} << 60;  // allocate() refuses sizes >= this
+
+enum class PoolKind : std::uint8_t { small, large };
+
+// round_size(n): the block size for a request of n bytes (n >= 1), with the configured
+// roundup_power2_divisions table (spec §1.2, §1.3).
+Bytes round_size(Bytes requested, const AllocatorConfig& config);
+
+// The entry of the roundup_power2_divisions table that applies to an unrounded request.
+std::uint64_t roundup_divisions(Bytes requested, const AllocatorConfig& config);
+
+// Small pool iff the rounded size is at most 1 MiB.
+constexpr PoolKind pool_for(Bytes rounded) {
+  return rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
+}
+
+// Size of the segment cudaMalloc'd for a rounded request that found no cached block (§1.4).
+Bytes allocation_size(Bytes rounded, const AllocatorConfig& config);
+
+}  // namespace fragscope::alloc

@@ -1,0 +1,44 @@
+#pragma once
+// What a recorded program asked of its allocator, recovered from a PyTorch trace, so the same
+// requests can be replayed under another configuration (what-if). The trace's segment events are
+// the recording allocator's answers and are dropped; what remains is the request stream:
+// - alloc -> malloc of the unrounded size on the event's stream;
+// - free_requested -> free; when its free_completed does not follow at once, another stream
+//   used the block (record_stream), so a record_stream precedes the free and an events_ready
+//   stands where the recording completed it;
+// - oom -> a malloc of the recorded (rounded) size that the recording could not serve;
+// - blocks live before the first entry (a truncated trace) are allocated up front.
+// A minimal converter kept here until engine/replay offers one.
+#include <cstddef>
+#include <span>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
+#include "engine/core/request.h"
+#include "engine/core/trace.h"
+#include "engine/snapshot/segment_state.h"
+
+namespace fragscope::analysis {
+
+struct TraceRequests {
+  RequestStream requests;
+  std::size_t recorded_ooms = 0;     // oom entries turned into mallocs
+  std::size_t predating_allocs = 0;  // mallocs for blocks live before the first entry
+  // The recording's cudaMalloc'd segments in order, so a replay can break best-fit ties by the
+  // same addresses (alloc::RecordedAddressDevice).
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
+};
+
+// `initial` is the state before the first entry (empty for a complete trace). A free of an
+// address with no live allocation is an InputError naming the event index.
+TraceRequests requests_from_trace(std::span<const TraceEvent> events,
+                                  const snapshot::SegmentState& initial);
+
+// The allocator configuration a snapshot recorded (allocator_settings, PyTorch 2.x keys): the
+// size and split rules, expandable segments and the garbage-collection threshold. A value of the
+// wrong type is an InputError naming the key.
+alloc::AllocatorConfig config_from_settings(const nlohmann::json& allocator_settings);
+
+}  // namespace fragscope::analysis

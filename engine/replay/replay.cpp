@@ -1,0 +1,270 @@
+#include "engine/replay/replay.h"
+
+#include <bit>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+#include "engine/core/error.h"
+
+namespace fragscope::replay {
+namespace {
+
+constexpr std::uint64_t kSyntheticUseStream = std::numeric_limits<std::uint64_t>::max();
+
+bool is_segment_action(TraceAction action) {
+  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
+         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
+}
+
+std::string entry_name(std::size_t index) {
+  return "trace entry " + std::to_string(index);
+}
+
+std::string hex(std::uint64_t value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, value);
+  return buffer;
+}
+
+std::string describe_event(const TraceEvent& e) {
+  return std::string(to_string(e.action)) + " addr=" + hex(e.addr) +
+         " size=" + std::to_string(e.size) + " stream=" + std::to_string(e.stream.value);
+}
+
+}  // namespace
+
+std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<TraceEvent>& events) {
+  std::vector<std::pair<TraceAction, Bytes>> out;
+  for (const TraceEvent& e : events)
+    if (is_segment_action(e.action))
+      out.emplace_back(e.action, e.size);
+  return out;
+}
+
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
+  TraceRequests out;
+  out.entries = trace.size();
+  auto& requests = out.requests.requests;
+  requests.reserve(trace.size());
+  out.expected_events.reserve(trace.size());
+
+  std::set<std::uint64_t> streams;
+  for (const TraceEvent& e : trace)
+    streams.insert(e.stream.value);
+  // The stream that used a block freed with pending events: not recorded in the trace.
+  auto use_stream = [&](std::uint64_t allocation_stream) {
+    if (streams.size() == 2)
+      return allocation_stream == *streams.begin() ? *streams.rbegin() : *streams.begin();
+    return kSyntheticUseStream;
+  };
+
+  std::unordered_map<std::uint64_t, std::uint64_t> live;     // address -> tensor
+  std::unordered_map<std::uint64_t, std::uint64_t> pending;  // address -> tensor awaiting events
+  live.reserve(4096);
+  std::uint64_t next_tensor = 1;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    if (e.action != TraceAction::snapshot) {
+      out.expected_events.push_back(e);
+      out.expected_entry_index.push_back(i);
+    }
+    switch (e.action) {
+      case TraceAction::alloc: {
+        const std::uint64_t tensor = next_tensor++;
+        if (!live.emplace(e.addr, tensor).second || pending.contains(e.addr))
+          throw InputError(entry_name(i) + ": alloc at " + hex(e.addr) +
+                           ", which is still allocated");
+        requests.push_back(Request{RequestOp::malloc, TensorId{tensor}, e.size, e.stream, {}});
+        ++out.allocs;
+        break;
+      }
+      case TraceAction::free_requested: {
+        auto it = live.find(e.addr);
+        if (it == live.end()) {
+          ++out.unmatched_frees;
+          break;
+        }
+        const std::uint64_t tensor = it->second;
+        live.erase(it);
+        const bool completes_now = i + 1 < trace.size() &&
+                                   trace[i + 1].action == TraceAction::free_completed &&
+                                   trace[i + 1].addr == e.addr;
+        if (!completes_now) {
+          requests.push_back(Request{RequestOp::record_stream,
+                                     TensorId{tensor},
+                                     0,
+                                     StreamId{use_stream(e.stream.value)},
+                                     {}});
+          pending.emplace(e.addr, tensor);
+        }
+        requests.push_back(Request{RequestOp::free, TensorId{tensor}, 0, e.stream, {}});
+        break;
+      }
+      case TraceAction::free_completed: {
+        auto it = pending.find(e.addr);
+        if (it != pending.end()) {
+          requests.push_back(
+              Request{RequestOp::events_ready, TensorId{it->second}, 0, e.stream, {}});
+          pending.erase(it);
+        }
+        break;
+      }
+      case TraceAction::segment_alloc:
+        out.segments.push_back({e.addr, e.size});
+        break;
+      case TraceAction::oom:
+        out.ooms.push_back(RecordedOom{out.allocs, e.size, e.addr});
+        requests.push_back(
+            Request{RequestOp::malloc, TensorId{next_tensor++}, e.size, e.stream, {}});
+        break;
+      case TraceAction::segment_free:
+      case TraceAction::segment_map:
+      case TraceAction::segment_unmap:
+      case TraceAction::snapshot:
+        break;
+    }
+  }
+  return out;
+}
+
+alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings) {
+  if (!settings.is_object())
+    throw InputError("allocator_settings: expected a dict, got " +
+                     std::string(settings.type_name()));
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    auto it = settings.find(key);
+    if (it == settings.end())
+      throw InputError(std::string("allocator_settings: missing '") + key + "'");
+    return *it;
+  };
+  alloc::AllocatorConfig config;
+  const auto& raw = field("PYTORCH_CUDA_ALLOC_CONF");
+  if (!raw.is_string())
+    throw InputError("allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string");
+  config.raw = raw.get<std::string>();
+
+  const auto& max_split = field("max_split_size");
+  if (!max_split.is_number_integer())
+    throw InputError("allocator_settings: 'max_split_size' must be an integer");
+  const auto max_split_value = max_split.get<std::int64_t>();
+  config.max_split_size =
+      max_split_value < 0 ? alloc::kUnlimited : static_cast<Bytes>(max_split_value);
+  const auto& gc = field("garbage_collection_threshold");
+  if (!gc.is_number())
+    throw InputError("allocator_settings: 'garbage_collection_threshold' must be a number");
+  config.garbage_collection_threshold = gc.get<double>();
+  const auto& expandable = field("expandable_segments");
+  if (!expandable.is_boolean())
+    throw InputError("allocator_settings: 'expandable_segments' must be a bool");
+  config.expandable_segments = expandable.get<bool>();
+  const auto& table = field("roundup_power2_divisions");
+  if (!table.is_object())
+    throw InputError("allocator_settings: 'roundup_power2_divisions' must be a dict");
+  for (const auto& [key, value] : table.items()) {
+    std::uint64_t mib = 0;
+    try {
+      mib = std::stoull(key);
+    } catch (const std::exception&) {
+      throw InputError("allocator_settings: roundup_power2_divisions key '" + key +
+                       "' is not a number of MiB");
+    }
+    if (!std::has_single_bit(mib) || !value.is_number_integer() || value.get<std::int64_t>() < 0)
+      throw InputError("allocator_settings: roundup_power2_divisions entry '" + key +
+                       "' must be a power-of-two MiB key with a non-negative integer value");
+    const auto index = static_cast<std::size_t>(std::countr_zero(mib));
+    if (index >= alloc::kRoundupIntervals)
+      throw InputError("allocator_settings: roundup_power2_divisions key '" + key +
+                       "' is beyond 32768 MiB");
+    config.roundup_power2_divisions[index] = value.get<std::uint64_t>();
+  }
+  return config;
+}
+
+std::string describe(const Divergence& d) {
+  std::string text = "event " + std::to_string(d.event_index) + " (trace entry " +
+                     std::to_string(d.trace_entry) + "): expected ";
+  text += d.expected ? describe_event(*d.expected) : std::string("nothing more");
+  text += ", got ";
+  text += d.got ? describe_event(*d.got) : std::string("nothing more");
+  return text;
+}
+
+ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
+                          const nlohmann::json& allocator_settings, const ReplayOptions& options) {
+  TraceRequests requests = requests_from_trace(trace);
+  const bool recorded_config = !options.config.has_value();
+  const alloc::AllocatorConfig config =
+      recorded_config ? config_from_settings(allocator_settings) : *options.config;
+
+  alloc::SimulatedDevice simulated(options.capacity.value_or(alloc::kUnlimited),
+                                   options.total_memory);
+  alloc::RecordedAddressDevice device(requests.segments, simulated);
+  std::vector<Bytes> free_at_ooms;
+  for (const RecordedOom& oom : requests.ooms)
+    free_at_ooms.push_back(oom.device_free);
+  if (recorded_config)
+    device.set_free_memory_at_ooms(std::move(free_at_ooms));
+
+  alloc::TraceRecorder recorder;
+  alloc::RunOptions run_options;
+  run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
+  run_options.allowed_memory = options.allowed_memory;
+  run_options.check_invariants_every = options.check_invariants_every;
+
+  ReplayResult result;
+  result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
+  result.events = recorder.events();
+  result.entries = requests.entries;
+  result.allocs = requests.allocs + requests.ooms.size();
+  result.recorded_ooms = requests.ooms;
+  if (!recorded_config)
+    return result;
+
+  result.compared = true;
+  result.segment_events_match =
+      segment_events(result.events) == segment_events(requests.expected_events);
+  std::vector<RecordedOom> got_ooms;
+  for (const alloc::RequestOom& oom : result.run.ooms)
+    got_ooms.push_back(RecordedOom{oom.allocs_before, oom.oom.rounded_size, oom.oom.device_free});
+  result.ooms_match = got_ooms == requests.ooms;
+
+  // Addresses inside expandable reservations are the simulated device's, not the driver's.
+  const bool compare_addresses = !config.expandable_segments;
+  const auto& expected = requests.expected_events;
+  const std::size_t common = std::min(expected.size(), result.events.size());
+  for (std::size_t i = 0; i <= common; ++i) {
+    if (i == common) {
+      if (expected.size() != result.events.size()) {
+        Divergence d;
+        d.event_index = i;
+        d.trace_entry = i < expected.size() ? requests.expected_entry_index[i] : trace.size();
+        if (i < expected.size())
+          d.expected = expected[i];
+        if (i < result.events.size())
+          d.got = result.events[i];
+        result.first_divergence = d;
+      }
+      break;
+    }
+    const TraceEvent& want = expected[i];
+    const TraceEvent& got = result.events[i];
+    const bool same = want.action == got.action && want.size == got.size &&
+                      want.stream == got.stream && (!compare_addresses || want.addr == got.addr);
+    if (!same) {
+      result.first_divergence = Divergence{i, requests.expected_entry_index[i], want, got};
+      break;
+    }
+  }
+  return result;
+}
+
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options) {
+  static const std::vector<TraceEvent> kEmpty;
+  const auto& trace = snapshot.device_traces.empty() ? kEmpty : snapshot.device_traces[0];
+  return replay_trace(trace, snapshot.allocator_settings, options);
+}
+
+}  // namespace fragscope::replay

@@ -1,0 +1,102 @@
+#pragma once
+// Replays a recorded PyTorch trace through the caching-allocator model and compares the result
+// with the recording: the model must make the same decisions (every alloc address, every
+// segment_alloc/free/map/unmap, the OOM at the same request) for the same requests.
+//
+// A trace is turned into the RequestStream it implies (requests_from_trace), so what-if analysis
+// can run the same requests under another config or capacity through alloc::run_requests.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/caching_allocator.h"
+#include "engine/allocator/run.h"
+#include "engine/core/request.h"
+#include "engine/core/trace.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace fragscope::replay {
+
+// totalGlobalMem of the H200 the fixtures were recorded on; the default device size of a replay
+// (it sizes expandable reservations and prints as "total capacity" in OOM text).
+inline constexpr Bytes kH200TotalMemory = 150'109'880'320;
+
+struct RecordedOom {
+  std::size_t allocs_before = 0;  // successful allocations before the failing request
+  Bytes size = 0;                 // rounded request, as the oom entry holds it
+  Bytes device_free = 0;          // cudaMemGetInfo free at the failure
+  friend bool operator==(const RecordedOom&, const RecordedOom&) = default;
+};
+
+// What a trace asks of the allocator, plus what the recording says the allocator did.
+struct TraceRequests {
+  RequestStream requests;
+  std::size_t entries = 0;  // trace entries read
+  std::size_t allocs = 0;   // alloc entries (successful allocations in the recording)
+  // The recorded segment_alloc addresses in order, for alloc::RecordedAddressDevice.
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> segments;
+  std::vector<RecordedOom> ooms;
+  // The recorded entries the model also emits (everything but `snapshot`), in order.
+  std::vector<TraceEvent> expected_events;
+  std::vector<std::size_t> expected_entry_index;  // trace index of each expected event
+  // Frees of addresses the trace never allocated (it started after they were made): skipped.
+  std::size_t unmatched_frees = 0;
+};
+
+// alloc -> malloc; free_requested -> free (preceded by record_stream on another stream when the
+// free completed later, i.e. the block waited for stream events); a deferred free_completed ->
+// events_ready; oom -> a malloc of the recorded (rounded) size that must fail. The stream a
+// block was recorded on is not in the trace: with exactly two streams it is the other one,
+// otherwise a synthetic stream (UINT64_MAX). Throws InputError for inconsistent traces (an alloc
+// at a live address), naming the entry.
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace);
+
+// The allocator config a snapshot's allocator_settings describe: its PYTORCH_CUDA_ALLOC_CONF
+// string, checked against the recorded max_split_size, garbage_collection_threshold,
+// expandable_segments and roundup_power2_divisions. InputError when they disagree or are
+// malformed.
+alloc::AllocatorConfig config_from_settings(const nlohmann::json& allocator_settings);
+
+struct ReplayOptions {
+  std::optional<alloc::AllocatorConfig> config;  // default: the recorded config
+  std::optional<Bytes> capacity;                 // device capacity; default unlimited
+  std::optional<Bytes> allowed_memory;           // per-process limit (memory fraction)
+  Bytes total_memory = kH200TotalMemory;
+  std::size_t check_invariants_every = 0;  // is_valid() after every N-th request (0 = never)
+};
+
+struct Divergence {
+  std::size_t event_index = 0;         // index among the compared events
+  std::size_t trace_entry = 0;         // index of the expected entry in the trace (or trace size)
+  std::optional<TraceEvent> expected;  // nullopt: the model emitted more than the recording
+  std::optional<TraceEvent> got;       // nullopt: the model stopped short
+};
+std::string describe(const Divergence& divergence);
+
+struct ReplayResult {
+  alloc::RunResult run;
+  std::vector<TraceEvent> events;  // what the model emitted
+  std::size_t entries = 0;
+  std::size_t allocs = 0;  // alloc requests replayed
+  std::vector<RecordedOom> recorded_ooms;
+  // Filled when replayed under the recorded config (options.config unset):
+  bool compared = false;
+  bool segment_events_match = false;           // same segment_* actions and sizes, in order
+  bool ooms_match = false;                     // same OOMs at the same request with the same size
+  std::optional<Divergence> first_divergence;  // first event that differs (addresses compared
+                                               // except inside expandable reservations)
+};
+
+ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
+                          const nlohmann::json& allocator_settings,
+                          const ReplayOptions& options = {});
+// Device 0's trace of a snapshot.
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options = {});
+
+// (action, size) of the segment_alloc/free/map/unmap events, in order.
+std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<TraceEvent>& events);
+
+}  // namespace fragscope::replay

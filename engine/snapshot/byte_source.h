@@ -1,0 +1,60 @@
+#pragma once
+// The bytes of a pickle, from a file or from memory, plain or gzip (detected by the magic bytes
+// 1f 8b). Reads in chunks, so a 1 GB file never sits in memory at once. Offsets count
+// decompressed bytes, which is what a pickle disassembler (python -m pickletools) shows.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fragscope::snapshot {
+
+class ByteSource {
+ public:
+  // Throws fragscope::InputError when the file cannot be opened.
+  ByteSource(const std::filesystem::path& path, std::uint64_t max_decompressed);
+  ByteSource(std::span<const std::uint8_t> data, std::string name, std::uint64_t max_decompressed);
+  ~ByteSource();
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // Consumes `n` bytes and returns them (valid until the next call), or nullptr when the input
+  // ends first. `n` should be small (opcode arguments); large payloads use read_into.
+  const std::uint8_t* take(std::size_t n);
+  // Appends exactly `n` bytes to `out`; false when the input ends first.
+  bool read_into(std::string& out, std::uint64_t n);
+  std::uint64_t offset() const { return consumed_; }
+  bool compressed() const { return gzip_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void start();
+  std::size_t read_raw(std::uint8_t* dst, std::size_t n);
+  // Appends decompressed bytes after end_; returns how many (0 = end of input).
+  std::size_t fill();
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::string name_;
+  std::uint64_t max_decompressed_;
+  std::FILE* file_ = nullptr;
+  std::span<const std::uint8_t> memory_;
+  std::size_t memory_pos_ = 0;
+  bool raw_eof_ = false;
+  bool gzip_ = false;
+  bool gzip_done_ = false;  // the current gzip member ended
+  struct Inflater;
+  std::unique_ptr<Inflater> inflater_;
+  std::vector<std::uint8_t> raw_;  // compressed input buffer
+  std::vector<std::uint8_t> buf_;  // decompressed bytes [begin_, end_)
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::uint64_t consumed_ = 0;
+  std::uint64_t produced_ = 0;
+  std::uint64_t raw_read_ = 0;
+};
+
+}  // namespace fragscope::snapshot

@@ -1,0 +1,714 @@
+#include "engine/snapshot/pickle_vm.h"
+
+#include <bit>
+#include <cstring>
+
+#include "engine/core/error.h"
+
+namespace fragscope::snapshot::pickle {
+namespace {
+
+// Opcodes (CPython Lib/pickle.py names).
+enum Op : std::uint8_t {
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  FLOAT = 'F',
+  INT = 'I',
+  BININT = 'J',
+  BININT1 = 'K',
+  LONG = 'L',
+  BININT2 = 'M',
+  NONE = 'N',
+  PERSID = 'P',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  STRING = 'S',
+  BINSTRING = 'T',
+  SHORT_BINSTRING = 'U',
+  UNICODE = 'V',
+  BINUNICODE = 'X',
+  APPEND = 'a',
+  BUILD = 'b',
+  GLOBAL = 'c',
+  DICT = 'd',
+  EMPTY_DICT = '}',
+  APPENDS = 'e',
+  GET = 'g',
+  BINGET = 'h',
+  INST = 'i',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  EMPTY_LIST = ']',
+  OBJ = 'o',
+  PUT = 'p',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  EMPTY_TUPLE = ')',
+  SETITEMS = 'u',
+  BINFLOAT = 'G',
+  PROTO = 0x80,
+  NEWOBJ = 0x81,
+  EXT1 = 0x82,
+  EXT2 = 0x83,
+  EXT4 = 0x84,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  EMPTY_SET = 0x8f,
+  ADDITEMS = 0x90,
+  FROZENSET = 0x91,
+  NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
+  BYTEARRAY8 = 0x96,
+  NEXT_BUFFER = 0x97,
+  READONLY_BUFFER = 0x98,
+};
+
+// Opcodes that import, call or build arbitrary objects. A snapshot never needs them, and running
+// them is how a pickle executes code, so they are refused by name.
+const char* refused_name(std::uint8_t op) {
+  switch (op) {
+    case GLOBAL:
+      return "GLOBAL";
+    case STACK_GLOBAL:
+      return "STACK_GLOBAL";
+    case REDUCE:
+      return "REDUCE";
+    case BUILD:
+      return "BUILD";
+    case INST:
+      return "INST";
+    case OBJ:
+      return "OBJ";
+    case NEWOBJ:
+      return "NEWOBJ";
+    case NEWOBJ_EX:
+      return "NEWOBJ_EX";
+    case EXT1:
+      return "EXT1";
+    case EXT2:
+      return "EXT2";
+    case EXT4:
+      return "EXT4";
+    case PERSID:
+      return "PERSID";
+    case BINPERSID:
+      return "BINPERSID";
+    case NEXT_BUFFER:
+      return "NEXT_BUFFER";
+    case READONLY_BUFFER:
+      return "READONLY_BUFFER";
+    default:
+      return nullptr;
+  }
+}
+
+static_assert(std::endian::native == std::endian::little, "pickle integers are little-endian");
+
+template <typename T>
+T load_le(const std::uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+Value scalar(Kind kind, std::int64_t i = 0) {
+  Value v;
+  v.kind = kind;
+  v.i = i;
+  return v;
+}
+
+bool is_container(Kind k) {
+  return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set ||
+         k == Kind::trace_list;
+}
+
+std::string hex_byte(std::uint8_t b) {
+  static const char* digits = "0123456789abcdef";
+  return std::string("0x") + digits[b >> 4] + digits[b & 15];
+}
+
+}  // namespace
+
+std::string_view to_string(Kind kind) {
+  switch (kind) {
+    case Kind::none:
+      return "None";
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+    case Kind::big_integer:
+      return "int";
+    case Kind::floating:
+      return "float";
+    case Kind::string:
+      return "str";
+    case Kind::bytes:
+      return "bytes";
+    case Kind::list:
+    case Kind::trace_list:
+      return "list";
+    case Kind::tuple:
+      return "tuple";
+    case Kind::dict:
+      return "dict";
+    case Kind::set:
+      return "set";
+    case Kind::frame:
+      return "frame dict";
+    case Kind::frame_stack:
+      return "frames list";
+    case Kind::consumed:
+      return "consumed object";
+    case Kind::unset:
+      return "unset";
+  }
+  return "?";
+}
+
+bool Value::is_node() const {
+  return is_container(kind) || kind == Kind::big_integer || kind == Kind::bytes;
+}
+
+Machine::Machine(ByteSource& source, const ReadLimits& limits, ListSink* sink)
+    : source_(source), limits_(limits), sink_(sink) {}
+
+void Machine::fail(const std::string& what) const {
+  throw InputError(source_.name() + ": pickle byte offset " + std::to_string(op_offset_) + ": " +
+                   what);
+}
+
+Node& Machine::node(const Value& v) {
+  Node& n = nodes_[v.ref];
+  if (n.generation != v.generation)
+    fail("an object was referenced again after it was compacted (shared trace entry?)");
+  return n;
+}
+
+const Node& Machine::node(const Value& v) const {
+  return const_cast<Machine*>(this)->node(v);
+}
+
+std::uint32_t Machine::intern(std::string_view s) {
+  auto it = string_ids_.find(s);
+  if (it != string_ids_.end())
+    return it->second;
+  auto id = static_cast<std::uint32_t>(strings_.size());
+  strings_.emplace_back(s);
+  string_ids_.emplace(strings_.back(), id);
+  return id;
+}
+
+Value Machine::new_node(Kind kind) {
+  std::uint32_t index;
+  if (!free_nodes_.empty()) {
+    index = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& n = nodes_[index];
+  n.kind = kind;
+  n.escaped = false;
+  n.memo_slot = Node::kNoSlot;
+  n.aux = 0;
+  n.depth = 1;
+  n.items.clear();
+  n.data.clear();
+  Value v;
+  v.kind = kind;
+  v.ref = index;
+  v.generation = n.generation;
+  return v;
+}
+
+void Machine::retire(const Value& v, Value replacement) {
+  Node& n = node(v);
+  if (n.memo_slot != Node::kNoSlot && n.memo_slot < memo_.size())
+    memo_[n.memo_slot] = replacement;
+  if (n.escaped) {
+    // Someone else may still hold this node: keep it, but as the compact replacement.
+    n.kind = replacement.kind;
+    n.aux = replacement.ref;
+    n.items = {};
+    return;
+  }
+  ++n.generation;
+  n.items.clear();
+  n.data.clear();
+  free_nodes_.push_back(v.ref);
+}
+
+std::uint32_t Machine::new_event_list() {
+  event_lists_.emplace_back();
+  return static_cast<std::uint32_t>(event_lists_.size() - 1);
+}
+
+void Machine::push(Value v) {
+  if (stack_.size() >= limits_.max_stack)
+    fail("pickle stack exceeds the limit of " + std::to_string(limits_.max_stack) + " entries");
+  stack_.push_back(v);
+}
+
+Value Machine::pop() {
+  if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size()))
+    fail("stack underflow (expected a value on the stack)");
+  Value v = stack_.back();
+  stack_.pop_back();
+  return v;
+}
+
+Value& Machine::top() {
+  if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size()))
+    fail("stack underflow (expected a value on the stack)");
+  return stack_.back();
+}
+
+std::size_t Machine::pop_mark() {
+  if (marks_.empty())
+    fail("MARK expected before this opcode");
+  std::size_t m = marks_.back();
+  marks_.pop_back();
+  return m;
+}
+
+void Machine::memo_put(std::uint64_t index) {
+  Value v = top();
+  if (index >= memo_.size()) {
+    if (index - memo_.size() > limits_.max_memo_gap)
+      fail("memo index " + std::to_string(index) + " is far beyond the memo size " +
+           std::to_string(memo_.size()));
+    memo_.resize(index + 1, scalar(Kind::unset));
+  }
+  memo_[index] = v;
+  if (v.is_node()) {
+    Node& n = node(v);
+    n.memo_slot = static_cast<std::uint32_t>(index);
+  }
+}
+
+Value Machine::memo_get(std::uint64_t index) {
+  if (index >= memo_.size() || memo_[index].kind == Kind::unset)
+    fail("memo index " + std::to_string(index) + " was never stored");
+  Value v = memo_[index];
+  if (v.kind == Kind::consumed)
+    fail("memo index " + std::to_string(index) + " refers to a trace entry that is used twice");
+  if (v.is_node())
+    node(v).escaped = true;
+  return v;
+}
+
+void Machine::note_child(Node& parent, const Value& child) {
+  if (!is_container(child.kind))
+    return;
+  std::uint64_t d = nodes_[child.ref].depth + 1;
+  if (d > parent.depth) {
+    parent.depth = d;
+    if (d > limits_.max_nesting)
+      fail("containers nested deeper than " + std::to_string(limits_.max_nesting) + " levels");
+  }
+}
+
+void Machine::add_to_list(Value list, std::size_t first) {
+  if (list.kind != Kind::list && list.kind != Kind::trace_list)
+    fail("APPEND(S) expects a list below its items, found " + std::string(to_string(list.kind)));
+  std::span<Value> items(stack_.data() + first, stack_.size() - first);
+  if (sink_ == nullptr || !sink_->on_append(*this, list, items)) {
+    Node& n = node(list);
+    if (n.kind == Kind::trace_list)
+      fail("a trace list holds something other than trace entry dicts");
+    for (const Value& item : items)
+      note_child(n, item);
+    n.items.insert(n.items.end(), items.begin(), items.end());
+  }
+  stack_.resize(first);
+}
+
+void Machine::add_to_dict(Value dict, std::size_t first) {
+  if (dict.kind != Kind::dict)
+    fail("SETITEM(S) expects a dict below its items, found " + std::string(to_string(dict.kind)));
+  if ((stack_.size() - first) % 2 != 0)
+    fail("SETITEMS with an odd number of stack items (expected key/value pairs)");
+  Node& n = node(dict);
+  for (std::size_t i = first; i < stack_.size(); i += 2) {
+    Kind key = stack_[i].kind;
+    if (key == Kind::list || key == Kind::dict || key == Kind::set || key == Kind::trace_list)
+      fail("unhashable dict key of type " + std::string(to_string(key)));
+    note_child(n, stack_[i + 1]);
+  }
+  // Python keeps the last value of a repeated key; lookups here scan from the back to match.
+  n.items.insert(n.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(first), stack_.end());
+  stack_.resize(first);
+}
+
+void Machine::add_to_set(Value set, std::size_t first) {
+  if (set.kind != Kind::set)
+    fail("ADDITEMS expects a set below its items, found " + std::string(to_string(set.kind)));
+  Node& n = node(set);
+  for (std::size_t i = first; i < stack_.size(); ++i)
+    note_child(n, stack_[i]);
+  n.items.insert(n.items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(first), stack_.end());
+  stack_.resize(first);
+}
+
+Value Machine::make_tuple(std::size_t first) {
+  Value t = new_node(Kind::tuple);
+  Node& n = nodes_[t.ref];
+  for (std::size_t i = first; i < stack_.size(); ++i)
+    note_child(n, stack_[i]);
+  n.items.assign(stack_.begin() + static_cast<std::ptrdiff_t>(first), stack_.end());
+  stack_.resize(first);
+  return t;
+}
+
+Value Machine::make_string(std::uint64_t length) {
+  if (length > limits_.max_string)
+    fail("string of " + std::to_string(length) + " bytes exceeds the limit of " +
+         std::to_string(limits_.max_string));
+  Value v;
+  v.kind = Kind::string;
+  if (length <= 64) {
+    const std::uint8_t* p = source_.take(static_cast<std::size_t>(length));
+    if (p == nullptr)
+      fail("input ends inside a string of " + std::to_string(length) + " bytes");
+    v.ref = intern(std::string_view(reinterpret_cast<const char*>(p), length));
+    return v;
+  }
+  scratch_.clear();
+  if (!source_.read_into(scratch_, length))
+    fail("input ends inside a string of " + std::to_string(length) + " bytes");
+  v.ref = intern(scratch_);
+  return v;
+}
+
+Value Machine::make_bytes(std::uint64_t length) {
+  if (length > limits_.max_string)
+    fail("bytes object of " + std::to_string(length) + " bytes exceeds the limit of " +
+         std::to_string(limits_.max_string));
+  Value v = new_node(Kind::bytes);
+  if (!source_.read_into(nodes_[v.ref].data, length))
+    fail("input ends inside a bytes object of " + std::to_string(length) + " bytes");
+  return v;
+}
+
+Value Machine::make_long(std::uint64_t length) {
+  if (length > 1u << 20)
+    fail("integer of " + std::to_string(length) + " bytes is too large");
+  scratch_.clear();
+  if (!source_.read_into(scratch_, length))
+    fail("input ends inside an integer of " + std::to_string(length) + " bytes");
+  Value v;
+  v.kind = Kind::integer;
+  // Little-endian two's complement. Up to 8 bytes is an int64; longer is kept only if its extra
+  // bytes are pure sign extension.
+  std::size_t n = scratch_.size();
+  while (n > 8) {
+    auto b = static_cast<std::uint8_t>(scratch_[n - 1]);
+    auto below = static_cast<std::uint8_t>(scratch_[n - 2]);
+    bool sign_ext = (b == 0x00 && (below & 0x80) == 0) || (b == 0xff && (below & 0x80) != 0);
+    if (!sign_ext)
+      break;
+    --n;
+  }
+  if (n > 8) {
+    Value big = new_node(Kind::big_integer);
+    nodes_[big.ref].data = scratch_;
+    return big;
+  }
+  std::uint64_t u = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    u |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(scratch_[i])) << (8 * i);
+  if (n > 0 && n < 8 && (static_cast<std::uint8_t>(scratch_[n - 1]) & 0x80) != 0)
+    u |= ~std::uint64_t{0} << (8 * n);  // sign-extend
+  v.i = static_cast<std::int64_t>(u);
+  return v;
+}
+
+Value Machine::run() {
+  auto need = [this](std::size_t n, const char* what) {
+    const std::uint8_t* p = source_.take(n);
+    if (p == nullptr)
+      fail(std::string("input ends inside the argument of ") + what +
+           " (truncated file? expected " + std::to_string(n) + " more bytes)");
+    return p;
+  };
+  auto push_int = [this](std::int64_t i) {
+    Value v;
+    v.kind = Kind::integer;
+    v.i = i;
+    push(v);
+  };
+
+  op_offset_ = source_.offset();
+  const std::uint8_t* first = source_.take(1);
+  if (first == nullptr)
+    fail("empty input (expected a pickle)");
+  if (*first != PROTO)
+    fail("not a pickle of protocol 2 or later (expected the PROTO opcode 0x80 at byte 0, found " +
+         hex_byte(*first) + ")");
+  protocol_ = *need(1, "PROTO");
+  if (protocol_ < 2 || protocol_ > 5)
+    fail("unsupported pickle protocol " + std::to_string(protocol_) + " (expected 2 to 5)");
+
+  for (;;) {
+    op_offset_ = source_.offset();
+    const std::uint8_t* opp = source_.take(1);
+    if (opp == nullptr)
+      fail("input ends before the STOP opcode (truncated file?)");
+    std::uint8_t op = *opp;
+    switch (op) {
+      case PROTO:
+        need(1, "PROTO");
+        break;
+      case FRAME:
+        need(8, "FRAME");  // frame length is only a read-ahead hint
+        break;
+      case STOP: {
+        if (!marks_.empty())
+          fail("STOP with an open MARK");
+        if (stack_.size() != 1)
+          fail("STOP expects exactly one object on the stack, found " +
+               std::to_string(stack_.size()));
+        return stack_.back();
+      }
+      case MARK:
+        if (marks_.size() >= limits_.max_stack)
+          fail("too many open MARKs");
+        marks_.push_back(stack_.size());
+        break;
+      case POP:
+        if (!marks_.empty() && marks_.back() == stack_.size())
+          marks_.pop_back();  // CPython: POP on an empty mark pops the mark
+        else
+          pop();
+        break;
+      case POP_MARK:
+        stack_.resize(pop_mark());
+        break;
+      case DUP: {
+        Value v = top();
+        if (v.is_node())
+          node(v).escaped = true;
+        push(v);
+        break;
+      }
+      case NONE:
+        push(scalar(Kind::none));
+        break;
+      case NEWTRUE:
+      case NEWFALSE: {
+        Value v;
+        v.kind = Kind::boolean;
+        v.i = op == NEWTRUE ? 1 : 0;
+        push(v);
+        break;
+      }
+      case BININT:
+        push_int(load_le<std::int32_t>(need(4, "BININT")));
+        break;
+      case BININT1:
+        push_int(*need(1, "BININT1"));
+        break;
+      case BININT2:
+        push_int(load_le<std::uint16_t>(need(2, "BININT2")));
+        break;
+      case LONG1:
+        push(make_long(*need(1, "LONG1")));
+        break;
+      case LONG4: {
+        std::int32_t n = load_le<std::int32_t>(need(4, "LONG4"));
+        if (n < 0)
+          fail("LONG4 with a negative length");
+        push(make_long(static_cast<std::uint64_t>(n)));
+        break;
+      }
+      case BINFLOAT: {
+        std::uint64_t bits = load_le<std::uint64_t>(need(8, "BINFLOAT"));
+        bits = __builtin_bswap64(bits);  // big-endian on the wire
+        Value v;
+        v.kind = Kind::floating;
+        v.d = std::bit_cast<double>(bits);
+        push(v);
+        break;
+      }
+      case SHORT_BINUNICODE:
+        push(make_string(*need(1, "SHORT_BINUNICODE")));
+        break;
+      case BINUNICODE:
+        push(make_string(load_le<std::uint32_t>(need(4, "BINUNICODE"))));
+        break;
+      case BINUNICODE8:
+        push(make_string(load_le<std::uint64_t>(need(8, "BINUNICODE8"))));
+        break;
+      case SHORT_BINSTRING:  // Python 2 str: text as far as a snapshot is concerned
+        push(make_string(*need(1, "SHORT_BINSTRING")));
+        break;
+      case BINSTRING: {
+        std::int32_t n = load_le<std::int32_t>(need(4, "BINSTRING"));
+        if (n < 0)
+          fail("BINSTRING with a negative length");
+        push(make_string(static_cast<std::uint64_t>(n)));
+        break;
+      }
+      case SHORT_BINBYTES:
+        push(make_bytes(*need(1, "SHORT_BINBYTES")));
+        break;
+      case BINBYTES:
+        push(make_bytes(load_le<std::uint32_t>(need(4, "BINBYTES"))));
+        break;
+      case BINBYTES8:
+      case BYTEARRAY8:
+        push(make_bytes(load_le<std::uint64_t>(need(8, "BINBYTES8"))));
+        break;
+      case EMPTY_LIST:
+        push(new_node(Kind::list));
+        break;
+      case EMPTY_DICT:
+        push(new_node(Kind::dict));
+        break;
+      case EMPTY_SET:
+        push(new_node(Kind::set));
+        break;
+      case EMPTY_TUPLE:
+        push(new_node(Kind::tuple));
+        break;
+      case APPEND: {
+        if (stack_.size() < 2 || (!marks_.empty() && marks_.back() > stack_.size() - 2))
+          fail("APPEND needs a list and an item on the stack");
+        add_to_list(stack_[stack_.size() - 2], stack_.size() - 1);
+        break;
+      }
+      case APPENDS: {
+        std::size_t m = pop_mark();
+        if (m == 0 || (!marks_.empty() && marks_.back() > m - 1))
+          fail("APPENDS needs a list below its MARK");
+        add_to_list(stack_[m - 1], m);
+        break;
+      }
+      case LIST: {
+        std::size_t m = pop_mark();
+        Value list = new_node(Kind::list);
+        Node& n = nodes_[list.ref];
+        for (std::size_t i = m; i < stack_.size(); ++i)
+          note_child(n, stack_[i]);
+        n.items.assign(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
+        stack_.resize(m);
+        push(list);
+        break;
+      }
+      case SETITEM: {
+        if (stack_.size() < 3 || (!marks_.empty() && marks_.back() > stack_.size() - 3))
+          fail("SETITEM needs a dict, a key and a value on the stack");
+        add_to_dict(stack_[stack_.size() - 3], stack_.size() - 2);
+        break;
+      }
+      case SETITEMS: {
+        std::size_t m = pop_mark();
+        if (m == 0 || (!marks_.empty() && marks_.back() > m - 1))
+          fail("SETITEMS needs a dict below its MARK");
+        add_to_dict(stack_[m - 1], m);
+        break;
+      }
+      case DICT: {
+        std::size_t m = pop_mark();
+        Value dict = new_node(Kind::dict);
+        stack_.insert(stack_.begin() + static_cast<std::ptrdiff_t>(m), dict);
+        add_to_dict(dict, m + 1);
+        stack_.resize(m);
+        push(dict);
+        break;
+      }
+      case ADDITEMS: {
+        std::size_t m = pop_mark();
+        if (m == 0 || (!marks_.empty() && marks_.back() > m - 1))
+          fail("ADDITEMS needs a set below its MARK");
+        add_to_set(stack_[m - 1], m);
+        break;
+      }
+      case FROZENSET: {
+        std::size_t m = pop_mark();
+        Value set = new_node(Kind::set);
+        stack_.insert(stack_.begin() + static_cast<std::ptrdiff_t>(m), set);
+        add_to_set(set, m + 1);
+        stack_.resize(m);
+        push(set);
+        break;
+      }
+      case TUPLE:
+        push(make_tuple(pop_mark()));
+        break;
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3: {
+        std::size_t count = static_cast<std::size_t>(op - TUPLE1 + 1);
+        if (stack_.size() < count || (!marks_.empty() && marks_.back() > stack_.size() - count))
+          fail("TUPLE" + std::to_string(count) + " needs " + std::to_string(count) +
+               " items on the stack");
+        push(make_tuple(stack_.size() - count));
+        break;
+      }
+      case BINPUT:
+        memo_put(*need(1, "BINPUT"));
+        break;
+      case LONG_BINPUT:
+        memo_put(load_le<std::uint32_t>(need(4, "LONG_BINPUT")));
+        break;
+      case MEMOIZE:
+        memo_put(memo_.size());
+        break;
+      case BINGET:
+        push(memo_get(*need(1, "BINGET")));
+        break;
+      case LONG_BINGET:
+        push(memo_get(load_le<std::uint32_t>(need(4, "LONG_BINGET"))));
+        break;
+      case PUT:
+      case GET: {
+        // Text forms (protocol 0 style) still appear in hand-written pickles: "p12\n".
+        std::string digits;
+        for (;;) {
+          const std::uint8_t* c = need(1, op == PUT ? "PUT" : "GET");
+          if (*c == '\n')
+            break;
+          if (*c < '0' || *c > '9' || digits.size() > 18)
+            fail(std::string(op == PUT ? "PUT" : "GET") + " expects a decimal memo index");
+          digits.push_back(static_cast<char>(*c));
+        }
+        if (digits.empty())
+          fail(std::string(op == PUT ? "PUT" : "GET") + " expects a decimal memo index");
+        std::uint64_t index = std::stoull(digits);
+        if (op == PUT)
+          memo_put(index);
+        else
+          push(memo_get(index));
+        break;
+      }
+      default: {
+        if (const char* name = refused_name(op))
+          fail(std::string("refusing opcode ") + name + " (" + hex_byte(op) +
+               "): it imports or calls Python objects, which a memory snapshot never needs");
+        fail("unsupported pickle opcode " + hex_byte(op));
+      }
+    }
+  }
+}
+
+}  // namespace fragscope::snapshot::pickle

@@ -1,0 +1,139 @@
+#pragma once
+// A data-only pickle machine for protocols 2-5. It understands the opcodes Python's pickler emits
+// for dict, list, tuple, set, str, bytes, int, float, bool and None, and refuses every opcode that
+// would import or call something (GLOBAL, REDUCE, BUILD, ...) with an error naming the opcode and
+// its byte offset. Objects live in a flat arena (no recursion when freeing, so no stack overflow
+// on hostile nesting); a ListSink sees the items of every APPEND/APPENDS first and may consume
+// them into a compact structure, which is how a 1 GB trace never becomes a generic object tree.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/snapshot/byte_source.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace fragscope::snapshot::pickle {
+
+enum class Kind : std::uint8_t {
+  none,
+  boolean,
+  integer,      // fits int64: Value::i
+  big_integer,  // does not fit int64: node data = little-endian two's complement bytes
+  floating,     // Value::d
+  string,       // Value::ref = string id
+  bytes,        // node data
+  list,
+  tuple,
+  dict,  // node items = k0, v0, k1, v1, ...
+  set,
+  frame,        // a frame dict already interned: Value::ref = frame index
+  frame_stack,  // a frames list already interned: Value::ref = FrameStackId
+  trace_list,   // a list whose items were consumed as trace events: node aux = event list index
+  consumed,     // an object a sink consumed; reading it again is an error
+  unset,        // memo hole
+};
+std::string_view to_string(Kind kind);
+
+struct Value {
+  Kind kind = Kind::none;
+  std::uint32_t ref = 0;  // string id, frame index, stack id or node index
+  union {
+    std::int64_t i = 0;
+    double d;
+    std::uint64_t generation;  // node values: generation of the node when referenced
+  };
+  bool is_node() const;
+};
+
+struct Node {
+  Kind kind = Kind::list;
+  bool escaped = false;  // fetched from the memo (GET) or DUP'd: other references may exist
+  std::uint32_t memo_slot = kNoSlot;
+  std::uint32_t aux = 0;
+  std::uint64_t generation = 0;
+  std::uint64_t depth = 1;  // containers nested inside, including itself
+  std::vector<Value> items;
+  std::string data;  // bytes / big integer payload
+
+  static constexpr std::uint32_t kNoSlot = 0xffffffffu;
+};
+
+class Machine;
+
+// Sees every batch of items appended to a list; returns true when it consumed the batch (the items
+// are then not stored in the list).
+class ListSink {
+ public:
+  virtual ~ListSink() = default;
+  virtual bool on_append(Machine& vm, Value list, std::span<Value> items) = 0;
+};
+
+class Machine {
+ public:
+  Machine(ByteSource& source, const ReadLimits& limits, ListSink* sink);
+
+  // Runs to STOP and returns the top of the stack.
+  Value run();
+
+  // Accessors for sinks and for the schema walk.
+  Node& node(const Value& v);
+  const Node& node(const Value& v) const;
+  std::string_view str(const Value& v) const { return strings_[v.ref]; }
+  std::uint32_t intern(std::string_view s);
+  // Releases a node a sink consumed: its memo slot now reads `replacement`.
+  void retire(const Value& v, Value replacement);
+  std::uint32_t new_event_list();
+  std::vector<TraceEvent>& event_list(std::uint32_t index) { return event_lists_[index]; }
+  int protocol() const { return protocol_; }
+  std::uint64_t offset() const { return source_.offset(); }
+  // Offset of the opcode being executed, for error messages.
+  std::uint64_t op_offset() const { return op_offset_; }
+  [[noreturn]] void fail(const std::string& what) const;
+  const std::string& name() const { return source_.name(); }
+
+ private:
+  Value new_node(Kind kind);
+  void push(Value v);
+  Value pop();
+  Value& top();
+  std::size_t pop_mark();
+  void memo_put(std::uint64_t index);
+  Value memo_get(std::uint64_t index);
+  void add_to_list(Value list, std::size_t first);
+  void add_to_dict(Value dict, std::size_t first);
+  void add_to_set(Value set, std::size_t first);
+  void note_child(Node& parent, const Value& child);
+  Value make_string(std::uint64_t length);
+  Value make_bytes(std::uint64_t length);
+  Value make_long(std::uint64_t length);
+  Value make_tuple(std::size_t first);
+
+  ByteSource& source_;
+  ReadLimits limits_;
+  ListSink* sink_;
+  int protocol_ = 0;
+  std::uint64_t op_offset_ = 0;
+  std::vector<Value> stack_;
+  std::vector<std::size_t> marks_;
+  std::vector<Value> memo_;
+  std::vector<Node> nodes_;
+  std::vector<std::uint32_t> free_nodes_;
+  std::vector<std::string> strings_;
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> string_ids_;
+  std::vector<std::vector<TraceEvent>> event_lists_;
+  std::string scratch_;
+};
+
+}  // namespace fragscope::snapshot::pickle

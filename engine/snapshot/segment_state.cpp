@@ -1,0 +1,559 @@
+#include "engine/snapshot/segment_state.h"
+
+#include <bit>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.h"
+
+namespace fragscope::snapshot {
+namespace {
+constexpr Bytes kMinBlockSize = 512;
+constexpr Bytes kSmallSize = 1 * kMiB;
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+// ---- LayoutRules ------------------------------------------------------------------------------
+
+LayoutRules LayoutRules::from_allocator_settings(const nlohmann::json& settings) {
+  LayoutRules r;
+  if (!settings.is_object())
+    return r;
+  auto bad = [](const std::string& key, const char* expected) {
+    throw InputError("allocator_settings: '" + key + "' must be " + expected);
+  };
+  if (auto it = settings.find("max_split_size"); it != settings.end()) {
+    if (!it->is_number_integer())
+      bad("max_split_size", "an int");
+    std::int64_t v = it->get<std::int64_t>();
+    r.max_split_size = v < 0 ? std::numeric_limits<Bytes>::max() : static_cast<Bytes>(v);
+  }
+  if (auto it = settings.find("expandable_segments"); it != settings.end()) {
+    if (!it->is_boolean())
+      bad("expandable_segments", "a bool");
+    r.expandable_segments = it->get<bool>();
+  }
+  if (auto it = settings.find("roundup_power2_divisions"); it != settings.end()) {
+    if (!it->is_object())
+      bad("roundup_power2_divisions", "a dict of MiB interval start -> divisions");
+    for (const auto& [key, value] : it->items()) {
+      std::uint64_t mib = 0;
+      try {
+        mib = std::stoull(key);
+      } catch (const std::exception&) {
+        bad("roundup_power2_divisions", "keyed by powers of two in MiB");
+      }
+      if (mib == 0 || !std::has_single_bit(mib) || std::bit_width(mib) > 16)
+        bad("roundup_power2_divisions", "keyed by powers of two from 1 to 32768 (MiB)");
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0)
+        bad("roundup_power2_divisions", "a dict of non-negative ints");
+      r.roundup_power2_divisions[static_cast<std::size_t>(std::bit_width(mib) - 1)] =
+          value.get<std::uint64_t>();
+    }
+  }
+  return r;
+}
+
+Bytes LayoutRules::round_size(Bytes n) const {
+  if (n < kMinBlockSize)
+    return kMinBlockSize;
+  int log2n = std::bit_width(n) - 1;
+  int index = std::clamp(log2n - 20, 0, 15);
+  std::uint64_t d = roundup_power2_divisions[static_cast<std::size_t>(index)];
+  if (d > 1 && n > kMinBlockSize * d) {
+    if (std::has_single_bit(n))
+      return n;
+    Bytes floor_pow2 = std::bit_floor(n);
+    Bytes step = floor_pow2 / d;
+    if (step == 0)
+      return floor_pow2 * 2;
+    if (n % step == 0)
+      return n;
+    return n / step * step + step;
+  }
+  return (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+bool LayoutRules::should_split(Bytes block_size, Bytes rounded) const {
+  Bytes remaining = block_size - rounded;
+  if (rounded <= kSmallSize || expandable_segments)
+    return remaining >= kMinBlockSize;
+  return rounded < max_split_size && remaining > kSmallSize;
+}
+
+// ---- SegmentState -----------------------------------------------------------------------------
+
+SegmentState::SegmentState(LayoutRules rules) : rules_(rules) {}
+
+void SegmentState::fail(const TraceEvent& e, const std::string& what) const {
+  throw InputError(std::string(to_string(e.action)) + " at " + hex(e.addr) + " (size " +
+                   std::to_string(e.size) + "): " + what);
+}
+
+SegmentState::SegmentIt SegmentState::segment_containing(std::uint64_t address) {
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin())
+    return segments_.end();
+  --it;
+  if (address - it->first >= it->second.size)
+    return segments_.end();
+  return it;
+}
+
+Bytes SegmentState::split_contribution(const SegmentInfo& s) const {
+  return (!s.expandable && s.block_count > 1) ? s.free_bytes : 0;
+}
+
+void SegmentState::add_free(std::uint64_t address, Bytes size, SegmentInfo& seg) {
+  BlockInfo b;
+  b.size = size;
+  blocks_[address] = b;
+  ++free_sizes_[size];
+  ++seg.block_count;
+  seg.free_bytes += size;
+}
+
+void SegmentState::remove_free(BlockIt it, SegmentInfo& seg) {
+  auto fs = free_sizes_.find(it->second.size);
+  if (--fs->second == 0)
+    free_sizes_.erase(fs);
+  --seg.block_count;
+  seg.free_bytes -= it->second.size;
+  blocks_.erase(it);
+}
+
+SegmentState::BlockIt SegmentState::coalesce(BlockIt it, SegmentIt seg) {
+  std::uint64_t seg_start = seg->first;
+  std::uint64_t seg_end = seg->first + seg->second.size;
+  std::uint64_t start = it->first;
+  Bytes size = it->second.size;
+  bool merged = false;
+  if (it != blocks_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first >= seg_start && prev->first + prev->second.size == start &&
+        prev->second.state == BlockState::inactive) {
+      start = prev->first;
+      size += prev->second.size;
+      remove_free(prev, seg->second);
+      merged = true;
+    }
+  }
+  auto next = std::next(it);
+  if (next != blocks_.end() && next->first < seg_end &&
+      it->first + it->second.size == next->first && next->second.state == BlockState::inactive) {
+    size += next->second.size;
+    remove_free(next, seg->second);
+    merged = true;
+  }
+  if (!merged)
+    return it;
+  remove_free(it, seg->second);
+  add_free(start, size, seg->second);
+  return blocks_.find(start);
+}
+
+void SegmentState::refresh_largest_free() {
+  totals_.largest_free = free_sizes_.empty() ? 0 : free_sizes_.rbegin()->first;
+}
+
+void SegmentState::apply(const TraceEvent& e) {
+  switch (e.action) {
+    case TraceAction::alloc:
+      on_alloc(e);
+      break;
+    case TraceAction::free_requested:
+      on_free_requested(e);
+      break;
+    case TraceAction::free_completed:
+      on_free_completed(e);
+      break;
+    case TraceAction::segment_alloc:
+      on_segment_alloc(e);
+      break;
+    case TraceAction::segment_free:
+      on_segment_free(e);
+      break;
+    case TraceAction::segment_map:
+      on_segment_map(e);
+      break;
+    case TraceAction::segment_unmap:
+      on_segment_unmap(e);
+      break;
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      return;
+  }
+  refresh_largest_free();
+}
+
+void SegmentState::on_alloc(const TraceEvent& e) {
+  auto it = blocks_.find(e.addr);
+  if (it == blocks_.end() || it->second.state != BlockState::inactive)
+    fail(e, "no free block starts at this address");
+  auto seg = segment_containing(e.addr);
+  Bytes rounded = rules_.round_size(e.size);
+  Bytes free_size = it->second.size;
+  if (free_size < rounded)
+    fail(e, "the free block here has only " + std::to_string(free_size) + " bytes for a " +
+                std::to_string(rounded) + "-byte block");
+  Bytes before = split_contribution(seg->second);
+  Bytes size = free_size;
+  remove_free(it, seg->second);
+  if (rules_.should_split(free_size, rounded)) {
+    size = rounded;
+    add_free(e.addr + rounded, free_size - rounded, seg->second);
+  }
+  seg->second.pool = rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
+  BlockInfo b;
+  b.size = size;
+  b.requested = e.size;
+  b.state = BlockState::active_allocated;
+  b.frames = e.frames;
+  blocks_.emplace(e.addr, b);
+  ++seg->second.block_count;
+  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
+  totals_.allocated += size;
+  totals_.active += size;
+  totals_.requested += e.size;
+}
+
+void SegmentState::on_free_requested(const TraceEvent& e) {
+  auto it = blocks_.find(e.addr);
+  if (it == blocks_.end() || it->second.state != BlockState::active_allocated)
+    fail(e, "no allocated block at this address");
+  it->second.state = BlockState::active_pending_free;
+  totals_.allocated -= it->second.size;
+}
+
+void SegmentState::on_free_completed(const TraceEvent& e) {
+  auto it = blocks_.find(e.addr);
+  if (it == blocks_.end() || it->second.state == BlockState::inactive)
+    fail(e, "no active block at this address");
+  if (it->second.state == BlockState::active_allocated)  // free_requested was not recorded
+    totals_.allocated -= it->second.size;
+  auto seg = segment_containing(e.addr);
+  Bytes before = split_contribution(seg->second);
+  Bytes size = it->second.size;
+  totals_.active -= size;
+  totals_.requested -= it->second.requested;
+  it->second = BlockInfo{};
+  it->second.size = size;
+  ++free_sizes_[size];
+  seg->second.free_bytes += size;
+  coalesce(it, seg);
+  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
+}
+
+void SegmentState::on_segment_alloc(const TraceEvent& e) {
+  if (e.size == 0)
+    fail(e, "a segment of 0 bytes");
+  auto after = segments_.lower_bound(e.addr);
+  if ((after != segments_.end() && after->first < e.addr + e.size) ||
+      segment_containing(e.addr) != segments_.end())
+    fail(e, "overlaps an existing segment");
+  SegmentInfo s;
+  s.size = e.size;
+  s.stream = e.stream;
+  s.pool = e.size == 2 * kMiB ? PoolKind::small : PoolKind::large;
+  auto seg = segments_.emplace(e.addr, s).first;
+  add_free(e.addr, e.size, seg->second);
+  totals_.reserved += e.size;
+  ++totals_.segments;
+}
+
+void SegmentState::on_segment_free(const TraceEvent& e) {
+  auto seg = segments_.find(e.addr);
+  if (seg == segments_.end() || seg->second.size != e.size || seg->second.expandable)
+    fail(e, "no cudaMalloc segment of this size starts here");
+  auto it = blocks_.find(e.addr);
+  if (seg->second.block_count != 1 || it == blocks_.end() ||
+      it->second.state != BlockState::inactive)
+    fail(e, "the segment still holds active blocks");
+  remove_free(it, seg->second);
+  segments_.erase(seg);
+  totals_.reserved -= e.size;
+  --totals_.segments;
+}
+
+void SegmentState::recount(SegmentIt seg) {
+  seg->second.block_count = 0;
+  seg->second.free_bytes = 0;
+  std::uint64_t end = seg->first + seg->second.size;
+  for (auto it = blocks_.lower_bound(seg->first); it != blocks_.end() && it->first < end; ++it) {
+    ++seg->second.block_count;
+    if (it->second.state == BlockState::inactive)
+      seg->second.free_bytes += it->second.size;
+  }
+}
+
+void SegmentState::on_segment_map(const TraceEvent& e) {
+  if (e.size == 0)
+    fail(e, "a mapping of 0 bytes");
+  auto after = segments_.lower_bound(e.addr);
+  if ((after != segments_.end() && after->first < e.addr + e.size) ||
+      segment_containing(e.addr) != segments_.end())
+    fail(e, "maps memory that is already mapped");
+  // A mapping grows the expandable segment it touches (same stream), else starts a new range.
+  SegmentIt seg = segments_.end();
+  if (after != segments_.begin()) {
+    auto prev = std::prev(after);
+    if (prev->second.expandable && prev->first + prev->second.size == e.addr &&
+        prev->second.stream == e.stream)
+      seg = prev;
+  }
+  if (seg != segments_.end()) {
+    seg->second.size += e.size;
+  } else {
+    SegmentInfo s;
+    s.size = 0;
+    s.stream = e.stream;
+    s.expandable = true;
+    seg = segments_.emplace(e.addr, s).first;
+    seg->second.size = e.size;
+  }
+  auto next = std::next(seg);
+  if (next != segments_.end() && next->second.expandable &&
+      seg->first + seg->second.size == next->first && next->second.stream == e.stream) {
+    seg->second.size += next->second.size;
+    seg->second.block_count += next->second.block_count;
+    seg->second.free_bytes += next->second.free_bytes;
+    segments_.erase(next);
+  }
+  add_free(e.addr, e.size, seg->second);
+  coalesce(blocks_.find(e.addr), seg);
+  totals_.reserved += e.size;
+}
+
+void SegmentState::on_segment_unmap(const TraceEvent& e) {
+  auto seg = segment_containing(e.addr);
+  if (seg == segments_.end() || !seg->second.expandable ||
+      e.addr + e.size > seg->first + seg->second.size)
+    fail(e, "does not lie inside one mapped expandable range");
+  auto it = blocks_.upper_bound(e.addr);
+  --it;  // a block starts at the segment base, so one starts at or below e.addr
+  std::uint64_t block_start = it->first;
+  Bytes block_size = it->second.size;
+  if (it->second.state != BlockState::inactive || e.addr + e.size > block_start + block_size)
+    fail(e, "unmaps memory that is not one free block");
+  remove_free(it, seg->second);
+  if (e.addr > block_start)
+    add_free(block_start, e.addr - block_start, seg->second);
+  if (block_start + block_size > e.addr + e.size)
+    add_free(e.addr + e.size, block_start + block_size - (e.addr + e.size), seg->second);
+  // The range leaves the segment: cut the segment into the parts before and after it.
+  std::uint64_t seg_start = seg->first;
+  std::uint64_t seg_end = seg->first + seg->second.size;
+  SegmentInfo base = seg->second;
+  segments_.erase(seg);
+  if (e.addr > seg_start) {
+    SegmentInfo left = base;
+    left.size = e.addr - seg_start;
+    recount(segments_.emplace(seg_start, left).first);
+  }
+  if (seg_end > e.addr + e.size) {
+    SegmentInfo right = base;
+    right.size = seg_end - (e.addr + e.size);
+    recount(segments_.emplace(e.addr + e.size, right).first);
+  }
+  totals_.reserved -= e.size;
+}
+
+void SegmentState::add_segment(std::uint64_t address, const SegmentInfo& info) {
+  if (segment_containing(address) != segments_.end())
+    throw InputError("segment at " + hex(address) + " overlaps another segment");
+  SegmentInfo s = info;
+  s.block_count = 0;
+  s.free_bytes = 0;
+  auto seg = segments_.emplace(address, s).first;
+  add_free(address, info.size, seg->second);
+  totals_.reserved += info.size;
+  if (!info.expandable)
+    ++totals_.segments;
+  totals_.inactive_split += split_contribution(seg->second);
+  refresh_largest_free();
+}
+
+void SegmentState::place_block(std::uint64_t address, const BlockInfo& info) {
+  auto seg = segment_containing(address);
+  if (seg == segments_.end())
+    throw InputError("block at " + hex(address) + " lies outside every segment");
+  auto it = blocks_.upper_bound(address);
+  --it;
+  std::uint64_t free_start = it->first;
+  Bytes free_size = it->second.size;
+  if (it->second.state != BlockState::inactive || address + info.size > free_start + free_size)
+    throw InputError("block at " + hex(address) + " of " + std::to_string(info.size) +
+                     " bytes overlaps another block");
+  Bytes before = split_contribution(seg->second);
+  remove_free(it, seg->second);
+  if (address > free_start)
+    add_free(free_start, address - free_start, seg->second);
+  if (free_start + free_size > address + info.size)
+    add_free(address + info.size, free_start + free_size - (address + info.size), seg->second);
+  blocks_.emplace(address, info);
+  ++seg->second.block_count;
+  if (info.state == BlockState::inactive) {
+    ++free_sizes_[info.size];
+    seg->second.free_bytes += info.size;
+  } else {
+    totals_.active += info.size;
+    totals_.requested += info.requested;
+    if (info.state == BlockState::active_allocated)
+      totals_.allocated += info.size;
+  }
+  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
+  refresh_largest_free();
+}
+
+std::vector<Segment> SegmentState::segments(int device) const {
+  std::vector<Segment> out;
+  out.reserve(segments_.size());
+  for (const auto& [address, info] : segments_) {
+    Segment s;
+    s.device = device;
+    s.address = address;
+    s.total_size = info.size;
+    s.stream = info.stream;
+    s.pool = info.pool;
+    s.is_expandable = info.expandable;
+    std::uint64_t end = address + info.size;
+    for (auto it = blocks_.lower_bound(address); it != blocks_.end() && it->first < end; ++it) {
+      Block b;
+      b.address = it->first;
+      b.size = it->second.size;
+      b.requested_size = it->second.requested;
+      b.state = it->second.state;
+      b.frames = it->second.frames;
+      if (b.state != BlockState::inactive) {
+        s.active_size += b.size;
+        s.requested_size += b.requested_size;
+        if (b.state == BlockState::active_allocated)
+          s.allocated_size += b.size;
+      }
+      s.blocks.push_back(b);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// ---- serialization ----------------------------------------------------------------------------
+// Layout: "FSK1", rules-independent. varint segment count, then per segment: address delta from
+// the previous segment's end, size, stream, flags (bit0 expandable, bit1 small pool, bit2
+// predates), block count; per block: size, requested, state|predates<<2, frames. Block addresses
+// are implied: blocks tile their segment.
+
+namespace {
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+class VarintReader {
+ public:
+  explicit VarintReader(std::string_view data) : data_(data) {}
+  std::uint64_t next(const char* what) {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= data_.size())
+        throw InputError(std::string("segment keyframe blob ends inside ") + what);
+      auto b = static_cast<std::uint8_t>(data_[pos_++]);
+      v |= static_cast<std::uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0)
+        return v;
+    }
+    throw InputError(std::string("segment keyframe blob has an overlong varint in ") + what);
+  }
+  bool done() const { return pos_ == data_.size(); }
+  std::size_t pos_ = 0;
+
+ private:
+  std::string_view data_;
+};
+}  // namespace
+
+std::string SegmentState::serialize() const {
+  std::string out = "FSK1";
+  put_varint(out, segments_.size());
+  std::uint64_t prev_end = 0;
+  for (const auto& [address, info] : segments_) {
+    put_varint(out, address - prev_end);
+    put_varint(out, info.size);
+    put_varint(out, info.stream.value);
+    put_varint(out, (info.expandable ? 1u : 0u) | (info.pool == PoolKind::small ? 2u : 0u) |
+                        (info.predates_trace ? 4u : 0u));
+    put_varint(out, info.block_count);
+    std::uint64_t end = address + info.size;
+    for (auto it = blocks_.lower_bound(address); it != blocks_.end() && it->first < end; ++it) {
+      put_varint(out, it->second.size);
+      put_varint(out, it->second.requested);
+      put_varint(out, static_cast<std::uint64_t>(it->second.state) |
+                          (it->second.predates_trace ? 4u : 0u));
+      put_varint(out, it->second.frames.value);
+    }
+    prev_end = end;
+  }
+  return out;
+}
+
+SegmentState SegmentState::deserialize(std::string_view blob, LayoutRules rules) {
+  if (blob.substr(0, 4) != "FSK1")
+    throw InputError("segment keyframe blob does not start with the FSK1 tag");
+  VarintReader in(blob.substr(4));
+  SegmentState state(rules);
+  std::uint64_t count = in.next("the segment count");
+  if (count > blob.size())
+    throw InputError("segment keyframe blob claims more segments than it has bytes");
+  std::uint64_t prev_end = 0;
+  for (std::uint64_t s = 0; s < count; ++s) {
+    std::uint64_t address = prev_end + in.next("a segment address");
+    SegmentInfo info;
+    info.size = in.next("a segment size");
+    info.stream = StreamId{in.next("a segment stream")};
+    std::uint64_t flags = in.next("segment flags");
+    if (flags > 7 || info.size == 0 || address < prev_end || address + info.size < address)
+      throw InputError("segment keyframe blob has an invalid segment " + std::to_string(s));
+    info.expandable = (flags & 1) != 0;
+    info.pool = (flags & 2) != 0 ? PoolKind::small : PoolKind::large;
+    info.predates_trace = (flags & 4) != 0;
+    std::uint64_t blocks = in.next("a block count");
+    if (blocks == 0 || blocks > blob.size())
+      throw InputError("segment keyframe blob has an invalid block count in segment " +
+                       std::to_string(s));
+    state.add_segment(address, info);
+    std::uint64_t at = address;
+    for (std::uint64_t b = 0; b < blocks; ++b) {
+      BlockInfo bi;
+      bi.size = in.next("a block size");
+      bi.requested = in.next("a requested size");
+      std::uint64_t st = in.next("a block state");
+      std::uint64_t frames = in.next("a frame stack id");
+      if ((st & 3) > 2 || st > 7 || frames > 0xffffffffu || bi.size == 0 ||
+          at + bi.size > address + info.size)
+        throw InputError("segment keyframe blob has an invalid block in segment " +
+                         std::to_string(s));
+      bi.state = static_cast<BlockState>(st & 3);
+      bi.predates_trace = (st & 4) != 0;
+      bi.frames = FrameStackId{static_cast<std::uint32_t>(frames)};
+      state.place_block(at, bi);
+      at += bi.size;
+    }
+    if (at != address + info.size)
+      throw InputError("segment keyframe blob: blocks of segment " + std::to_string(s) +
+                       " do not cover it");
+    prev_end = address + info.size;
+  }
+  if (!in.done())
+    throw InputError("segment keyframe blob has trailing bytes");
+  return state;
+}
+
+}  // namespace fragscope::snapshot

@@ -1,0 +1,131 @@
+#pragma once
+// The allocator's segments and blocks at one point of a trace, rebuilt from trace events alone.
+// A trace entry gives an allocation's unrounded size; the block it got follows from PyTorch's
+// rounding and split rules (torch-allocator-spec §1.2, §3.2, §3.3), which LayoutRules applies with
+// the snapshot's own allocator_settings. SegmentState::apply() moves forward one event and keeps
+// the totals a timeline plots, so a whole trace is one pass.
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/core/trace.h"
+#include "engine/core/units.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace fragscope::snapshot {
+
+// The part of the allocator configuration that decides block sizes.
+struct LayoutRules {
+  Bytes max_split_size = std::numeric_limits<Bytes>::max();  // unlimited
+  std::array<std::uint64_t, 16> roundup_power2_divisions{};
+  bool expandable_segments = false;
+
+  // From a snapshot's allocator_settings (2.11 keys); missing keys keep PyTorch's defaults, and
+  // a value of the wrong type is an InputError naming the key.
+  static LayoutRules from_allocator_settings(const nlohmann::json& settings);
+  // round_size(n): the block size PyTorch uses for a request of n bytes.
+  Bytes round_size(Bytes n) const;
+  // Whether a free block of `block_size` is split when `rounded` bytes of it are handed out.
+  bool should_split(Bytes block_size, Bytes rounded) const;
+  friend bool operator==(const LayoutRules&, const LayoutRules&) = default;
+};
+
+// The series a timeline plots, all as PyTorch's memory_stats() names them ("all" pools).
+struct TimelineSample {
+  Bytes allocated = 0;         // allocated_bytes: blocks handed out and not yet freed
+  Bytes reserved = 0;          // reserved_bytes: cudaMalloc'd + mapped bytes
+  Bytes active = 0;            // active_bytes: allocated + freed blocks awaiting stream events
+  Bytes requested = 0;         // requested_bytes: unrounded sizes of active blocks
+  std::uint64_t segments = 0;  // cudaMalloc'd segments (mapped expandable ranges not counted)
+  Bytes inactive_split = 0;    // free bytes inside split, non-expandable segments
+  Bytes largest_free = 0;      // largest free block anywhere
+  friend bool operator==(const TimelineSample&, const TimelineSample&) = default;
+};
+
+class SegmentState {
+ public:
+  struct BlockInfo {
+    Bytes size = 0;
+    Bytes requested = 0;
+    BlockState state = BlockState::inactive;
+    FrameStackId frames{};
+    bool predates_trace = false;  // allocated before the first trace entry; size inferred
+    friend bool operator==(const BlockInfo&, const BlockInfo&) = default;
+  };
+  struct SegmentInfo {
+    Bytes size = 0;
+    StreamId stream{};
+    PoolKind pool = PoolKind::large;
+    bool expandable = false;
+    bool predates_trace = false;
+    std::uint32_t block_count = 0;
+    Bytes free_bytes = 0;
+    friend bool operator==(const SegmentInfo&, const SegmentInfo&) = default;
+  };
+
+  explicit SegmentState(LayoutRules rules = {});
+
+  // Applies one trace event; an event that contradicts the state (freeing an unknown block,
+  // allocating inside an allocated block, ...) is an InputError saying which.
+  void apply(const TraceEvent& event);
+
+  const TimelineSample& sample() const { return totals_; }
+  const LayoutRules& rules() const { return rules_; }
+  std::size_t block_count() const { return blocks_.size(); }
+  std::size_t segment_count() const { return segments_.size(); }
+  const std::map<std::uint64_t, SegmentInfo>& segment_map() const { return segments_; }
+  const std::map<std::uint64_t, BlockInfo>& block_map() const { return blocks_; }
+
+  // The state as snapshot segments (what _snapshot()["segments"] would have shown).
+  std::vector<Segment> segments(int device = 0) const;
+
+  // Builders for reconstructed states (used by the timeline's walk-back).
+  void add_segment(std::uint64_t address, const SegmentInfo& info);
+  // Places a live block inside an existing segment's free space.
+  void place_block(std::uint64_t address, const BlockInfo& info);
+
+  // Compact binary form (varints, addresses as deltas) for keyframes in SQLite; deserialize()
+  // checks every field and throws InputError on a damaged blob.
+  std::string serialize() const;
+  static SegmentState deserialize(std::string_view blob, LayoutRules rules);
+
+  friend bool operator==(const SegmentState& a, const SegmentState& b) {
+    return a.segments_ == b.segments_ && a.blocks_ == b.blocks_ && a.totals_ == b.totals_;
+  }
+
+ private:
+  using BlockIt = std::map<std::uint64_t, BlockInfo>::iterator;
+  using SegmentIt = std::map<std::uint64_t, SegmentInfo>::iterator;
+
+  [[noreturn]] void fail(const TraceEvent& e, const std::string& what) const;
+  SegmentIt segment_containing(std::uint64_t address);
+  Bytes split_contribution(const SegmentInfo& s) const;
+  void add_free(std::uint64_t address, Bytes size, SegmentInfo& seg);
+  void remove_free(BlockIt it, SegmentInfo& seg);
+  BlockIt coalesce(BlockIt it, SegmentIt seg);
+  void recount(SegmentIt seg);
+  void refresh_largest_free();
+
+  void on_alloc(const TraceEvent& e);
+  void on_free_requested(const TraceEvent& e);
+  void on_free_completed(const TraceEvent& e);
+  void on_segment_alloc(const TraceEvent& e);
+  void on_segment_free(const TraceEvent& e);
+  void on_segment_map(const TraceEvent& e);
+  void on_segment_unmap(const TraceEvent& e);
+
+  LayoutRules rules_;
+  std::map<std::uint64_t, SegmentInfo> segments_;
+  std::map<std::uint64_t, BlockInfo> blocks_;
+  std::map<Bytes, std::uint32_t> free_sizes_;  // size -> number of free blocks of that size
+  TimelineSample totals_;
+};
+
+}  // namespace fragscope::snapshot

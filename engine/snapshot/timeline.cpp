@@ -1,0 +1,369 @@
+#include "engine/snapshot/timeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "engine/core/error.h"
+
+namespace fragscope::snapshot {
+namespace {
+
+const std::vector<TraceEvent>& trace_of(const Snapshot& snapshot, int device) {
+  static const std::vector<TraceEvent> empty;
+  if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size())
+    return empty;
+  return snapshot.device_traces[static_cast<std::size_t>(device)];
+}
+
+void take_max(TimelineSample& peak, const TimelineSample& s) {
+  peak.allocated = std::max(peak.allocated, s.allocated);
+  peak.reserved = std::max(peak.reserved, s.reserved);
+  peak.active = std::max(peak.active, s.active);
+  peak.requested = std::max(peak.requested, s.requested);
+  peak.segments = std::max(peak.segments, s.segments);
+  peak.inactive_split = std::max(peak.inactive_split, s.inactive_split);
+  peak.largest_free = std::max(peak.largest_free, s.largest_free);
+}
+
+void take_min(TimelineSample& low, const TimelineSample& s) {
+  low.allocated = std::min(low.allocated, s.allocated);
+  low.reserved = std::min(low.reserved, s.reserved);
+  low.active = std::min(low.active, s.active);
+  low.requested = std::min(low.requested, s.requested);
+  low.segments = std::min(low.segments, s.segments);
+  low.inactive_split = std::min(low.inactive_split, s.inactive_split);
+  low.largest_free = std::min(low.largest_free, s.largest_free);
+}
+
+struct RangeSegment {
+  Bytes size = 0;
+  StreamId stream{};
+  PoolKind pool = PoolKind::large;
+  bool expandable = false;
+};
+
+// Removes [addr, addr+size) from the expandable range containing it (undoing a segment_map).
+void remove_range(std::map<std::uint64_t, RangeSegment>& segs, std::uint64_t addr, Bytes size) {
+  auto it = segs.upper_bound(addr);
+  if (it == segs.begin())
+    throw InputError("segment_map at " + std::to_string(addr) + " is not inside a final range");
+  --it;
+  std::uint64_t start = it->first;
+  RangeSegment seg = it->second;
+  if (addr + size > start + seg.size)
+    throw InputError("segment_map at " + std::to_string(addr) + " is not inside a final range");
+  segs.erase(it);
+  if (addr > start) {
+    RangeSegment left = seg;
+    left.size = addr - start;
+    segs.emplace(start, left);
+  }
+  if (start + seg.size > addr + size) {
+    RangeSegment right = seg;
+    right.size = start + seg.size - (addr + size);
+    segs.emplace(addr + size, right);
+  }
+}
+
+// Adds [addr, addr+size) to the expandable ranges, merging with touching ones (undoing an unmap).
+void add_range(std::map<std::uint64_t, RangeSegment>& segs, std::uint64_t addr, Bytes size,
+               StreamId stream) {
+  RangeSegment seg;
+  seg.size = size;
+  seg.stream = stream;
+  seg.expandable = true;
+  auto next = segs.lower_bound(addr);
+  if (next != segs.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.expandable && prev->second.stream == stream &&
+        prev->first + prev->second.size == addr) {
+      addr = prev->first;
+      seg.pool = prev->second.pool;
+      seg.size += prev->second.size;
+      segs.erase(prev);
+    }
+  }
+  next = segs.lower_bound(addr);
+  if (next != segs.end() && next->second.expandable && next->second.stream == stream &&
+      addr + seg.size == next->first) {
+    seg.size += next->second.size;
+    seg.pool = next->second.pool;
+    segs.erase(next);
+  }
+  segs.emplace(addr, seg);
+}
+
+struct LiveBlock {
+  Bytes size = 0;  // 0 = not known: the block was allocated before the trace began
+  Bytes requested = 0;
+  BlockState state = BlockState::active_allocated;
+  FrameStackId frames{};
+};
+
+std::string describe_segment_difference(const Segment& a, const Segment& b) {
+  if (a.address != b.address || a.total_size != b.total_size)
+    return "segment at " + std::to_string(b.address) + " (" + std::to_string(b.total_size) +
+           " bytes) was rebuilt as " + std::to_string(a.address) + " (" +
+           std::to_string(a.total_size) + " bytes)";
+  for (std::size_t i = 0; i < std::min(a.blocks.size(), b.blocks.size()); ++i) {
+    const Block& x = a.blocks[i];
+    const Block& y = b.blocks[i];
+    if (x.address != y.address || x.size != y.size || x.state != y.state ||
+        (y.state != BlockState::inactive && x.requested_size != y.requested_size))
+      return "segment at " + std::to_string(b.address) + " block " + std::to_string(i) +
+             ": snapshot has " + std::to_string(y.address) + "+" + std::to_string(y.size) + " " +
+             std::string(to_string(y.state)) + ", replay gives " + std::to_string(x.address) + "+" +
+             std::to_string(x.size) + " " + std::string(to_string(x.state));
+  }
+  if (a.blocks.size() != b.blocks.size())
+    return "segment at " + std::to_string(b.address) + " has " + std::to_string(b.blocks.size()) +
+           " blocks, replay gives " + std::to_string(a.blocks.size());
+  return {};
+}
+
+}  // namespace
+
+SegmentState initial_state(const Snapshot& snapshot, int device,
+                           std::vector<std::uint64_t>* guessed_blocks) {
+  LayoutRules rules = LayoutRules::from_allocator_settings(snapshot.allocator_settings);
+  const auto& events = trace_of(snapshot, device);
+  std::map<std::uint64_t, RangeSegment> segs;
+  std::map<std::uint64_t, LiveBlock> live;
+  for (const Segment& s : snapshot.segments) {
+    if (s.device != device)
+      continue;
+    segs[s.address] = RangeSegment{s.total_size, s.stream, s.pool, s.is_expandable};
+    for (const Block& b : s.blocks) {
+      if (b.state != BlockState::inactive)
+        live[b.address] = LiveBlock{b.size, b.requested_size, b.state, b.frames};
+    }
+  }
+  try {
+    for (auto e = events.rbegin(); e != events.rend(); ++e) {
+      switch (e->action) {
+        case TraceAction::alloc:
+          live.erase(e->addr);
+          break;
+        case TraceAction::free_requested: {
+          auto it = live.find(e->addr);
+          if (it != live.end())
+            it->second.state = BlockState::active_allocated;
+          else
+            live[e->addr] = LiveBlock{0, e->size, BlockState::active_allocated, {}};
+          break;
+        }
+        case TraceAction::free_completed:
+          live[e->addr] = LiveBlock{0, e->size, BlockState::active_pending_free, {}};
+          break;
+        case TraceAction::segment_alloc:
+          segs.erase(e->addr);
+          break;
+        case TraceAction::segment_free:
+          segs[e->addr] = RangeSegment{
+              e->size, e->stream, e->size == 2 * kMiB ? PoolKind::small : PoolKind::large, false};
+          break;
+        case TraceAction::segment_map:
+          remove_range(segs, e->addr, e->size);
+          break;
+        case TraceAction::segment_unmap:
+          add_range(segs, e->addr, e->size, e->stream);
+          break;
+        case TraceAction::snapshot:
+        case TraceAction::oom:
+          break;
+      }
+    }
+    // Evidence for sizes the trace does not give: while a predating block is live, the free
+    // space after it starts where it ends, so the first allocation the trace makes inside its gap
+    // lands exactly on its end.
+    std::vector<std::pair<std::uint64_t, std::size_t>> allocs;  // (address, entry index)
+    std::map<std::uint64_t, std::size_t> first_free;            // address -> first free entry
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const TraceEvent& e = events[i];
+      if (e.action == TraceAction::alloc)
+        allocs.emplace_back(e.addr, i);
+      else if (e.action == TraceAction::free_requested || e.action == TraceAction::free_completed)
+        first_free.emplace(e.addr, i);
+    }
+    std::sort(allocs.begin(), allocs.end());
+    auto first_allocation_inside = [&](std::uint64_t start, std::uint64_t end) {
+      auto f = first_free.find(start);
+      std::size_t earliest = f == first_free.end() ? events.size() : f->second;
+      std::uint64_t address = 0;
+      auto it = std::upper_bound(allocs.begin(), allocs.end(),
+                                 std::make_pair(start, std::numeric_limits<std::size_t>::max()));
+      for (; it != allocs.end() && it->first < end; ++it) {
+        if (it->second < earliest) {
+          earliest = it->second;
+          address = it->first;
+        }
+      }
+      return address;
+    };
+    SegmentState state(rules);
+    for (const auto& [addr, seg] : segs) {
+      SegmentState::SegmentInfo info;
+      info.size = seg.size;
+      info.stream = seg.stream;
+      info.pool = seg.pool;
+      info.expandable = seg.expandable;
+      info.predates_trace = true;
+      state.add_segment(addr, info);
+    }
+    for (auto it = live.begin(); it != live.end(); ++it) {
+      SegmentState::BlockInfo info;
+      info.requested = it->second.requested;
+      info.state = it->second.state;
+      info.frames = it->second.frames;
+      info.predates_trace = true;
+      info.size = it->second.size;
+      if (info.size == 0) {
+        // The block's size is not in the trace. It sits at the start of the free space up to the
+        // next live block, and PyTorch's split rule says whether it took all of that space.
+        auto seg = state.segment_map().upper_bound(it->first);
+        if (seg == state.segment_map().begin())
+          throw InputError("a block freed by the trace at " + std::to_string(it->first) +
+                           " lies outside every segment");
+        --seg;
+        std::uint64_t end = seg->first + seg->second.size;
+        auto next = std::next(it);
+        if (next != live.end() && next->first < end)
+          end = next->first;
+        Bytes rounded = rules.round_size(info.requested);
+        if (end < it->first + rounded)
+          throw InputError("a block freed by the trace at " + std::to_string(it->first) +
+                           " does not fit before the next block");
+        Bytes gap = end - it->first;
+        info.size = rules.should_split(gap, rounded) ? rounded : gap;
+        std::uint64_t next_alloc = first_allocation_inside(it->first, end);
+        if (next_alloc >= it->first + rounded)
+          info.size = next_alloc - it->first;
+        else if (guessed_blocks != nullptr && gap > rounded && rounded > kMiB &&
+                 !rules.expandable_segments)
+          guessed_blocks->push_back(it->first);  // a large block might not have been split
+      }
+      state.place_block(it->first, info);
+    }
+    return state;
+  } catch (const InputError& e) {
+    throw InputError("cannot rebuild the state before device " + std::to_string(device) +
+                     "'s first trace entry from the final segments: " + e.what());
+  }
+}
+
+Timeline build_timeline(const Snapshot& snapshot, int device) {
+  Timeline tl;
+  tl.device = device;
+  std::vector<std::uint64_t> guessed;
+  SegmentState state = initial_state(snapshot, device, &guessed);
+  tl.guessed_blocks = guessed.size();
+  tl.initial = state.sample();
+  tl.peak = tl.initial;
+  tl.predating_segments = state.segment_count();
+  for (const auto& [addr, block] : state.block_map())
+    tl.predating_blocks += block.state != BlockState::inactive ? 1 : 0;
+  tl.truncated = tl.predating_segments > 0;
+  const auto& events = trace_of(snapshot, device);
+  // Once every guessed block is freed (free_completed merges it away), sizes are exact again.
+  std::sort(guessed.begin(), guessed.end());
+  std::size_t open_guesses = guessed.size();
+  tl.exact_from = 0;
+  if (open_guesses > 0) {
+    tl.exact_from = events.size() + 1;
+    for (std::size_t i = 0; i < events.size() && open_guesses > 0; ++i) {
+      if (events[i].action == TraceAction::free_completed &&
+          std::binary_search(guessed.begin(), guessed.end(), events[i].addr)) {
+        guessed.erase(std::lower_bound(guessed.begin(), guessed.end(), events[i].addr));
+        if (--open_guesses == 0)
+          tl.exact_from = i + 1;
+      }
+    }
+  }
+  tl.samples.reserve(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      state.apply(events[i]);
+    } catch (const InputError& e) {
+      throw InputError("device " + std::to_string(device) + " trace entry " + std::to_string(i) +
+                       ": " + e.what());
+    }
+    tl.samples.push_back(state.sample());
+    take_max(tl.peak, tl.samples.back());
+  }
+  std::vector<Segment> expected;
+  for (const Segment& s : snapshot.segments)
+    if (s.device == device)
+      expected.push_back(s);
+  std::sort(expected.begin(), expected.end(),
+            [](const Segment& a, const Segment& b) { return a.address < b.address; });
+  std::vector<Segment> replayed = state.segments(device);
+  tl.matches_final_segments = true;
+  if (expected.size() != replayed.size()) {
+    tl.matches_final_segments = false;
+    tl.mismatch = "snapshot has " + std::to_string(expected.size()) + " segments, replay gives " +
+                  std::to_string(replayed.size());
+  } else {
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      std::string diff = describe_segment_difference(replayed[i], expected[i]);
+      if (!diff.empty()) {
+        tl.matches_final_segments = false;
+        tl.mismatch = diff;
+        break;
+      }
+    }
+  }
+  return tl;
+}
+
+std::vector<TimelineBucket> downsample(std::span<const TimelineSample> samples, std::size_t buckets,
+                                       std::size_t index_offset) {
+  std::vector<TimelineBucket> out;
+  const std::size_t n = samples.size();
+  if (n == 0 || buckets == 0)
+    return out;
+  buckets = std::min(buckets, n);
+  out.reserve(buckets);
+  for (std::size_t b = 0; b < buckets; ++b) {
+    std::size_t first = b * n / buckets;
+    std::size_t end = (b + 1) * n / buckets;
+    TimelineBucket bucket;
+    bucket.first = first + index_offset;
+    bucket.last = end - 1 + index_offset;
+    bucket.min = samples[first];
+    bucket.max = samples[first];
+    for (std::size_t i = first + 1; i < end; ++i) {
+      take_min(bucket.min, samples[i]);
+      take_max(bucket.max, samples[i]);
+    }
+    out.push_back(bucket);
+  }
+  return out;
+}
+
+SegmentHistory::SegmentHistory(const Snapshot& snapshot, int device, std::size_t keyframe_interval)
+    : events_(&trace_of(snapshot, device)),
+      rules_(LayoutRules::from_allocator_settings(snapshot.allocator_settings)),
+      interval_(std::max<std::size_t>(keyframe_interval, 1)) {
+  SegmentState state = initial_state(snapshot, device);
+  keyframes_.push_back(state.serialize());
+  for (std::size_t i = 0; i < events_->size(); ++i) {
+    state.apply((*events_)[i]);
+    if ((i + 1) % interval_ == 0)
+      keyframes_.push_back(state.serialize());
+  }
+}
+
+SegmentState SegmentHistory::state_after(std::size_t count) const {
+  if (count > events_->size())
+    throw std::out_of_range("SegmentHistory::state_after(" + std::to_string(count) + "): only " +
+                            std::to_string(events_->size()) + " trace entries");
+  std::size_t k = std::min(count / interval_, keyframes_.size() - 1);
+  SegmentState state = SegmentState::deserialize(keyframes_[k], rules_);
+  for (std::size_t i = k * interval_; i < count; ++i)
+    state.apply((*events_)[i]);
+  return state;
+}
+
+}  // namespace fragscope::snapshot

@@ -1,0 +1,168 @@
+#include "storage/db/snapshot_import.h"
+
+#include <algorithm>
+
+#include "engine/snapshot/timeline.h"
+#include "fragscope/version.h"
+
+namespace fragscope::storage {
+namespace {
+
+SeriesPoint series_of(const SegmentMap& state) {
+  SeriesPoint point;
+  point.reserved = static_cast<std::int64_t>(state.reserved_bytes());
+  for (const auto& [addr, block] : state.blocks()) {
+    const auto size = static_cast<std::int64_t>(block.size);
+    point.active += size;
+    point.requested += size;
+    if (block.state == BlockState::allocated)
+      point.allocated += size;
+  }
+  return point;
+}
+
+SeriesPoint point_of(const snapshot::TimelineSample& sample) {
+  return {static_cast<std::int64_t>(sample.allocated), static_cast<std::int64_t>(sample.reserved),
+          static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
+}
+
+std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
+  std::size_t best = 0;
+  for (std::size_t d = 1; d < snapshot.device_traces.size(); ++d) {
+    if (snapshot.device_traces[d].size() > snapshot.device_traces[best].size())
+      best = d;
+  }
+  return best;
+}
+
+}  // namespace
+
+SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device) {
+  SegmentMap map;
+  for (const auto& segment : snapshot.segments) {
+    if (segment.device != static_cast<int>(device))
+      continue;
+    map.add_segment(
+        SegmentRange{segment.address, segment.total_size, segment.stream, segment.is_expandable});
+    for (const auto& block : segment.blocks) {
+      if (block.state == snapshot::BlockState::inactive)
+        continue;
+      map.add_block(LiveBlock{block.address, block.requested_size, segment.stream,
+                              block.state == snapshot::BlockState::active_allocated
+                                  ? BlockState::allocated
+                                  : BlockState::pending_free,
+                              block.frames});
+    }
+  }
+  return map;
+}
+
+ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
+                             const ImportOptions& options) {
+  const std::size_t device_count = std::max<std::size_t>(snapshot.device_traces.size(), 1);
+  const std::size_t device = options.device.value_or(busiest_device(snapshot));
+  if (device >= device_count) {
+    throw InputError(options.source_file + ": no device " + std::to_string(device) +
+                     " in the snapshot (it has " + std::to_string(device_count) + ")");
+  }
+  static const std::vector<TraceEvent> kNoEvents;
+  const std::vector<TraceEvent>& events =
+      device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNoEvents;
+
+  const SegmentMap final_state = segment_map_of(snapshot, device);
+  const SegmentMap initial = rewind(final_state, events);
+
+  RunRecord record;
+  record.name = options.name;
+  record.experiment = options.experiment;
+  record.source = options.source;
+  if (options.environment)
+    record.environment = *options.environment;
+  if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
+      conf != snapshot.allocator_settings.end() && conf->is_string())
+    record.alloc_config = conf->get<std::string>();
+  record.device_name = "cuda:" + std::to_string(device);
+  record.environment.fragscope_version = kVersion;
+  record.environment.git_revision = kGitRevision;
+
+  ImportResult result;
+  result.events = events.size();
+  result.segments = final_state.segments().size();
+  result.truncated = !initial.segments().empty() || !initial.blocks().empty();
+
+  // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying the
+  // trace with PyTorch's layout rules. A trace that contradicts itself cannot be laid out; it is
+  // still stored, with the series the trace alone gives, and the summary says so.
+  nlohmann::json series_info;
+  std::vector<SeriesPoint> series;
+  SeriesPoint start = series_of(initial);
+  try {
+    const snapshot::Timeline timeline =
+        snapshot::build_timeline(snapshot, static_cast<int>(device));
+    series.reserve(timeline.samples.size());
+    for (const auto& sample : timeline.samples)
+      series.push_back(point_of(sample));
+    start = point_of(timeline.initial);
+    series_info = {{"source", "layout"},
+                   {"matches_final_segments", timeline.matches_final_segments},
+                   {"mismatch", timeline.mismatch},
+                   {"guessed_blocks", timeline.guessed_blocks},
+                   {"exact_from", timeline.exact_from}};
+  } catch (const InputError& e) {
+    series = derive_series(events, start);
+    series_info = {{"source", "trace"}, {"layout_error", e.what()}};
+  }
+
+  const RunId run = store.begin_run(record, initial, start);
+  try {
+    std::vector<std::vector<StackFrame>> stacks;
+    for (std::size_t id = 1; id < snapshot.frames.stack_count(); ++id) {
+      std::vector<StackFrame> stack;
+      for (const auto& frame :
+           snapshot.frames.stack_frames(FrameStackId{static_cast<std::uint32_t>(id)}))
+        stack.push_back(StackFrame{frame.filename, frame.line, frame.name});
+      stacks.push_back(std::move(stack));
+    }
+    if (!stacks.empty())
+      store.set_frame_stacks(run, stacks);
+    store.append_events(run, events, {series, {}});
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const TraceEvent& event = events[i];
+      if (event.action != TraceAction::oom)
+        continue;
+      ++result.ooms;
+      store.add_oom_report(run, i,
+                           {{"event_index", i},
+                            {"device_free", event.addr},
+                            {"requested", event.size},
+                            {"stream", event.stream.value},
+                            {"time_us", event.time_us},
+                            {"allocated", series[i].allocated},
+                            {"reserved", series[i].reserved},
+                            {"active", series[i].active},
+                            {"requested", series[i].requested}});
+    }
+    nlohmann::json summary = {
+        {"source_file", options.source_file},
+        {"device", device},
+        {"allocator_settings", snapshot.allocator_settings},
+        {"segments", result.segments},
+        {"truncated", result.truncated},
+        {"ooms", result.ooms},
+        {"format", snapshot.format == snapshot::SnapshotFormat::v2_1 ? "2.1" : "2.0"},
+        {"pickle_protocol", snapshot.pickle_protocol},
+        {"warnings", snapshot.warnings},
+        {"external_annotations", snapshot.external_annotations.size()},
+        {"series", series_info},
+    };
+    store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary);
+  } catch (...) {
+    if (store.ingesting())
+      store.cancel_run(run);
+    throw;
+  }
+  result.run = run;
+  return result;
+}
+
+}  // namespace fragscope::storage

@@ -1,0 +1,42 @@
+#pragma once
+// Storing a PyTorch snapshot as a run, and rebuilding a snapshot from a stored run. Shared by
+// `fragscope-cli import` / `export-snapshot` and the GUI's File > Open.
+#include <optional>
+#include <string>
+
+#include "engine/snapshot/snapshot.h"
+#include "storage/db/run_store.h"
+
+namespace fragscope::storage {
+
+struct ImportOptions {
+  std::string name;                   // the run's name
+  std::string source_file;            // recorded in the summary
+  std::optional<std::size_t> device;  // default: the device with the most trace entries
+  std::optional<ExperimentId> experiment;
+  // A recording FragScope made itself (torch-run) is stored as RunSource::torch, with the
+  // environment the runner reported; fragscope's version and revision are always this build's.
+  RunSource source = RunSource::imported;
+  std::optional<Environment> environment;
+};
+
+struct ImportResult {
+  RunId run{};
+  std::uint64_t events = 0;
+  std::size_t segments = 0;  // the snapshot's segments on the imported device
+  // The trace did not start from an empty allocator (recording began late, or the ring buffer
+  // overflowed): the state before its first event was reconstructed from the final segments.
+  bool truncated = false;
+  std::size_t ooms = 0;
+};
+
+// The snapshot's segments on `device` as a SegmentMap (blocks by request size, as the trace).
+SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device);
+
+// Stores one device of `snapshot` as an imported run, in one transaction: on any error nothing
+// is written. An unknown device is an InputError. The series are PyTorch's exact counters
+// (snapshot::build_timeline); summary["series"] records how they were obtained.
+ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
+                             const ImportOptions& options);
+
+}  // namespace fragscope::storage

@@ -1,0 +1,194 @@
+// The storage commands of fragscope-cli, run as a real process against real database files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_process.h"
+#include "storage/db/run_store.h"
+#include "storage/db/schema.h"
+#include "storage/storage_test_util.h"
+
+namespace fragscope::test {
+namespace {
+
+using storage::RunId;
+using storage::RunRecord;
+using storage::RunStatus;
+using storage::RunStore;
+
+class StorageCli : public ::testing::Test {
+ protected:
+  RunId add_run(const std::string& name, std::size_t events) {
+    RunStore store(db);
+    RunRecord record;
+    record.name = name;
+    const RunId id = store.begin_run(record);
+    store.append_events(id, storage::test::synthetic_trace(events, 21));
+    store.finish_run(id, RunStatus::ok);
+    return id;
+  }
+  // Exit 2 and exactly one line on stderr containing `needle`.
+  static void expect_one_line_error(const CliResult& result, const std::string& needle) {
+    EXPECT_EQ(result.exit_code, 2) << result.err;
+    EXPECT_NE(result.err.find(needle), std::string::npos) << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  }
+  storage::test::TempDir dir;
+  std::string db = dir.file("cli.db");
+};
+
+TEST_F(StorageCli, CountOnAMissingDatabaseIsZeroAndCreatesNothing) {
+  const auto result = run_cli({"runs", "--db", db, "--count"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "0\n");
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+TEST_F(StorageCli, RunsListsAsTableJsonAndCount) {
+  add_run("first run", 100);
+  add_run("second run", 200);
+  auto count = run_cli({"runs", "--db", db, "--count"});
+  EXPECT_EQ(count.exit_code, 0);
+  EXPECT_EQ(count.out, "2\n");
+  auto table = run_cli({"runs", "--db", db});
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find("second run"), std::string::npos);
+  auto json = run_cli({"runs", "--db", db, "--json", "-"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto runs = nlohmann::json::parse(json.out);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1]["name"], "second run");
+  EXPECT_EQ(runs[1]["event_count"], 200);
+  EXPECT_EQ(runs[1]["status"], "ok");
+  EXPECT_TRUE(runs[1]["summary"]["peaks"].contains("reserved"));
+}
+
+TEST_F(StorageCli, DeleteRemovesTheRun) {
+  const RunId first = add_run("doomed", 100);
+  add_run("kept", 100);
+  auto result = run_cli({"delete", "--run", std::to_string(first.value), "--db", db});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("doomed"), std::string::npos);
+  EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+  expect_one_line_error(run_cli({"delete", "--run", std::to_string(first.value), "--db", db}),
+                        "no run with id " + std::to_string(first.value));
+}
+
+TEST_F(StorageCli, DeleteNeedsARunAndAnExistingDatabase) {
+  auto usage = run_cli({"delete", "--db", db});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("--run ID is required"), std::string::npos);
+  expect_one_line_error(run_cli({"delete", "--run", "1", "--db", db}), "no such database");
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+TEST_F(StorageCli, TimelineJsonHasThePeaksAndBuckets) {
+  const RunId id = add_run("timeline", 50'000);
+  auto result = run_cli({"timeline", "--db", db, "--run", std::to_string(id.value), "--buckets",
+                         "25", "--json", "-"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto timeline = nlohmann::json::parse(result.out);
+  const auto run = RunStore(db).run(id);
+  EXPECT_EQ(timeline["run_id"], id.value);
+  EXPECT_EQ(timeline["peak_reserved"], run.summary["peaks"]["reserved"]);
+  EXPECT_EQ(timeline["peak_allocated"], run.summary["peaks"]["allocated"]);
+  ASSERT_EQ(timeline["buckets"].size(), 25u);
+  const auto& bucket = timeline["buckets"][0];
+  for (const char* key :
+       {"t0", "t1", "allocated_max", "allocated_min", "reserved_max", "reserved_min", "active_max",
+        "active_min", "requested_max", "requested_min", "first_event", "end_event"})
+    EXPECT_TRUE(bucket.contains(key)) << key;
+  EXPECT_EQ(timeline["buckets"].back()["end_event"], 50'000);
+  // The text form names the run.
+  auto text = run_cli({"timeline", "--db", db, "--run", std::to_string(id.value)});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("timeline"), std::string::npos);
+}
+
+TEST_F(StorageCli, TimelineErrors) {
+  add_run("x", 10);
+  expect_one_line_error(run_cli({"timeline", "--db", db, "--run", "42"}), "no run with id 42");
+  auto zero = run_cli({"timeline", "--db", db, "--run", "1", "--buckets", "0"});
+  EXPECT_EQ(zero.exit_code, 2);
+  auto missing = run_cli({"timeline", "--db", db});
+  EXPECT_EQ(missing.exit_code, 2);
+}
+
+TEST_F(StorageCli, BadDatabaseFilesAreOneLineErrors) {
+  storage::test::write_file(db, std::string(4096, 'z'));
+  expect_one_line_error(run_cli({"runs", "--db", db}), "not a database");
+  expect_one_line_error(run_cli({"timeline", "--db", db, "--run", "1"}), db);
+  {
+    std::filesystem::remove(db);
+    RunStore store(db);
+    store.database().exec("PRAGMA user_version = 999");
+  }
+  expect_one_line_error(run_cli({"runs", "--db", db, "--count"}), "newer FragScope");
+}
+
+TEST_F(StorageCli, VacuumShrinksAfterDelete) {
+  const RunId big = add_run("big", 300'000);
+  add_run("small", 10);
+  ASSERT_EQ(run_cli({"delete", "--run", std::to_string(big.value), "--db", db}).exit_code, 0);
+  const auto result = run_cli({"vacuum", "--db", db});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("bytes"), std::string::npos);
+  EXPECT_LT(std::filesystem::file_size(db), 200'000u);
+  EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+}
+
+std::string fixture(const std::string& name) {
+  return std::string(FRAGSCOPE_FIXTURES) + "/" + name;
+}
+
+TEST_F(StorageCli, ImportPrintsTheContractJsonAndStoresTheRun) {
+  auto result = run_cli({"import", fixture("gpt_oom_cap.pickle.gz"), "--db", db, "--json", "-"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto out = nlohmann::json::parse(result.out);
+  EXPECT_EQ(out["events"], 22135);  // the README's trace entry count
+  EXPECT_EQ(out["ooms"], 1);
+  EXPECT_EQ(out["truncated"], false);
+  EXPECT_EQ(out["segments"], 79);
+  const RunId id{out["run_id"].get<std::int64_t>()};
+  auto runs = nlohmann::json::parse(run_cli({"runs", "--db", db, "--json", "-"}).out);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["name"], "gpt_oom_cap");
+  EXPECT_EQ(runs[0]["source"], "imported");
+  EXPECT_EQ(runs[0]["status"], "oom");
+
+  // The timeline's peak is PyTorch's own reserved_bytes.all.peak for this recording.
+  auto timeline = run_cli({"timeline", "--db", db, "--run", std::to_string(id.value), "--buckets",
+                           "300", "--json", "-"});
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.err;
+  EXPECT_EQ(nlohmann::json::parse(timeline.out)["peak_reserved"], 6392119296);
+}
+
+TEST_F(StorageCli, ImportTakesANameAndPrintsASummaryLine) {
+  auto result = run_cli(
+      {"import", fixture("streams_default.pickle.gz"), "--db", db, "--name", "two streams"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("31348 events"), std::string::npos) << result.out;
+  EXPECT_EQ(RunStore(db).list_runs().at(0).name, "two streams");
+}
+
+TEST_F(StorageCli, FailedImportWritesNothing) {
+  // A truncated snapshot: the reader fails, and no database appears.
+  const std::string bytes = storage::test::read_file(fixture("streams_default.pickle.gz"));
+  const std::string broken = dir.file("broken.pickle.gz");
+  storage::test::write_file(broken, bytes.substr(0, bytes.size() / 2));
+  expect_one_line_error(run_cli({"import", broken, "--db", db}), "broken.pickle.gz");
+  EXPECT_FALSE(std::filesystem::exists(db));
+  // With runs already stored, a failing import leaves them as they were.
+  add_run("earlier", 100);
+  expect_one_line_error(run_cli({"import", broken, "--db", db}), "broken.pickle.gz");
+  expect_one_line_error(
+      run_cli({"import", fixture("streams_default.pickle.gz"), "--db", db, "--device", "4"}),
+      "no device 4");
+  EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+  auto usage = run_cli({"import", "--db", db});
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace fragscope::test

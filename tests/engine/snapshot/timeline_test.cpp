@@ -1,0 +1,221 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "engine/core/error.h"
+#include "engine/snapshot/snapshot_test_util.h"
+#include "engine/snapshot/timeline.h"
+
+namespace fragscope::snapshot::test {
+namespace {
+
+std::int64_t recorded_stat(const std::string& name, const std::string& key) {
+  std::ifstream in(std::filesystem::path(FRAGSCOPE_FIXTURES) / (name + ".stats.json"));
+  return nlohmann::json::parse(in)["memory_stats"][key].get<std::int64_t>();
+}
+
+const Timeline& fixture_timeline(const std::string& name) {
+  static std::map<std::string, Timeline> cache;
+  auto it = cache.find(name);
+  if (it == cache.end())
+    it = cache.emplace(name, build_timeline(fixture(name), 0)).first;
+  return it->second;
+}
+
+class FixtureTimeline : public ::testing::TestWithParam<std::string> {};
+
+// The trace covers the whole run, so the timeline's maxima are memory_stats()'s peaks.
+TEST_P(FixtureTimeline, PeaksEqualTheRecordedMemoryStats) {
+  const std::string& name = GetParam();
+  const Timeline& tl = fixture_timeline(name);
+  EXPECT_FALSE(tl.truncated);
+  EXPECT_EQ(tl.predating_blocks, 0u);
+  EXPECT_EQ(tl.peak.allocated, recorded_stat(name, "allocated_bytes.all.peak"));
+  EXPECT_EQ(tl.peak.reserved, recorded_stat(name, "reserved_bytes.all.peak"));
+  EXPECT_EQ(tl.peak.active, recorded_stat(name, "active_bytes.all.peak"));
+  EXPECT_EQ(tl.peak.requested, recorded_stat(name, "requested_bytes.all.peak"));
+  EXPECT_EQ(tl.peak.segments, recorded_stat(name, "segment.all.peak"));
+  EXPECT_EQ(tl.peak.inactive_split, recorded_stat(name, "inactive_split_bytes.all.peak"));
+  const TimelineSample& last = tl.samples.back();
+  EXPECT_EQ(last.allocated, recorded_stat(name, "allocated_bytes.all.current"));
+  EXPECT_EQ(last.reserved, recorded_stat(name, "reserved_bytes.all.current"));
+  EXPECT_EQ(last.active, recorded_stat(name, "active_bytes.all.current"));
+  EXPECT_EQ(last.requested, recorded_stat(name, "requested_bytes.all.current"));
+  EXPECT_EQ(last.inactive_split, recorded_stat(name, "inactive_split_bytes.all.current"));
+}
+
+// Replaying the trace with PyTorch's rounding and split rules lands on the final segments
+// exactly, block for block.
+TEST_P(FixtureTimeline, ReplayReproducesTheFinalSegments) {
+  const Timeline& tl = fixture_timeline(GetParam());
+  EXPECT_TRUE(tl.matches_final_segments) << tl.mismatch;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFixtures, FixtureTimeline, ::testing::ValuesIn(fixture_names()));
+
+// A ring buffer that kept only the last half: the walk back from the final segments must give
+// the same states as the full trace over the kept part.
+class TruncatedTrace : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TruncatedTrace, SameStatesAsTheFullTraceOverTheKeptPart) {
+  const Snapshot& full = fixture(GetParam());
+  const Timeline& full_tl = fixture_timeline(GetParam());
+  Snapshot cut = full;
+  auto& events = cut.device_traces[0];
+  const std::size_t dropped = events.size() / 2;
+  events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(dropped));
+  Timeline tl = build_timeline(cut, 0);
+  EXPECT_TRUE(tl.truncated);
+  EXPECT_GT(tl.predating_segments, 0u);
+  EXPECT_TRUE(tl.matches_final_segments) << tl.mismatch;
+  ASSERT_EQ(tl.samples.size(), full_tl.samples.size() - dropped);
+  if (tl.guessed_blocks == 0) {
+    EXPECT_EQ(tl.exact_from, 0u);
+    EXPECT_EQ(tl.initial, full_tl.samples[dropped - 1]);
+    // The rebuilt state is the full replay's state at the cut, block for block.
+    SegmentHistory full_history(full, 0, 8192);
+    EXPECT_EQ(initial_state(cut, 0).segments(), full_history.state_after(dropped).segments());
+  }
+  ASSERT_LE(tl.exact_from, tl.samples.size());
+  for (std::size_t i = tl.exact_from; i < tl.samples.size(); ++i)
+    ASSERT_EQ(tl.samples[i], full_tl.samples[dropped + i]) << "at kept entry " << i;
+  // Before then only guessed block sizes may differ, each by at most 1 MiB of allocation slack.
+  const Bytes slack = tl.guessed_blocks * kMiB;
+  for (std::size_t i = 0; i < tl.exact_from; ++i) {
+    const TimelineSample& a = tl.samples[i];
+    const TimelineSample& b = full_tl.samples[dropped + i];
+    ASSERT_EQ(a.reserved, b.reserved) << "at kept entry " << i;
+    ASSERT_EQ(a.requested, b.requested) << "at kept entry " << i;
+    ASSERT_EQ(a.segments, b.segments) << "at kept entry " << i;
+    ASSERT_LE(std::max(a.allocated, b.allocated) - std::min(a.allocated, b.allocated), slack);
+    ASSERT_LE(std::max(a.active, b.active) - std::min(a.active, b.active), slack);
+  }
+}
+
+// How often the guess is needed, pinned so a regression in the inference shows up.
+TEST(TruncatedTrace, MostPredatingBlockSizesAreDeterminedByTheTrace) {
+  std::size_t guessed = 0, predating = 0;
+  for (const std::string name : {"random_default", "streams_default", "gpt_oom_cap",
+                                 "gpt_varlen_expandable", "random_split64_round4"}) {
+    Snapshot cut = fixture(name);
+    auto& events = cut.device_traces[0];
+    events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events.size() / 2));
+    Timeline tl = build_timeline(cut, 0);
+    guessed += tl.guessed_blocks;
+    predating += tl.predating_blocks;
+  }
+  EXPECT_GT(predating, 100u);
+  EXPECT_LE(guessed * 7, predating);  // measured: 263 of 1956
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,
+                         ::testing::Values("random_default", "streams_default", "gpt_oom_cap",
+                                           "gpt_varlen_expandable", "random_split64_round4"));
+
+TEST(SegmentHistory, RandomAccessEqualsForwardReplay) {
+  const Snapshot& s = fixture("gpt_oom_cap");
+  SegmentHistory history(s, 0, 1000);
+  EXPECT_EQ(history.keyframes().size(), s.device_traces[0].size() / 1000 + 1);
+  SegmentState forward(LayoutRules::from_allocator_settings(s.allocator_settings));
+  const auto& events = s.device_traces[0];
+  for (std::size_t i = 0; i <= events.size(); ++i) {
+    if (i % 997 == 0 || i == events.size()) {
+      SegmentState at = history.state_after(i);
+      ASSERT_EQ(at, forward) << "after " << i << " entries";
+    }
+    if (i < events.size())
+      forward.apply(events[i]);
+  }
+  EXPECT_THROW(history.state_after(events.size() + 1), std::out_of_range);
+}
+
+TEST(SegmentState, SerializeRoundTripsAndRejectsDamage) {
+  const Snapshot& s = fixture("gpt_varlen_expandable");
+  SegmentHistory history(s, 0, 10000);
+  SegmentState state = history.state_after(s.device_traces[0].size() / 3);
+  std::string blob = state.serialize();
+  EXPECT_EQ(SegmentState::deserialize(blob, state.rules()), state);
+  EXPECT_LT(blob.size(), state.block_count() * 16 + 64);
+  EXPECT_THROW(SegmentState::deserialize(blob.substr(0, blob.size() / 2), state.rules()),
+               InputError);
+  EXPECT_THROW(SegmentState::deserialize("XXXX", state.rules()), InputError);
+  std::string trailing = blob + "x";
+  EXPECT_THROW(SegmentState::deserialize(trailing, state.rules()), InputError);
+}
+
+TEST(SegmentState, SplitsAndMergesLikeTheAllocator) {
+  // G2 of torch-allocator-spec §15: a 20 MiB segment; 1 MiB+1 then 5 MiB, the 4 MiB request takes
+  // the 4,718,080-byte remainder whole (remaining 523,776 <= 1 MiB is not split).
+  SegmentState st;
+  const std::uint64_t base = 0x7f0000000000;
+  st.apply({TraceAction::segment_alloc, base, 20 * kMiB});
+  st.apply({TraceAction::alloc, base, kMiB + 1});
+  EXPECT_EQ(st.sample().allocated, 1049088u);
+  st.apply({TraceAction::alloc, base + 1049088, 5 * kMiB});
+  st.apply({TraceAction::alloc, base + 1049088 + 5 * kMiB, 9 * kMiB + kMiB / 2});
+  st.apply({TraceAction::alloc, base + 16253440, 4 * kMiB});
+  EXPECT_EQ(st.sample().allocated, 20 * kMiB);
+  EXPECT_EQ(st.sample().largest_free, 0u);
+  st.apply({TraceAction::free_requested, base + 1049088, 5 * kMiB});
+  EXPECT_EQ(st.sample().allocated, 15 * kMiB);
+  EXPECT_EQ(st.sample().active, 20 * kMiB);
+  st.apply({TraceAction::free_completed, base + 1049088, 5 * kMiB});
+  EXPECT_EQ(st.sample().inactive_split, 5 * kMiB);
+  EXPECT_EQ(st.sample().largest_free, 5 * kMiB);
+  st.apply({TraceAction::free_requested, base, kMiB + 1});
+  st.apply({TraceAction::free_completed, base, kMiB + 1});
+  EXPECT_EQ(st.sample().largest_free, 5 * kMiB + 1049088);
+  EXPECT_EQ(st.block_count(), 3u);
+  EXPECT_THROW(st.apply({TraceAction::free_requested, base + 123, 1}), InputError);
+  EXPECT_THROW(st.apply({TraceAction::segment_free, base, 20 * kMiB}), InputError);
+}
+
+TEST(LayoutRules, RoundSizeMatchesTheSpecExamples) {
+  LayoutRules r;
+  EXPECT_EQ(r.round_size(1), 512u);
+  EXPECT_EQ(r.round_size(513), 1024u);
+  r.roundup_power2_divisions.fill(4);
+  EXPECT_EQ(r.round_size(1200), 1536u);
+  EXPECT_EQ(r.round_size(9000), 10240u);
+  EXPECT_EQ(r.round_size(716801), 786432u);
+  EXPECT_EQ(r.round_size(3 * kMiB + 1), 3 * kMiB + kMiB / 2);
+  EXPECT_EQ(r.round_size(100 * kMiB + 1), 112 * kMiB);
+  EXPECT_EQ(r.round_size(kGiB + 1), kGiB + kGiB / 4);
+  LayoutRules parsed =
+      LayoutRules::from_allocator_settings(fixture("random_split64_round4").allocator_settings);
+  EXPECT_EQ(parsed.max_split_size, 64 * kMiB);
+  EXPECT_EQ(parsed.roundup_power2_divisions, r.roundup_power2_divisions);
+  EXPECT_THROW(LayoutRules::from_allocator_settings({{"max_split_size", "big"}}), InputError);
+}
+
+TEST(Downsample, KeepsEveryPeak) {
+  std::vector<TimelineSample> samples(10000);
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    samples[i].allocated = i % 100;
+  samples[4321].allocated = 1'000'000;  // one spike
+  samples[777].reserved = 5;
+  auto buckets = downsample(samples, 64);
+  ASSERT_EQ(buckets.size(), 64u);
+  EXPECT_EQ(buckets.front().first, 0u);
+  EXPECT_EQ(buckets.back().last, samples.size() - 1);
+  Bytes max_allocated = 0;
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    if (b > 0) {
+      EXPECT_EQ(buckets[b].first, buckets[b - 1].last + 1);
+    }
+    max_allocated = std::max(max_allocated, buckets[b].max.allocated);
+    EXPECT_EQ(buckets[b].min.allocated, 0u);
+    if (buckets[b].first <= 4321 && 4321 <= buckets[b].last) {
+      EXPECT_EQ(buckets[b].max.allocated, 1'000'000u);
+    }
+  }
+  EXPECT_EQ(max_allocated, 1'000'000u);
+  EXPECT_EQ(downsample(samples, 1'000'000).size(), samples.size());
+  EXPECT_TRUE(downsample({}, 10).empty());
+  EXPECT_EQ(downsample(samples, 4, 100).front().first, 100u);
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot::test

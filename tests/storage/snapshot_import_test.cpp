@@ -1,0 +1,132 @@
+// Importing the real PyTorch 2.11 recordings: the stored run must agree with what PyTorch itself
+// reported for the same process (memory_stats() in NAME.stats.json, the final segments in the
+// snapshot).
+#include "storage/db/snapshot_import.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "storage_test_util.h"
+
+namespace fragscope::storage {
+namespace {
+
+const char* const kFixtures[] = {"gpt_ckpt_accum",        "gpt_fixedlen_default",  "gpt_oom_cap",
+                                 "gpt_varlen_default",    "gpt_varlen_expandable", "random_default",
+                                 "random_split64_round4", "streams_default"};
+
+std::string fixture(const std::string& name, const std::string& suffix) {
+  return std::string(FRAGSCOPE_FIXTURES) + "/" + name + suffix;
+}
+
+nlohmann::json memory_stats(const std::string& name) {
+  std::ifstream in(fixture(name, ".stats.json"));
+  return nlohmann::json::parse(in)["memory_stats"];
+}
+
+class ImportFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ImportFixture, AgreesWithPyTorchsOwnNumbers) {
+  const std::string name = GetParam();
+  const auto snapshot = snapshot::read_snapshot(fixture(name, ".pickle.gz"));
+  const auto stats = memory_stats(name);
+  RunStore store(":memory:");
+  const ImportResult result = import_snapshot(store, snapshot, {name, name, {}, {}});
+  const RunRecord run = store.run(result.run);
+
+  EXPECT_EQ(result.events, snapshot.device_traces[0].size());
+  EXPECT_EQ(run.event_count, result.events);
+  EXPECT_FALSE(result.truncated) << "recording started with the allocator";
+  EXPECT_EQ(result.ooms, static_cast<std::size_t>(stats["num_ooms"].get<std::int64_t>()));
+  EXPECT_EQ(run.status, result.ooms > 0 ? RunStatus::oom : RunStatus::ok);
+  EXPECT_EQ(run.source, RunSource::imported);
+
+  // Every series is PyTorch's own counter, peak and final value.
+  EXPECT_EQ(run.summary["series"]["source"], "layout") << run.summary["series"].dump();
+  EXPECT_EQ(run.summary["series"]["matches_final_segments"], true);
+  EXPECT_EQ(run.summary["peaks"]["reserved"], stats["reserved_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["reserved"], stats["reserved_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["allocated"], stats["allocated_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["allocated"], stats["allocated_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["active"], stats["active_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["active"], stats["active_bytes.all.current"]);
+  EXPECT_EQ(run.summary["peaks"]["requested"], stats["requested_bytes.all.peak"]);
+  EXPECT_EQ(run.summary["final"]["requested"], stats["requested_bytes.all.current"]);
+
+  // The timeline keeps the peak at any resolution.
+  for (const std::size_t buckets : {std::size_t{1}, std::size_t{37}, std::size_t{2000}}) {
+    std::int64_t peak = 0;
+    for (const auto& bucket : store.timeline(result.run, buckets))
+      peak = std::max(peak, bucket.max.reserved);
+    EXPECT_EQ(peak, stats["reserved_bytes.all.peak"].get<std::int64_t>()) << buckets;
+  }
+
+  // Replaying the stored events ends in the segments PyTorch dumped.
+  const SegmentMap expected = segment_map_of(snapshot, 0);
+  const SegmentStateAt end = store.segment_state(result.run, run.event_count);
+  EXPECT_EQ(end.state.segments(), expected.segments());
+  EXPECT_EQ(end.state.blocks(), expected.blocks());
+  EXPECT_EQ(end.state.unmatched_events(), 0u);
+
+  // The events round-trip exactly, stacks included.
+  EXPECT_EQ(store.events(result.run, 0, run.event_count), snapshot.device_traces[0]);
+  for (const auto& event : snapshot.device_traces[0]) {
+    if (event.frames.value != 0) {
+      const auto stored = store.frame_stack(result.run, event.frames);
+      const auto original = snapshot.frames.stack_frames(event.frames);
+      ASSERT_EQ(stored.size(), original.size());
+      for (std::size_t i = 0; i < stored.size(); ++i) {
+        EXPECT_EQ(stored[i].filename, original[i].filename);
+        EXPECT_EQ(stored[i].line, original[i].line);
+        EXPECT_EQ(stored[i].name, original[i].name);
+      }
+      break;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Torch211H200, ImportFixture, ::testing::ValuesIn(kFixtures));
+
+TEST(Import, OomReportsRecordTheFailingRequest) {
+  const auto snapshot = snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz"));
+  RunStore store(":memory:");
+  const ImportResult result = import_snapshot(store, snapshot, {"oom", "gpt_oom_cap", {}, {}});
+  const auto reports = store.oom_reports(result.run);
+  ASSERT_EQ(reports.size(), 1u);
+  const TraceEvent& oom = snapshot.device_traces[0][reports[0].event_index];
+  EXPECT_EQ(oom.action, TraceAction::oom);
+  EXPECT_EQ(reports[0].report["requested"], oom.size);
+  EXPECT_EQ(reports[0].report["device_free"], oom.addr);
+}
+
+TEST(Import, UnknownDeviceIsAnInputErrorAndWritesNothing) {
+  const auto snapshot = snapshot::read_snapshot(fixture("streams_default", ".pickle.gz"));
+  RunStore store(":memory:");
+  EXPECT_THROW(import_snapshot(store, snapshot, {"x", "streams_default", 3, {}}), InputError);
+  EXPECT_EQ(store.run_count(), 0);
+  EXPECT_FALSE(store.ingesting());
+}
+
+TEST(Import, ATraceThatStartsLateIsMarkedTruncated) {
+  auto snapshot = snapshot::read_snapshot(fixture("streams_default", ".pickle.gz"));
+  auto& trace = snapshot.device_traces[0];
+  const std::vector<TraceEvent> full = trace;
+  trace.erase(trace.begin(), trace.begin() + 5000);  // as if the ring buffer had overflowed
+  RunStore store(":memory:");
+  const ImportResult result = import_snapshot(store, snapshot, {"late", "streams", {}, {}});
+  EXPECT_TRUE(result.truncated);
+  // The reconstructed start is the real state after the 5000 dropped events.
+  SegmentMap replayed;
+  for (std::size_t i = 0; i < 5000; ++i)
+    replayed.apply(full[i]);
+  const SegmentMap start = store.segment_state(result.run, 0).state;
+  EXPECT_EQ(start.segments(), replayed.segments());
+  EXPECT_EQ(start.blocks().size(), replayed.blocks().size());
+  // And the series continue from the right level: the final reserved equals PyTorch's.
+  EXPECT_EQ(store.run(result.run).summary["final"]["reserved"],
+            memory_stats("streams_default")["reserved_bytes.all.current"]);
+}
+
+}  // namespace
+}  // namespace fragscope::storage
