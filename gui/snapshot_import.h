@@ -1,8 +1,9 @@
 #pragma once
 // Importing a PyTorch memory snapshot (.pickle / .pickle.gz) into the database: the one code
 // path behind File ▸ Open, drag and drop and the tests. It reads the snapshot with the engine's
-// reader, writes device 0's trace (the device with the most events when several) as one run in
-// one transaction, and rolls back if cancelled. A `NAME.stats.json` next to `NAME.pickle.gz`
+// reader and stores it with storage::import_snapshot (the same as `fragscope-cli import`: the
+// device with the most trace entries, PyTorch's exact counters, one transaction); a cancelled
+// import leaves no run behind. A `NAME.stats.json` next to `NAME.pickle.gz`
 // (what tests/fixtures/record_torch_traces.py writes) adds the recorded memory_stats(),
 // allocator config, device and PyTorch/CUDA versions to the run.
 #include <QString>

@@ -251,7 +251,8 @@ class TestMainWindow : public QObject {
     QCOMPARE(record.source, storage::RunSource::imported);
     QCOMPARE(record.status, storage::RunStatus::oom);
     QCOMPARE(record.event_count, 22135u);  // trace entries, README of the fixtures
-    QCOMPARE(record.device_name, std::string("NVIDIA H200"));
+    QCOMPARE(record.environment.gpu_name, std::string("NVIDIA H200"));
+    QCOMPARE(record.environment.torch_version, std::string("2.11.0+cu130"));
     QVERIFY(record.summary.contains("memory_stats"));
     // The recorded peak reserved (stats.json) is what the trace's own segment events add up to.
     QCOMPARE(summaryPeak(record, "reserved"),
