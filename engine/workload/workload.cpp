@@ -1,0 +1,146 @@
+// Validation of a workload's knob combination, and the step-time model.
+#include <cmath>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/workload/workload.h"
+
+namespace fragscope::workload {
+namespace {
+
+[[noreturn]] void reject(const std::string& where, const std::string& what) {
+  throw InputError("workload: " + where + ": " + what);
+}
+
+void require_positive(int value, const char* where) {
+  if (value <= 0)
+    reject(where, "must be a positive integer, got " + std::to_string(value));
+}
+
+// Forward FLOPs of one micro-batch, split into what a recompute repeats (workload-model.md §3:
+// matmul FLOPs per token and layer 8h² (attention projections) + 4·f·h (FFN) + 4·s·h (scores and
+// ×V); LM head 2·V·h per token).
+struct Flops {
+  double forward = 0;
+  double recompute = 0;
+};
+
+Flops micro_batch_flops(const Workload& w, double tokens, double seq) {
+  const GptModel& m = w.model;
+  const double h = m.hidden;
+  const double f = static_cast<double>(m.ffn_mult) * h;
+  const double attention = 8 * h * h + 4 * seq * h;
+  const double ffn = 4 * f * h;
+  Flops out;
+  out.forward = tokens * (m.layers * (attention + ffn) + 2.0 * m.vocab * h);
+  switch (w.training.checkpointing) {
+    case Checkpointing::none:
+      break;
+    case Checkpointing::ffn:
+      out.recompute = tokens * m.layers * ffn;
+      break;
+    case Checkpointing::blocks: {
+      const int every = w.training.checkpoint_every;
+      const int checkpointed = (m.layers + every - 1) / every;
+      out.recompute = tokens * checkpointed * (attention + ffn);
+      break;
+    }
+  }
+  return out;
+}
+
+// Per-micro-batch efficiency: small micro-batches keep the GPU less busy. Fitted to the measured
+// "bs 4 × 4 accumulation is 13% slower than bs 16" (workload-model.md §7.4): e(n) = n / (n + n0)
+// with n0 = 742 tokens.
+constexpr double kHalfEfficiencyTokens = 742;
+// torch.compile speed-up measured on the 4 × 4 + MLP-checkpoint case (§7.4): +8.7% throughput.
+constexpr double kCompileSpeedup = 1.087;
+
+double efficiency(double tokens) {
+  return tokens / (tokens + kHalfEfficiencyTokens);
+}
+
+}  // namespace
+
+void validate(const Workload& w) {
+  const GptModel& m = w.model;
+  const Training& t = w.training;
+  require_positive(m.layers, "model.layers");
+  require_positive(m.hidden, "model.hidden");
+  require_positive(m.heads, "model.heads");
+  require_positive(m.ffn_mult, "model.ffn_mult");
+  require_positive(m.vocab, "model.vocab");
+  if (m.hidden % m.heads != 0)
+    reject("model.heads", "must divide model.hidden (" + std::to_string(m.hidden) + ")");
+  if (m.dropout < 0 || m.dropout >= 1)
+    reject("model.dropout", "must be in [0, 1)");
+  if (m.positions < 0)
+    reject("model.positions", "must be >= 0");
+  require_positive(t.batch_size, "training.batch_size");
+  require_positive(t.steps, "training.steps");
+  require_positive(t.grad_accum, "training.grad_accum");
+  require_positive(t.checkpoint_every, "training.checkpoint_every");
+  if (t.batch_size_growth < 0 || t.batch_size_growth_every < 0)
+    reject("training.batch_size_growth", "must be >= 0");
+  if (t.empty_cache_every < 0)
+    reject("training.empty_cache_every", "must be >= 0");
+  const SeqLenSpec& s = t.seq_len;
+  require_positive(s.round_to, "training.seq_len.round_to");
+  switch (s.kind) {
+    case SeqLenKind::fixed:
+      require_positive(s.value, "training.seq_len.value");
+      break;
+    case SeqLenKind::uniform:
+    case SeqLenKind::lognormal:
+      require_positive(s.min, "training.seq_len.min");
+      if (s.max < s.min)
+        reject("training.seq_len.max", "must be >= training.seq_len.min");
+      if (s.kind == SeqLenKind::lognormal && (s.median <= 0 || s.sigma < 0))
+        reject("training.seq_len", "median must be > 0 and sigma >= 0");
+      break;
+    case SeqLenKind::list:
+      if (s.values.empty())
+        reject("training.seq_len.values", "must not be empty");
+      for (int v : s.values)
+        require_positive(v, "training.seq_len.values[]");
+      break;
+  }
+  if (m.positions > 0) {
+    const int longest = s.kind == SeqLenKind::fixed ? s.value : s.max;
+    if (longest > m.positions)
+      reject("model.positions", "is " + std::to_string(m.positions) + " but sequences can be " +
+                                    std::to_string(longest) + " long");
+  }
+  if (w.parallel.fsdp_shards != 1)
+    reject("parallel.fsdp_shards",
+           "sharded data parallelism is not modelled by this generator yet; use 1");
+}
+
+double estimated_step_time_ratio(const Workload& w) {
+  const std::vector<MicroBatch> shapes = micro_batches(w.training);
+  const int accum = w.training.grad_accum;
+  double actual = 0;
+  double reference = 0;
+  Workload plain = w;
+  plain.training.checkpointing = Checkpointing::none;
+  for (std::size_t first = 0; first + static_cast<std::size_t>(accum) <= shapes.size();
+       first += static_cast<std::size_t>(accum)) {
+    double step_tokens = 0;
+    double step_seq = 0;
+    for (int i = 0; i < accum; ++i) {
+      const MicroBatch& mb = shapes[first + static_cast<std::size_t>(i)];
+      const double tokens = static_cast<double>(mb.batch_size) * mb.seq_len;
+      const Flops f = micro_batch_flops(w, tokens, mb.seq_len);
+      actual += (3 * f.forward + f.recompute) / efficiency(tokens);
+      step_tokens += tokens;
+      step_seq += mb.seq_len;
+    }
+    const Flops merged = micro_batch_flops(plain, step_tokens, step_seq / accum);
+    reference += 3 * merged.forward / efficiency(step_tokens);
+  }
+  if (w.training.compile.any())
+    actual /= kCompileSpeedup;
+  return reference > 0 ? actual / reference : 1.0;
+}
+
+}  // namespace fragscope::workload

@@ -1,0 +1,135 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "engine/core/error.h"
+#include "engine/snapshot/pickle_writer.h"
+#include "engine/snapshot/snapshot_test_util.h"
+#include "engine/snapshot/timeline.h"
+
+namespace fragscope::snapshot::test {
+namespace {
+
+std::string run_command(const std::string& command, int& status) {
+  std::string out;
+  std::FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) {
+    status = -1;
+    return out;
+  }
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
+    out.append(buf, n);
+  status = pclose(p);
+  return out;
+}
+
+bool have_python() {
+  int status = 0;
+  run_command("python3 -c 'import pickle' 2>/dev/null", status);
+  return status == 0;
+}
+
+class WriterRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WriterRoundTrip, ReadOfWriteIsIdentity) {
+  const Snapshot& original = fixture(GetParam());
+  std::string bytes = write_snapshot_pickle(original);
+  ASSERT_EQ(static_cast<unsigned char>(bytes[0]), 0x80);
+  ASSERT_EQ(bytes[1], 4);  // protocol 4, like _dump_snapshot
+  Snapshot again = read_snapshot_from_memory(
+      std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), "written");
+  EXPECT_TRUE(again == original);
+  EXPECT_EQ(again.segments, original.segments);
+  EXPECT_EQ(again.device_traces, original.device_traces);
+  EXPECT_EQ(again.allocator_settings, original.allocator_settings);
+}
+
+// Stacks, expandable segments, an OOM and two streams: every part of the format.
+INSTANTIATE_TEST_SUITE_P(Fixtures, WriterRoundTrip,
+                         ::testing::Values("gpt_varlen_default", "gpt_varlen_expandable",
+                                           "gpt_oom_cap", "streams_default"));
+
+TEST(Writer, GzipFileRoundTrips) {
+  const Snapshot& original = fixture("gpt_oom_cap");
+  auto path = temp_dir() / "written.pickle.gz";
+  write_snapshot(original, path);
+  EXPECT_TRUE(read_snapshot(path) == original);
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  EXPECT_THROW(write_snapshot(original, "/nonexistent-dir/x.pickle"), InputError);
+}
+
+// Python's own unpickler reads what we write and sees the same numbers.
+TEST(Writer, PythonPickleLoadReadsIt) {
+  if (!have_python())
+    GTEST_SKIP() << "python3 not available";
+  const Snapshot& original = fixture("gpt_varlen_default");
+  auto path = temp_dir() / "for_python.pickle";
+  write_snapshot(original, path);
+  const std::string script =
+      "import pickle,sys\n"
+      "d=pickle.load(open(sys.argv[1],'rb'))\n"
+      "t=d['device_traces'][0]\n"
+      "print(len(d['segments']), len(t), sum(e['size'] for e in t),"
+      " sum(b['size'] for s in d['segments'] for b in s['blocks']),"
+      " t[0]['frames'][0]['name'], d['allocator_settings']['expandable_segments'],"
+      " sum(1 for e in t if e['action']=='alloc'))\n";
+  { std::ofstream(temp_dir() / "check.py") << script; }
+  int status = 0;
+  std::string out =
+      run_command("python3 " + (temp_dir() / "check.py").string() + " " + path.string(), status);
+  ASSERT_EQ(status, 0) << out;
+  Bytes total = 0, blocks = 0, allocs = 0;
+  for (const auto& e : original.device_traces[0]) {
+    total += e.size;
+    allocs += e.action == TraceAction::alloc;
+  }
+  for (const auto& s : original.segments)
+    for (const auto& b : s.blocks)
+      blocks += b.size;
+  std::string expected = std::to_string(original.segments.size()) + " " +
+                         std::to_string(original.device_traces[0].size()) + " " +
+                         std::to_string(total) + " " + std::to_string(blocks) + " " +
+                         original.frames.stack_frames(original.device_traces[0][0].frames)[0].name +
+                         " False " + std::to_string(allocs) + "\n";
+  EXPECT_EQ(out, expected);
+}
+
+TEST(Writer, PythonWrittenPicklesOfEveryProtocolRead) {
+  if (!have_python())
+    GTEST_SKIP() << "python3 not available";
+  for (int protocol : {2, 3, 4, 5}) {
+    auto path = temp_dir() / ("proto" + std::to_string(protocol) + ".pickle");
+    int status = 0;
+    std::string out = run_command(
+        "python3 -c \"import pickle; f=[{'filename':'a.py','line':3,'name':'f'}]; "
+        "d={'segments':[{'device':0,'address':2**63+4096,'total_size':2097152,'stream':0,"
+        "'segment_type':'small','segment_pool_id':(0,0),'is_expandable':False,'frames':[],"
+        "'blocks':[{'address':2**63+4096,'size':2097152,'requested_size':5,'state':'inactive',"
+        "'frames':f}]}],'device_traces':[[{'action':'segment_alloc','addr':2**63+4096,"
+        "'size':2097152,'stream':0,'time_us':1,'frames':f},{'action':'oom','device_free':-0+2**40,"
+        "'size':2**70//2**20,'stream':0,'time_us':2,'frames':f}]],'allocator_settings':{'x':1.5,"
+        "'big':[True,None,'s'*300]},'external_annotations':[]}; "
+        "pickle.dump(d, open('" +
+            path.string() + "','wb'), protocol=" + std::to_string(protocol) + ")\"",
+        status);
+    ASSERT_EQ(status, 0) << out;
+    Snapshot s = read_snapshot(path);
+    EXPECT_EQ(s.pickle_protocol, protocol);
+    ASSERT_EQ(s.segments.size(), 1u);
+    EXPECT_EQ(s.segments[0].address, (1ull << 63) + 4096);
+    ASSERT_EQ(s.device_traces.at(0).size(), 2u);
+    EXPECT_EQ(s.device_traces[0][1].action, TraceAction::oom);
+    EXPECT_EQ(s.device_traces[0][1].addr, 1ull << 40);
+    EXPECT_EQ(s.device_traces[0][1].size, 1ull << 50);
+    EXPECT_EQ(s.frames.stack_frames(s.device_traces[0][0].frames).at(0).filename, "a.py");
+    EXPECT_EQ(s.segments[0].blocks[0].frames, s.device_traces[0][0].frames);
+    EXPECT_EQ(s.allocator_settings["x"].get<double>(), 1.5);
+    EXPECT_EQ(s.allocator_settings["big"][2].get<std::string>().size(), 300u);
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot::test
