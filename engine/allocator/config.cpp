@@ -10,6 +10,8 @@
 //     garbage_collection_threshold, reads large_segment_size_mb first, then every other key.
 // The `:` after a key and the `,` after a value are located but never compared: PyTorch's
 // checkToken only bounds-checks, so `max_split_size_mb,100` parses like `max_split_size_mb:100`.
+// Which of passes 2 and 3 runs first decides only which error a string with two faults reports;
+// CUDA-first is inferred from 2.11 reporting unknown keys with the CUDA parser's text.
 #include "engine/allocator/config.h"
 
 #include <algorithm>

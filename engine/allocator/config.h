@@ -73,6 +73,8 @@ AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
 
 // A canonical PYTORCH_CUDA_ALLOC_CONF string that parses back to the same options (the `raw` and
 // `warnings` members aside). Options at their defaults are left out, so PyTorch's defaults give "".
+// A config no string can express (a size that is not whole MiB, a roundup value that is neither 0
+// nor a power of two) is an AllocatorConfigError.
 std::string to_alloc_conf_string(const AllocatorConfig& config);
 
 }  // namespace fragscope::alloc

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/allocator/sizes.h"
-#include "engine/analysis/format.h"
+#include "engine/allocator/summary.h"
 #include "engine/core/error.h"
 
 namespace fragscope::analysis {
@@ -42,11 +42,12 @@ std::string_view to_string(OomCause cause) {
 }
 
 std::string OomPostMortem::pytorch_figures() const {
-  std::string text = "Tried to allocate " + format_size(segment_size) + ". ";
+  std::string text = "Tried to allocate " + alloc::format_size(segment_size) + ". ";
   if (limited)
-    text += format_size(capacity) + " allowed; ";
-  text += "Of the allocated memory " + format_size(allocated) + " is allocated by PyTorch, and " +
-          format_size(reserved_unallocated) + " is reserved by PyTorch but unallocated.";
+    text += alloc::format_size(capacity) + " allowed; ";
+  text += "Of the allocated memory " + alloc::format_size(allocated) +
+          " is allocated by PyTorch, and " + alloc::format_size(reserved_unallocated) +
+          " is reserved by PyTorch but unallocated.";
   return text;
 }
 
@@ -88,57 +89,58 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
     }
   }
 
-  const std::string request = format_size(s.rounded);
+  const std::string request = alloc::format_size(s.rounded);
   auto say = [&pm](std::string sentence) { pm.evidence.push_back(std::move(sentence)); };
 
   if (s.memory.allocated + s.rounded > s.capacity) {
     pm.cause = OomCause::capacity;
-    say("allocated " + format_size(s.memory.allocated) + " + request " + request + " = " +
-        format_size(s.memory.allocated + s.rounded) + " exceeds the capacity of " +
-        format_size(s.capacity) + ": even perfect packing would not fit");
+    say("allocated " + alloc::format_size(s.memory.allocated) + " + request " + request + " = " +
+        alloc::format_size(s.memory.allocated + s.rounded) + " exceeds the capacity of " +
+        alloc::format_size(s.capacity) + ": even perfect packing would not fit");
     return pm;
   }
-  say("allocated " + format_size(s.memory.allocated) + " + request " + request + " fits in " +
-      format_size(s.capacity) + ": perfect packing would have succeeded");
+  say("allocated " + alloc::format_size(s.memory.allocated) + " + request " + request +
+      " fits in " + alloc::format_size(s.capacity) + ": perfect packing would have succeeded");
 
   if (best_fit && refused_by_oversize_rules(*best_fit, s.rounded, config)) {
     pm.cause = OomCause::cache_policy;
-    say("a cached " + format_size(*best_fit) + " block on stream " +
+    say("a cached " + alloc::format_size(*best_fit) + " block on stream " +
         std::to_string(s.stream.value) + " was large enough but the oversize rules refused it " +
         "(max_split_size " +
         (config.max_split_size == alloc::kUnlimited ? std::string("unlimited")
-                                                    : format_size(config.max_split_size)) +
-        ", max_non_split_rounding_size " + format_size(config.max_non_split_rounding_size) + ")");
+                                                    : alloc::format_size(config.max_split_size)) +
+        ", max_non_split_rounding_size " + alloc::format_size(config.max_non_split_rounding_size) +
+        ")");
     return pm;
   }
   if (pm.headroom >= s.rounded && pm.headroom < pm.segment_size) {
     pm.cause = OomCause::cache_policy;
-    say("the device still had " + format_size(pm.headroom) + " for the " + request +
-        " request, but the segment rounding asked for " + format_size(pm.segment_size));
+    say("the device still had " + alloc::format_size(pm.headroom) + " for the " + request +
+        " request, but the segment rounding asked for " + alloc::format_size(pm.segment_size));
     return pm;
   }
   if (same_stream_free + pm.headroom >= s.rounded) {
     pm.cause = OomCause::fragmentation;
-    say("stream " + std::to_string(s.stream.value) + " had " + format_size(same_stream_free) +
-        " cached free" +
-        (pm.headroom > 0 ? " plus " + format_size(pm.headroom) + " on the device" : "") +
-        ", but its largest usable block was " + format_size(pm.largest_usable) + " for a " +
+    say("stream " + std::to_string(s.stream.value) + " had " +
+        alloc::format_size(same_stream_free) + " cached free" +
+        (pm.headroom > 0 ? " plus " + alloc::format_size(pm.headroom) + " on the device" : "") +
+        ", but its largest usable block was " + alloc::format_size(pm.largest_usable) + " for a " +
         request + " request");
-    say(format_size(pm.stranded_in_split) +
+    say(alloc::format_size(pm.stranded_in_split) +
         " is stranded in split segments, which empty_cache cannot return");
     return pm;
   }
   if (same_stream_free + pm.headroom + other_streams_free + pm.pending_free >= s.rounded) {
     pm.cause = OomCause::other_stream;
     say("stream " + std::to_string(s.stream.value) + " had only " +
-        format_size(same_stream_free + pm.headroom) + " within reach; other streams held " +
-        format_size(other_streams_free) + " cached free and " + format_size(pm.pending_free) +
-        " waited for other streams' events");
+        alloc::format_size(same_stream_free + pm.headroom) + " within reach; other streams held " +
+        alloc::format_size(other_streams_free) + " cached free and " +
+        alloc::format_size(pm.pending_free) + " waited for other streams' events");
     return pm;
   }
   // The room exists only as bytes the cache cannot reach at all (accounting of another pool).
   pm.cause = OomCause::fragmentation;
-  say("the cache held " + format_size(pm.cached_free) + " free, none of it usable for a " +
+  say("the cache held " + alloc::format_size(pm.cached_free) + " free, none of it usable for a " +
       request + " request on stream " + std::to_string(s.stream.value));
   return pm;
 }

@@ -86,6 +86,8 @@ TraceRequests requests_from_trace(std::span<const TraceEvent> events,
         break;
       }
       case TraceAction::segment_alloc:
+        out.recorded_segments.push_back({e.addr, e.size});
+        break;
       case TraceAction::segment_free:
       case TraceAction::segment_map:
       case TraceAction::segment_unmap:

@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "engine/snapshot/segment_state.h"
@@ -25,6 +26,9 @@ struct TraceRequests {
   RequestStream requests;
   std::size_t recorded_ooms = 0;     // oom entries turned into mallocs
   std::size_t predating_allocs = 0;  // mallocs for blocks live before the first entry
+  // The recording's cudaMalloc'd segments in order, so a replay can break best-fit ties by the
+  // same addresses (alloc::RecordedAddressDevice).
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
 };
 
 // `initial` is the state before the first entry (empty for a complete trace). A free of an

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/allocator/summary.h"
 #include "engine/analysis/analysis_test_util.h"
-#include "engine/analysis/format.h"
 #include "engine/analysis/trace_requests.h"
 
 namespace fragscope::analysis {
@@ -20,16 +20,6 @@ constexpr std::uint64_t kBase = 1ull << 40;
 OomPostMortem only(const std::vector<OomPostMortem>& all) {
   EXPECT_EQ(all.size(), 1u);
   return all.empty() ? OomPostMortem{} : all.front();
-}
-
-TEST(Format, PyTorchFormatSize) {
-  EXPECT_EQ(format_size(0), "0 bytes");
-  EXPECT_EQ(format_size(1024), "1024 bytes");
-  EXPECT_EQ(format_size(1025), "1.00 KiB");
-  EXPECT_EQ(format_size(1_MiB), "1024.00 KiB");
-  EXPECT_EQ(format_size(168_MiB), "168.00 MiB");
-  EXPECT_EQ(format_size(1_GiB), "1024.00 MiB");
-  EXPECT_EQ(format_size(kTiB), "1024.00 GiB");
 }
 
 // 100 MiB limit; 90 MiB live in one segment, a 20 MiB request cannot fit however packed.
@@ -132,10 +122,10 @@ TEST(PostMortemFixture, GptOomCapMatchesPyTorchsMessage) {
       "but unallocated\\.");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(outcome, m, figures)) << outcome;
-  EXPECT_EQ(format_size(pm.segment_size), m[1].str());
-  EXPECT_EQ(format_size(pm.capacity), m[2].str());
-  EXPECT_EQ(format_size(pm.allocated), m[3].str());
-  EXPECT_EQ(format_size(pm.reserved_unallocated), m[4].str());
+  EXPECT_EQ(alloc::format_size(pm.segment_size), m[1].str());
+  EXPECT_EQ(alloc::format_size(pm.capacity), m[2].str());
+  EXPECT_EQ(alloc::format_size(pm.allocated), m[3].str());
+  EXPECT_EQ(alloc::format_size(pm.reserved_unallocated), m[4].str());
   EXPECT_NE(outcome.find(pm.pytorch_figures().substr(0, 30)), std::string::npos);
   EXPECT_EQ(pm.rounded, 175509504u);
   EXPECT_TRUE(pm.limited);

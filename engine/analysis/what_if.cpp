@@ -1,0 +1,276 @@
+#include "engine/analysis/what_if.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <exception>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/device.h"
+#include "engine/allocator/run.h"
+
+namespace fragscope::analysis {
+namespace {
+
+std::string strip_spaces(std::string_view text) {
+  std::string out;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      out += c;
+  return out;
+}
+
+// Splits "a:1,b:[x:1,>:2]" into its top-level "key:value" items.
+std::vector<std::string> top_level_items(std::string_view conf) {
+  std::vector<std::string> items;
+  std::string current;
+  int depth = 0;
+  for (char c : strip_spaces(conf)) {
+    if (c == '[')
+      ++depth;
+    if (c == ']')
+      --depth;
+    if (c == ',' && depth == 0) {
+      if (!current.empty())
+        items.push_back(current);
+      current.clear();
+      continue;
+    }
+    current += c;
+  }
+  if (!current.empty())
+    items.push_back(current);
+  return items;
+}
+
+Mitigation candidate(std::string name, std::string alloc_conf) {
+  Mitigation m;
+  m.name = std::move(name);
+  m.config = alloc::AllocatorConfig::parse(alloc_conf);
+  m.alloc_conf = std::move(alloc_conf);
+  return m;
+}
+
+WhatIfRow run_one(const RequestStream& requests, const Mitigation& m, const WhatIfOptions& options,
+                  std::size_t index) {
+  WhatIfRow row;
+  row.candidate = index;
+  row.name = m.name;
+  row.alloc_conf = m.alloc_conf;
+  row.step_time_ratio = m.step_time_ratio;
+  const RequestStream& stream = m.requests ? *m.requests : requests;
+  row.ideal_peak = ideal_peak(stream);
+  try {
+    const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
+    alloc::SimulatedDevice simulated(device_memory);
+    alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+    alloc::RunOptions run_options;
+    run_options.allowed_memory = options.capacity;
+    const alloc::RunResult result =
+        alloc::run_requests(stream, m.config, device, nullptr, run_options);
+    row.ok = result.ooms.empty();
+    if (!result.ooms.empty()) {
+      row.first_oom_request = result.ooms.front().request_index;
+      row.oom_message = result.ooms.front().oom.message;
+    }
+    row.peak_reserved = result.peak_reserved;
+    row.peak_allocated = result.peak_allocated;
+    row.segment_allocs = result.device_calls.segment_allocs;
+    row.segment_frees = result.device_calls.segment_frees;
+    row.maps = result.device_calls.maps;
+    row.unmaps = result.device_calls.unmaps;
+    row.alloc_retries = result.stats.num_alloc_retries;
+  } catch (const std::exception& error) {
+    row.ok = false;
+    row.error = error.what();
+  }
+  return row;
+}
+
+}  // namespace
+
+std::string with_option(std::string_view alloc_conf, std::string_view key, std::string_view value) {
+  std::vector<std::string> items = top_level_items(alloc_conf);
+  const std::string wanted = std::string(key) + ":" + std::string(value);
+  bool replaced = false;
+  for (auto& item : items) {
+    if (item.substr(0, item.find(':')) == key) {
+      item = wanted;
+      replaced = true;
+    }
+  }
+  if (!replaced)
+    items.push_back(wanted);
+  std::string out;
+  for (const auto& item : items)
+    out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
+  RequestStream out;
+  out.labels = requests.labels;
+  out.requests.reserve(requests.requests.size() + 64);
+  const bool has_steps =
+      std::any_of(requests.requests.begin(), requests.requests.end(),
+                  [](const Request& r) { return r.op == RequestOp::step_begin; });
+  std::optional<std::size_t> largest;
+  if (!has_steps) {
+    for (std::size_t i = 0; i < requests.requests.size(); ++i) {
+      const Request& r = requests.requests[i];
+      if (r.op == RequestOp::malloc && (!largest || r.size > requests.requests[*largest].size))
+        largest = i;
+    }
+  }
+  for (std::size_t i = 0; i < requests.requests.size(); ++i) {
+    const Request& r = requests.requests[i];
+    if ((has_steps && r.op == RequestOp::step_begin) || (largest && *largest == i))
+      out.requests.push_back(Request{RequestOp::empty_cache, TensorId{}, 0, StreamId{}, LabelId{}});
+    out.requests.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
+                                             const alloc::AllocatorConfig& baseline) {
+  const std::string base = baseline.raw;
+  std::vector<Mitigation> out;
+  Mitigation first;
+  first.name = "baseline";
+  first.alloc_conf = base;
+  first.config = baseline;
+  out.push_back(std::move(first));
+  out.push_back(candidate("expandable_segments", with_option(base, "expandable_segments", "True")));
+  for (const char* mb : {"64", "128", "256", "512"})
+    out.push_back(candidate(std::string("max_split_size_mb:") + mb,
+                            with_option(base, "max_split_size_mb", mb)));
+  for (const char* divisions : {"2", "4", "8", "16"})
+    out.push_back(candidate(std::string("roundup_power2_divisions:") + divisions,
+                            with_option(base, "roundup_power2_divisions", divisions)));
+  for (const char* threshold : {"0.6", "0.8"})
+    out.push_back(candidate(std::string("garbage_collection_threshold:") + threshold,
+                            with_option(base, "garbage_collection_threshold", threshold)));
+  Mitigation empty_cache;
+  empty_cache.name = "empty_cache before the big phase";
+  empty_cache.alloc_conf = base;
+  empty_cache.config = baseline;
+  empty_cache.requests =
+      std::make_shared<const RequestStream>(with_empty_cache_before_big_phase(requests));
+  out.push_back(std::move(empty_cache));
+  return out;
+}
+
+Bytes ideal_peak(const RequestStream& requests) {
+  std::unordered_map<std::uint64_t, Bytes> live;
+  live.reserve(1024);
+  Bytes current = 0;
+  Bytes peak = 0;
+  for (const Request& r : requests.requests) {
+    if (r.op == RequestOp::malloc) {
+      live[r.tensor.value] = r.size;
+      current += r.size;
+      peak = std::max(peak, current);
+    } else if (r.op == RequestOp::free) {
+      auto it = live.find(r.tensor.value);
+      if (it != live.end()) {
+        current -= it->second;
+        live.erase(it);
+      }
+    }
+  }
+  return peak;
+}
+
+double WhatIfRow::distance_from_ideal() const {
+  return ideal_peak == 0 ? 0.0
+                         : static_cast<double>(peak_reserved) / static_cast<double>(ideal_peak);
+}
+
+const WhatIfRow* WhatIfTable::baseline() const {
+  for (const auto& row : rows)
+    if (row.candidate == 0)
+      return &row;
+  return nullptr;
+}
+
+WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
+                        const WhatIfOptions& options) {
+  WhatIfTable table;
+  table.capacity = options.capacity;
+  table.ideal_peak = ideal_peak(requests);
+  std::vector<WhatIfRow> rows(candidates.size());
+
+  unsigned threads = options.threads == 0 ? std::thread::hardware_concurrency() : options.threads;
+  threads = std::clamp<unsigned>(
+      threads, 1, static_cast<unsigned>(std::max<std::size_t>(candidates.size(), 1)));
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    // Each worker takes the next candidate; results land in their candidate's slot.
+    for (std::size_t i = next++; i < candidates.size(); i = next++)
+      rows[i] = run_one(requests, candidates[i], options, i);
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (unsigned t = 1; t < threads; ++t)
+      pool.emplace_back(work);
+    work();
+  }
+
+  if (!rows.empty()) {
+    const auto base_calls = static_cast<std::int64_t>(rows.front().device_calls());
+    for (auto& row : rows)
+      row.extra_device_calls = static_cast<std::int64_t>(row.device_calls()) - base_calls;
+  }
+  auto key = [](const WhatIfRow& r) {
+    return std::make_tuple(r.error.empty() ? 0 : 1, r.ok ? 0 : 1, r.peak_reserved,
+                           r.extra_device_calls, r.step_time_ratio, r.candidate);
+  };
+  std::sort(rows.begin(), rows.end(),
+            [&](const WhatIfRow& a, const WhatIfRow& b) { return key(a) < key(b); });
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rows[i].rank = i + 1;
+  table.rows = std::move(rows);
+  return table;
+}
+
+nlohmann::json to_json(const WhatIfRow& row) {
+  nlohmann::json j = {{"rank", row.rank},
+                      {"name", row.name},
+                      {"alloc_conf", row.alloc_conf},
+                      {"ok", row.ok},
+                      {"peak_reserved", row.peak_reserved},
+                      {"peak_allocated", row.peak_allocated},
+                      {"ideal_peak", row.ideal_peak},
+                      {"distance_from_ideal", row.distance_from_ideal()},
+                      {"segment_allocs", row.segment_allocs},
+                      {"segment_frees", row.segment_frees},
+                      {"maps", row.maps},
+                      {"unmaps", row.unmaps},
+                      {"device_calls", row.device_calls()},
+                      {"extra_device_calls", row.extra_device_calls},
+                      {"alloc_retries", row.alloc_retries},
+                      {"step_time_ratio", row.step_time_ratio}};
+  j["first_oom_request"] =
+      row.first_oom_request ? nlohmann::json(*row.first_oom_request) : nlohmann::json(nullptr);
+  if (!row.oom_message.empty())
+    j["oom_message"] = row.oom_message;
+  if (!row.error.empty())
+    j["error"] = row.error;
+  return j;
+}
+
+nlohmann::json to_json(const WhatIfTable& table) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : table.rows)
+    rows.push_back(to_json(row));
+  return {{"ideal_peak", table.ideal_peak},
+          {"capacity", table.capacity ? nlohmann::json(*table.capacity) : nlohmann::json(nullptr)},
+          {"best", table.best() ? nlohmann::json(table.best()->name) : nlohmann::json(nullptr)},
+          {"rows", std::move(rows)}};
+}
+
+}  // namespace fragscope::analysis

@@ -1,0 +1,113 @@
+#pragma once
+// What-if: the same request stream under other allocator settings (or a changed program), ranked
+// by what users care about when a run ran out of memory or reserved too much: does it avoid the
+// OOM, how high does reserved memory peak, how many extra cudaMalloc/cudaFree calls does it cost.
+// The ideal lower bound (the peak of live requested bytes: perfect packing) shows how far any
+// allocator setting still is from what the program needs.
+//
+// Every candidate is an independent run of alloc::run_requests on its own SimulatedDevice, so
+// candidates run on a thread pool; rows are computed into fixed slots and ranked by a total
+// order, so the table is the same for any thread count.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
+#include "engine/core/request.h"
+#include "engine/core/units.h"
+
+namespace fragscope::analysis {
+
+// totalGlobalMem of the H200 the fixtures were recorded on: the simulated device's size when no
+// capacity is given (it sizes expandable-segment reservations).
+inline constexpr Bytes kDefaultDeviceMemory = 150'109'880'320;
+
+// One candidate: a configuration, and optionally another request stream (the same program
+// changed, e.g. empty_cache calls inserted, or a smaller micro-batch with accumulation).
+struct Mitigation {
+  std::string name;        // e.g. "expandable_segments", "max_split_size_mb:256"
+  std::string alloc_conf;  // the PYTORCH_CUDA_ALLOC_CONF string that gives `config`
+  alloc::AllocatorConfig config;
+  std::shared_ptr<const RequestStream> requests;  // null: the baseline stream
+  // Time per step relative to the baseline (program changes cost time; settings ~1).
+  double step_time_ratio = 1.0;
+};
+
+// Adds or replaces `key:value` in a PYTORCH_CUDA_ALLOC_CONF string ("" = defaults).
+std::string with_option(std::string_view alloc_conf, std::string_view key, std::string_view value);
+
+// The standard candidates for a baseline configuration: the baseline itself (first),
+// expandable_segments, max_split_size_mb 64/128/256/512, roundup_power2_divisions 2/4/8/16,
+// garbage_collection_threshold 0.6/0.8 (effective only under a memory limit), and "empty_cache
+// before the big phase" (before each training step, or before the largest request when the
+// stream has no steps). Every string is parsed with alloc::AllocatorConfig::parse.
+std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
+                                             const alloc::AllocatorConfig& baseline);
+
+// The baseline stream with empty_cache before every step_begin marker, or, without markers,
+// before the first malloc of the largest size.
+RequestStream with_empty_cache_before_big_phase(const RequestStream& requests);
+
+// Peak of live requested bytes (malloc adds its size, free removes it).
+Bytes ideal_peak(const RequestStream& requests);
+
+struct WhatIfOptions {
+  // Per-process limit (set_per_process_memory_fraction); nullopt = the whole device.
+  std::optional<Bytes> capacity;
+  Bytes device_memory = kDefaultDeviceMemory;  // raised to `capacity` when that is larger
+  unsigned threads = 1;                        // 0 = hardware concurrency
+  // Segment addresses of the recording the stream came from: served while a candidate asks for
+  // the recorded sizes, so best-fit ties break as they did in the real run.
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
+};
+
+struct WhatIfRow {
+  std::size_t candidate = 0;  // index into the candidates given
+  std::string name;
+  std::string alloc_conf;
+  bool ok = false;  // no OOM
+  std::optional<std::size_t> first_oom_request;
+  std::string oom_message;
+  Bytes peak_reserved = 0;
+  Bytes peak_allocated = 0;
+  Bytes ideal_peak = 0;  // of this row's request stream
+  std::uint64_t segment_allocs = 0;
+  std::uint64_t segment_frees = 0;
+  std::uint64_t maps = 0;
+  std::uint64_t unmaps = 0;
+  std::int64_t alloc_retries = 0;
+  std::int64_t extra_device_calls = 0;  // device calls minus the baseline's (first candidate)
+  double step_time_ratio = 1.0;
+  std::size_t rank = 0;  // 1 = best
+  std::string error;     // the candidate could not run (e.g. a bad request stream)
+
+  std::uint64_t device_calls() const { return segment_allocs + segment_frees + maps + unmaps; }
+  // peak_reserved / ideal_peak: 1.0 = perfect packing.
+  double distance_from_ideal() const;
+};
+
+struct WhatIfTable {
+  Bytes ideal_peak = 0;  // of the baseline stream
+  std::optional<Bytes> capacity;
+  std::vector<WhatIfRow> rows;  // ranked: best first
+  const WhatIfRow* baseline() const;
+  const WhatIfRow* best() const { return rows.empty() ? nullptr : &rows.front(); }
+};
+
+// Runs every candidate (the first is the baseline the others are measured against) and ranks
+// them: avoids the OOM first, then lower peak reserved, then fewer extra device calls, then
+// lower step time, then candidate order.
+WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
+                        const WhatIfOptions& options = {});
+
+nlohmann::json to_json(const WhatIfRow& row);
+nlohmann::json to_json(const WhatIfTable& table);
+
+}  // namespace fragscope::analysis

@@ -1,0 +1,141 @@
+#include "engine/analysis/what_if.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/analysis/analysis_test_util.h"
+#include "engine/analysis/trace_requests.h"
+
+namespace fragscope::analysis {
+namespace {
+
+using namespace fragscope::literals;
+
+Request malloc_of(std::uint64_t tensor, Bytes size) {
+  return Request{RequestOp::malloc, TensorId{tensor}, size, StreamId{}, LabelId{}};
+}
+Request free_of(std::uint64_t tensor) {
+  return Request{RequestOp::free, TensorId{tensor}, 0, StreamId{}, LabelId{}};
+}
+
+WhatIfOptions options(std::optional<Bytes> capacity, unsigned threads) {
+  WhatIfOptions o;
+  o.capacity = capacity;
+  o.threads = threads;
+  return o;
+}
+
+const WhatIfRow& row_named(const WhatIfTable& table, const std::string& name) {
+  for (const auto& row : table.rows)
+    if (row.name == name)
+      return row;
+  throw std::runtime_error("no row " + name);
+}
+
+TEST(WithOption, AddsOrReplacesTopLevelKeys) {
+  EXPECT_EQ(with_option("", "expandable_segments", "True"), "expandable_segments:True");
+  EXPECT_EQ(with_option("max_split_size_mb:64", "expandable_segments", "True"),
+            "max_split_size_mb:64,expandable_segments:True");
+  EXPECT_EQ(with_option(" max_split_size_mb : 64 ,roundup_power2_divisions:[256:1,>:4]",
+                        "max_split_size_mb", "128"),
+            "max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4]");
+}
+
+TEST(IdealPeak, IsThePeakOfLiveRequestedBytes) {
+  RequestStream s;
+  s.requests = {malloc_of(1, 100), malloc_of(2, 50), free_of(1), malloc_of(3, 120), free_of(2)};
+  EXPECT_EQ(ideal_peak(s), 170u);
+}
+
+TEST(EmptyCacheBeforeBigPhase, GoesBeforeTheLargestRequestWithoutSteps) {
+  RequestStream s;
+  s.requests = {malloc_of(1, 100), malloc_of(2, 500), malloc_of(3, 500)};
+  const RequestStream out = with_empty_cache_before_big_phase(s);
+  ASSERT_EQ(out.requests.size(), 4u);
+  EXPECT_EQ(out.requests[1].op, RequestOp::empty_cache);
+  EXPECT_EQ(out.requests[2].size, 500u);
+}
+
+// A classic fragmentation OOM under a 100 MiB limit: 4 x 20 MiB carved from a cached 80 MiB
+// segment, the 1st and 3rd freed: 40 MiB is cached in two holes, a 40 MiB request needs a new
+// segment the limit refuses. Expandable segments unmap the two free 20 MiB pages and map
+// 40 MiB at the end instead.
+RequestStream fragmenting_stream() {
+  RequestStream s;
+  s.requests.push_back(malloc_of(1, 80_MiB));
+  s.requests.push_back(free_of(1));
+  for (std::uint64_t t = 2; t <= 5; ++t)
+    s.requests.push_back(malloc_of(t, 20_MiB));
+  s.requests.push_back(free_of(2));
+  s.requests.push_back(free_of(4));
+  s.requests.push_back(malloc_of(6, 40_MiB));
+  return s;
+}
+
+TEST(WhatIf, RanksCandidatesThatAvoidTheOomFirst) {
+  const RequestStream s = fragmenting_stream();
+  const auto candidates = standard_mitigations(s, alloc::AllocatorConfig{});
+  const WhatIfTable table = run_what_if(s, candidates, options(100_MiB, 2));
+  ASSERT_EQ(table.rows.size(), candidates.size());
+  const WhatIfRow* base = table.baseline();
+  ASSERT_NE(base, nullptr);
+  EXPECT_FALSE(base->ok) << base->peak_reserved;
+  ASSERT_TRUE(base->first_oom_request.has_value());
+  EXPECT_EQ(*base->first_oom_request, s.requests.size() - 1);
+  EXPECT_NE(base->oom_message.find("CUDA out of memory"), std::string::npos);
+  EXPECT_TRUE(row_named(table, "expandable_segments").ok);
+  EXPECT_TRUE(table.best()->ok);
+  EXPECT_EQ(table.ideal_peak, 80_MiB);
+  for (std::size_t i = 1; i < table.rows.size(); ++i) {
+    const auto& a = table.rows[i - 1];
+    const auto& b = table.rows[i];
+    EXPECT_EQ(a.rank + 1, b.rank);
+    EXPECT_TRUE(a.ok >= b.ok) << a.name << " before " << b.name;
+    if (a.ok == b.ok) {
+      EXPECT_LE(a.peak_reserved, b.peak_reserved) << a.name << " before " << b.name;
+    }
+  }
+}
+
+TEST(WhatIf, SameTableForAnyThreadCount) {
+  const RequestStream s = fragmenting_stream();
+  const auto candidates = standard_mitigations(s, alloc::AllocatorConfig{});
+  const auto one = to_json(run_what_if(s, candidates, options(100_MiB, 1)));
+  const auto four = to_json(run_what_if(s, candidates, options(100_MiB, 4)));
+  EXPECT_EQ(one.dump(), four.dump());
+}
+
+TEST(WhatIf, BadStreamIsAnErrorRowNotACrash) {
+  RequestStream s;
+  s.requests = {free_of(9)};
+  Mitigation baseline;
+  baseline.name = "baseline";
+  const WhatIfTable table = run_what_if(s, {baseline});
+  ASSERT_EQ(table.rows.size(), 1u);
+  EXPECT_FALSE(table.rows[0].ok);
+  EXPECT_NE(table.rows[0].error.find("tensor 9"), std::string::npos) << table.rows[0].error;
+}
+
+// The real recordings: the same request stream under the default config and under
+// expandable_segments:True peaked at 26174554112 and 21172846592 reserved bytes.
+TEST(WhatIfFixture, ExpandableSegmentsLowerGptVarlenPeak) {
+  const auto& snap = test::fixture("gpt_varlen_default");
+  const alloc::AllocatorConfig config = config_from_settings(snap.allocator_settings);
+  const TraceRequests trace = requests_from_trace(snap.device_traces[0], snapshot::SegmentState{});
+  std::vector<Mitigation> candidates = standard_mitigations(trace.requests, config);
+  WhatIfOptions opts = options(std::nullopt, 2);
+  opts.recorded_segments = trace.recorded_segments;
+  const WhatIfTable table = run_what_if(trace.requests, candidates, opts);
+  const WhatIfRow& base = *table.baseline();
+  const WhatIfRow& expandable = row_named(table, "expandable_segments");
+  EXPECT_TRUE(base.ok);
+  EXPECT_EQ(base.peak_reserved, 26174554112u);
+  EXPECT_EQ(expandable.peak_reserved, 21172846592u);
+  EXPECT_LT(expandable.rank, base.rank);
+  const auto stats = test::fixture_stats("gpt_varlen_default")["memory_stats"];
+  EXPECT_EQ(base.peak_allocated, stats["allocated_bytes.all.peak"].get<Bytes>());
+  EXPECT_EQ(table.ideal_peak, stats["requested_bytes.all.peak"].get<Bytes>());
+  EXPECT_LE(table.ideal_peak, table.best()->peak_reserved);
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
