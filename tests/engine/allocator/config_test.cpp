@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -296,6 +297,33 @@ TEST(AllocatorConfigParse, MalformedStringsAbortPyTorchAndAreReportedHere) {
   } catch (const MalformedAllocatorConfig& error) {
     EXPECT_NE(std::string(error.what()).find("INTERNAL ASSERT"), std::string::npos);
   }
+}
+
+TEST(AllocatorConfigEnvironment, FirstSetVariableWins) {
+  const auto from = [](std::map<std::string, std::string> env) {
+    return config_from_environment([env](std::string_view name) -> std::optional<std::string> {
+      const auto it = env.find(std::string(name));
+      return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+  };
+  EXPECT_EQ(from({}), AllocatorConfig{});
+  // The legacy name wins over the generic one (§8.1: 100 MiB, not 200).
+  const AllocatorConfig both = from({{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100"},
+                                     {"PYTORCH_ALLOC_CONF", "max_split_size_mb:200"}});
+  EXPECT_EQ(both.max_split_size, 100 * kMiB);
+  EXPECT_EQ(both.raw, "max_split_size_mb:100");
+  EXPECT_EQ(from({{"PYTORCH_ALLOC_CONF", "expandable_segments:True"}}),
+            AllocatorConfig::parse("expandable_segments:True"));
+  // On CUDA builds the HIP name reaches only the common reader; PYTORCH_ALLOC_CONF supplies the
+  // CUDA-specific keys.
+  const AllocatorConfig hip = from({{"PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:64"},
+                                    {"PYTORCH_ALLOC_CONF", "release_lock_on_cudamalloc:True"}});
+  EXPECT_EQ(hip.max_split_size, 64 * kMiB);
+  EXPECT_TRUE(hip.release_lock_on_cudamalloc);
+  EXPECT_EQ(hip.raw, "max_split_size_mb:64");
+  EXPECT_THROW(from({{"PYTORCH_ALLOC_CONF", "foo:1"}}), AllocatorConfigError);
+  EXPECT_THROW(from({{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100,,"}}),
+               MalformedAllocatorConfig);
 }
 
 TEST(AllocatorConfigCanonicalString, DefaultsGiveEmptyString) {
