@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "engine/allocator/summary.h"
+
 namespace fragscope::alloc {
 namespace {
 
@@ -121,43 +123,6 @@ std::string hex_address(std::uint64_t address) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, address);
   return buffer;
-}
-
-// PyTorch's C++ format_size (spec §6.1): two decimals, KiB/MiB/GiB, no TiB.
-std::string format_size(Bytes size) {
-  char buffer[64];
-  if (size <= 1024) {
-    std::snprintf(buffer, sizeof buffer, "%" PRIu64 " bytes", size);
-  } else if (size <= 1048576) {
-    std::snprintf(buffer, sizeof buffer, "%.2f KiB", static_cast<double>(size) / 1024.0);
-  } else if (size <= 1073741824) {
-    std::snprintf(buffer, sizeof buffer, "%.2f MiB", static_cast<double>(size) / 1048576.0);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%.2f GiB", static_cast<double>(size) / 1073741824.0);
-  }
-  return buffer;
-}
-
-// torch.OutOfMemoryError's text (spec §6); no private pools are modelled, so P = 0.
-std::string oom_message(const OutOfMemory& oom, std::optional<Bytes> process_memory) {
-  std::string text = "CUDA out of memory. Tried to allocate " + format_size(oom.segment_size) +
-                     ". GPU 0 has a total capacity of " + format_size(oom.device_total) +
-                     " of which " + format_size(oom.device_free) + " is free. ";
-  if (process_memory)
-    text += "Including non-PyTorch memory, this process has " + format_size(*process_memory) +
-            " memory in use. ";
-  if (oom.allowed)
-    text += format_size(*oom.allowed) + " allowed; ";
-  text += "Of the allocated memory " + format_size(oom.allocated) + " is allocated by PyTorch, ";
-  text += "and " + format_size(oom.reserved - oom.allocated) +
-          " is reserved by PyTorch but unallocated.";
-  text +=
-      " If reserved but unallocated memory is large try setting "
-      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
-      "documentation for Memory Management  "
-      "(https://docs.pytorch.org/docs/stable/notes/cuda.html"
-      "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
-  return text;
 }
 
 }  // namespace
@@ -730,7 +695,7 @@ struct CachingAllocator::Impl {
       OutOfMemory oom;
       oom.requested = requested;
       oom.stream = StreamId{stream};
-      oom.message = "CUDA out of memory. Tried to allocate more than 1EB memory.";
+      oom.message = std::string(kOomMoreThan1EB);
       result.oom = std::move(oom);
       return result;
     }
@@ -765,7 +730,17 @@ struct CachingAllocator::Impl {
       oom.stream = StreamId{stream};
       emit(TraceAction::oom, oom.device_free, size, stream);
       ++stats.num_ooms;
-      oom.message = oom_message(oom, device.process_memory_in_use());
+      OomMessageInputs text;
+      text.device = 0;
+      text.tried_to_allocate = alloc_size;
+      text.total_capacity = oom.device_total;
+      text.device_free = oom.device_free;
+      if (auto in_use = device.process_memory_in_use())
+        text.processes.push_back(GpuProcessMemory{0, *in_use, true});
+      text.allowed = allowed;
+      text.allocated = oom.allocated;
+      text.reserved = oom.reserved;
+      oom.message = oom_message(text);
       result.oom = std::move(oom);
       return result;
     }
@@ -1044,29 +1019,11 @@ void CachingAllocator::set_allowed_memory(std::optional<Bytes> bytes) {
 std::optional<Bytes> CachingAllocator::allowed_memory() const {
   return impl_->allowed;
 }
-// The allocator resets its own stats (spec §9.1) field by field, so the model does not depend on
-// the memory_stats() formatting code.
-template <typename Fn>
-static void for_each_stat(DeviceStats& stats, Fn&& fn) {
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
-                           &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
-                           &stats.inactive_split_bytes, &stats.requested_bytes})
-    for (Stat& stat : array->by_type)
-      fn(stat);
-  fn(stats.oversize_allocations);
-  fn(stats.oversize_segments);
-}
 void CachingAllocator::reset_peak_stats() {
-  for_each_stat(impl_->stats, [](Stat& stat) { stat.reset_peak(); });
+  impl_->stats.reset_peak();
 }
 void CachingAllocator::reset_accumulated_stats() {
-  DeviceStats& stats = impl_->stats;
-  for_each_stat(stats, [](Stat& stat) { stat.reset_accumulated(); });
-  stats.num_alloc_retries = 0;
-  stats.num_ooms = 0;
-  stats.num_sync_all_streams = 0;
-  stats.num_device_alloc = 0;
-  stats.num_device_free = 0;
+  impl_->stats.reset_accumulated();
 }
 const DeviceStats& CachingAllocator::stats() const {
   return impl_->stats;

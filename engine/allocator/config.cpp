@@ -10,6 +10,8 @@
 //     garbage_collection_threshold, reads large_segment_size_mb first, then every other key.
 // The `:` after a key and the `,` after a value are located but never compared: PyTorch's
 // checkToken only bounds-checks, so `max_split_size_mb,100` parses like `max_split_size_mb:100`.
+// Which of passes 2 and 3 runs first decides only which error a string with two faults reports;
+// CUDA-first is inferred from 2.11 reporting unknown keys with the CUDA parser's text.
 #include "engine/allocator/config.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -484,6 +487,29 @@ void AllocatorConfig::apply(std::string_view text) {
   AllocatorConfig updated = *this;
   apply_settings(updated, text, AssertContext::runtime);
   *this = std::move(updated);
+}
+
+AllocatorConfig config_from_environment(
+    const std::function<std::optional<std::string>(std::string_view name)>& lookup) {
+  const std::optional<std::string> cuda = lookup("PYTORCH_CUDA_ALLOC_CONF");
+  const std::optional<std::string> hip = lookup("PYTORCH_HIP_ALLOC_CONF");
+  const std::optional<std::string> generic = lookup("PYTORCH_ALLOC_CONF");
+  // The common reader also honours the HIP name on CUDA builds; the CUDA-specific readers (the
+  // load-time backend scan and CUDAAllocatorConfig) only look at the other two.
+  const std::optional<std::string>& common = cuda ? cuda : hip ? hip : generic;
+  const std::optional<std::string>& cuda_specific = cuda ? cuda : generic;
+  AllocatorConfig config;
+  if (cuda_specific) {
+    const ConfigTokens tokens(*cuda_specific, AssertContext::library_load);
+    config.backend = scan_backend(tokens);
+    parse_cuda_keys(tokens, config);
+  }
+  if (common) {
+    const ConfigTokens tokens(*common, AssertContext::runtime);
+    parse_common_keys(tokens, config);
+    config.raw = *common;  // PyTorch's "last allocator settings", what snapshots record
+  }
+  return config;
 }
 
 AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings) {

@@ -4,6 +4,7 @@
 // AllocatorConfigError with PyTorch's own message, never an abort.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -65,6 +66,13 @@ struct AllocatorConfig {
   friend bool operator==(const AllocatorConfig&, const AllocatorConfig&) = default;
 };
 
+// The config a process starts with, given its environment (`lookup` returns a variable's value,
+// or nullopt when unset). PyTorch 2.11 reads only the first set of PYTORCH_CUDA_ALLOC_CONF,
+// (PYTORCH_HIP_ALLOC_CONF,) PYTORCH_ALLOC_CONF (§8.1); on CUDA builds the HIP name feeds only the
+// common options, not the CUDA-specific ones.
+AllocatorConfig config_from_environment(
+    const std::function<std::optional<std::string>(std::string_view name)>& lookup);
+
 // A snapshot's `allocator_settings` dict (§10.2), as JSON: the raw PYTORCH_CUDA_ALLOC_CONF string
 // is parsed for the options the dict does not record (large_segment_size_mb, backend, ...), and
 // the recorded effective values (max_split_size, roundup_power2_divisions, ...) then override
@@ -73,6 +81,8 @@ AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
 
 // A canonical PYTORCH_CUDA_ALLOC_CONF string that parses back to the same options (the `raw` and
 // `warnings` members aside). Options at their defaults are left out, so PyTorch's defaults give "".
+// A config no string can express (a size that is not whole MiB, a roundup value that is neither 0
+// nor a power of two) is an AllocatorConfigError.
 std::string to_alloc_conf_string(const AllocatorConfig& config);
 
 }  // namespace fragscope::alloc

@@ -1,6 +1,5 @@
 #include "engine/replay/replay.h"
 
-#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
@@ -131,56 +130,11 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings) {
-  if (!settings.is_object())
-    throw InputError("allocator_settings: expected a dict, got " +
-                     std::string(settings.type_name()));
-  auto field = [&](const char* key) -> const nlohmann::json& {
-    auto it = settings.find(key);
-    if (it == settings.end())
-      throw InputError(std::string("allocator_settings: missing '") + key + "'");
-    return *it;
-  };
-  alloc::AllocatorConfig config;
-  const auto& raw = field("PYTORCH_CUDA_ALLOC_CONF");
-  if (!raw.is_string())
-    throw InputError("allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string");
-  config.raw = raw.get<std::string>();
-
-  const auto& max_split = field("max_split_size");
-  if (!max_split.is_number_integer())
-    throw InputError("allocator_settings: 'max_split_size' must be an integer");
-  const auto max_split_value = max_split.get<std::int64_t>();
-  config.max_split_size =
-      max_split_value < 0 ? alloc::kUnlimited : static_cast<Bytes>(max_split_value);
-  const auto& gc = field("garbage_collection_threshold");
-  if (!gc.is_number())
-    throw InputError("allocator_settings: 'garbage_collection_threshold' must be a number");
-  config.garbage_collection_threshold = gc.get<double>();
-  const auto& expandable = field("expandable_segments");
-  if (!expandable.is_boolean())
-    throw InputError("allocator_settings: 'expandable_segments' must be a bool");
-  config.expandable_segments = expandable.get<bool>();
-  const auto& table = field("roundup_power2_divisions");
-  if (!table.is_object())
-    throw InputError("allocator_settings: 'roundup_power2_divisions' must be a dict");
-  for (const auto& [key, value] : table.items()) {
-    std::uint64_t mib = 0;
-    try {
-      mib = std::stoull(key);
-    } catch (const std::exception&) {
-      throw InputError("allocator_settings: roundup_power2_divisions key '" + key +
-                       "' is not a number of MiB");
-    }
-    if (!std::has_single_bit(mib) || !value.is_number_integer() || value.get<std::int64_t>() < 0)
-      throw InputError("allocator_settings: roundup_power2_divisions entry '" + key +
-                       "' must be a power-of-two MiB key with a non-negative integer value");
-    const auto index = static_cast<std::size_t>(std::countr_zero(mib));
-    if (index >= alloc::kRoundupIntervals)
-      throw InputError("allocator_settings: roundup_power2_divisions key '" + key +
-                       "' is beyond 32768 MiB");
-    config.roundup_power2_divisions[index] = value.get<std::uint64_t>();
+  try {
+    return alloc::config_from_allocator_settings(settings);
+  } catch (const alloc::AllocatorConfigError& error) {
+    throw InputError(std::string("allocator_settings: ") + error.what());
   }
-  return config;
 }
 
 std::string describe(const Divergence& d) {
@@ -201,7 +155,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
 
   alloc::SimulatedDevice simulated(options.capacity.value_or(alloc::kUnlimited),
                                    options.total_memory);
-  alloc::RecordedAddressDevice device(requests.segments, simulated);
+  alloc::RecordedAddressDevice device(options.segment_addresses.value_or(requests.segments),
+                                      simulated);
   std::vector<Bytes> free_at_ooms;
   for (const RecordedOom& oom : requests.ooms)
     free_at_ooms.push_back(oom.device_free);
@@ -259,6 +214,15 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     }
   }
   return result;
+}
+
+std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
+    const std::vector<TraceEvent>& trace) {
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> out;
+  for (const TraceEvent& e : trace)
+    if (e.action == TraceAction::segment_alloc)
+      out.push_back({e.addr, e.size});
+  return out;
 }
 
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options) {

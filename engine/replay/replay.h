@@ -54,10 +54,9 @@ struct TraceRequests {
 // at a live address), naming the entry.
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace);
 
-// The allocator config a snapshot's allocator_settings describe: its PYTORCH_CUDA_ALLOC_CONF
-// string, checked against the recorded max_split_size, garbage_collection_threshold,
-// expandable_segments and roundup_power2_divisions. InputError when they disagree or are
-// malformed.
+// The allocator config a snapshot's allocator_settings describe (alloc::
+// config_from_allocator_settings: the raw PYTORCH_CUDA_ALLOC_CONF string, overridden by the
+// recorded effective values). InputError naming the problem when they are malformed.
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& allocator_settings);
 
 struct ReplayOptions {
@@ -66,6 +65,9 @@ struct ReplayOptions {
   std::optional<Bytes> allowed_memory;           // per-process limit (memory fraction)
   Bytes total_memory = kH200TotalMemory;
   std::size_t check_invariants_every = 0;  // is_valid() after every N-th request (0 = never)
+  // cudaMalloc addresses to serve, in order, instead of the trace's own segment_alloc addresses
+  // (e.g. another recording's, when comparing a what-if with that recording).
+  std::optional<std::vector<alloc::RecordedAddressDevice::RecordedSegment>> segment_addresses;
 };
 
 struct Divergence {
@@ -93,6 +95,9 @@ struct ReplayResult {
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings,
                           const ReplayOptions& options = {});
+// The segment_alloc addresses of a trace, in order.
+std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
+    const std::vector<TraceEvent>& trace);
 // Device 0's trace of a snapshot.
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options = {});
 

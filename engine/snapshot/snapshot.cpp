@@ -334,7 +334,7 @@ class TraceSink : public pickle::ListSink {
 class SchemaReader {
  public:
   SchemaReader(Machine& vm, const Keys& keys, Snapshot& out, std::size_t max_depth)
-      : vm_(vm), keys_(keys), out_(out), max_depth_(max_depth), interner_(vm, keys, out.frames) {}
+      : vm_(vm), out_(out), max_depth_(max_depth), interner_(vm, keys, out.frames) {}
 
   void read_root(const Value& root) {
     Kind k = node_kind(vm_, root);
@@ -575,7 +575,6 @@ class SchemaReader {
   }
 
   Machine& vm_;
-  const Keys& keys_;
   Snapshot& out_;
   std::size_t max_depth_;
   FrameInterner interner_;

@@ -879,7 +879,9 @@ std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t
   std::unordered_map<std::uint64_t, LiveAllocation> live;
   std::array<std::int64_t, kCategoryCount> bytes{};
   // Blocks already live when the run's events begin (an imported, truncated trace).
-  for (const auto& [addr, block] : segment_state(run, 0).state.blocks()) {
+  // Keep the state alive for the loop: ranging over a member of a temporary would dangle.
+  const SegmentStateAt initial = segment_state(run, 0);
+  for (const auto& [addr, block] : initial.state.blocks()) {
     live[addr] = {Category::unknown, static_cast<std::int64_t>(block.size)};
     bytes[0] += static_cast<std::int64_t>(block.size);
   }

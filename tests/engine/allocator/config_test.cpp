@@ -4,9 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "engine/allocator/config.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::alloc {
 namespace {
@@ -296,6 +299,33 @@ TEST(AllocatorConfigParse, MalformedStringsAbortPyTorchAndAreReportedHere) {
   }
 }
 
+TEST(AllocatorConfigEnvironment, FirstSetVariableWins) {
+  const auto from = [](std::map<std::string, std::string> env) {
+    return config_from_environment([env](std::string_view name) -> std::optional<std::string> {
+      const auto it = env.find(std::string(name));
+      return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+  };
+  EXPECT_EQ(from({}), AllocatorConfig{});
+  // The legacy name wins over the generic one (§8.1: 100 MiB, not 200).
+  const AllocatorConfig both = from({{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100"},
+                                     {"PYTORCH_ALLOC_CONF", "max_split_size_mb:200"}});
+  EXPECT_EQ(both.max_split_size, 100 * kMiB);
+  EXPECT_EQ(both.raw, "max_split_size_mb:100");
+  EXPECT_EQ(from({{"PYTORCH_ALLOC_CONF", "expandable_segments:True"}}),
+            AllocatorConfig::parse("expandable_segments:True"));
+  // On CUDA builds the HIP name reaches only the common reader; PYTORCH_ALLOC_CONF supplies the
+  // CUDA-specific keys.
+  const AllocatorConfig hip = from({{"PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:64"},
+                                    {"PYTORCH_ALLOC_CONF", "release_lock_on_cudamalloc:True"}});
+  EXPECT_EQ(hip.max_split_size, 64 * kMiB);
+  EXPECT_TRUE(hip.release_lock_on_cudamalloc);
+  EXPECT_EQ(hip.raw, "max_split_size_mb:64");
+  EXPECT_THROW(from({{"PYTORCH_ALLOC_CONF", "foo:1"}}), AllocatorConfigError);
+  EXPECT_THROW(from({{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100,,"}}),
+               MalformedAllocatorConfig);
+}
+
 TEST(AllocatorConfigCanonicalString, DefaultsGiveEmptyString) {
   EXPECT_EQ(to_alloc_conf_string(AllocatorConfig{}), "");
 }
@@ -334,6 +364,60 @@ TEST(AllocatorConfigCanonicalString, ReparsesToTheSameConfig) {
     original.warnings = reparsed.warnings = "";
     EXPECT_EQ(reparsed, original) << canonical;
   }
+}
+
+// Random key:value strings, some of them mutated: parse() either succeeds or throws
+// AllocatorConfigError (never anything else), and whatever parses survives the canonical string.
+TEST(AllocatorConfigParse, RandomStringsFailCleanlyOrRoundTrip) {
+  static const std::vector<std::string> kKeys{"max_split_size_mb",
+                                              "roundup_power2_divisions",
+                                              "large_segment_size_mb",
+                                              "expandable_segments",
+                                              "garbage_collection_threshold",
+                                              "max_non_split_rounding_mb",
+                                              "per_process_memory_fraction",
+                                              "pinned_num_register_threads",
+                                              "backend",
+                                              "foo"};
+  static const std::vector<std::string> kValues{"True",   "False",
+                                                "0",      "1",
+                                                "2",      "4",
+                                                "20",     "32",
+                                                "64",     "256",
+                                                "0.5",    "1.5",
+                                                "-1",     "cudaMallocAsync",
+                                                "native", "[256:1,512:2,>:8]",
+                                                "[>:4]",  "[64:2,128:0]",
+                                                "[3:2]",  "[1:"};
+  static const std::vector<std::string> kNoise{",", ":", "[", "]", " ", ",,", "x"};
+  std::mt19937 random(7);
+  const auto pick = [&](const std::vector<std::string>& from) {
+    return from[random() % from.size()];
+  };
+  int parsed = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int pairs = 1 + static_cast<int>(random() % 3);
+    for (int i = 0; i < pairs; ++i)
+      text += (i ? "," : "") + pick(kKeys) + ":" + pick(kValues);
+    if (random() % 3 == 0)  // corrupt: insert noise somewhere
+      text.insert(random() % (text.size() + 1), pick(kNoise));
+    if (random() % 5 == 0 && !text.empty())  // or cut a character out
+      text.erase(random() % text.size(), 1);
+    SCOPED_TRACE(text);
+    try {
+      AllocatorConfig config = AllocatorConfig::parse(text);
+      const std::string canonical = to_alloc_conf_string(config);
+      AllocatorConfig reparsed = AllocatorConfig::parse(canonical);
+      config.raw = reparsed.raw = "";
+      config.warnings = reparsed.warnings = "";
+      EXPECT_EQ(reparsed, config) << canonical;
+      if (!canonical.empty())
+        ++parsed;
+    } catch (const AllocatorConfigError&) {
+    }
+  }
+  EXPECT_GT(parsed, 100);  // the generator does reach non-default configs
 }
 
 TEST(AllocatorConfigCanonicalString, UnrepresentableConfigIsAnError) {
@@ -423,6 +507,24 @@ TEST(AllocatorConfigFixtures, AllocConfMatchesRecordedMaxSplitSize) {
     ++fixtures;
   }
   EXPECT_EQ(fixtures, 8);
+}
+
+// The recordings run with a non-default PYTORCH_CUDA_ALLOC_CONF, plus one default: the
+// allocator_settings PyTorch wrote into the snapshot give the same config as parsing the string
+// the process ran with. (The other default-config pickles add nothing but seconds of reading.)
+TEST(AllocatorConfigFixtures, SnapshotSettingsMatchTheProcessEnvironment) {
+  for (const char* stem : {"random_split64_round4", "gpt_varlen_expandable", "gpt_oom_cap"}) {
+    SCOPED_TRACE(stem);
+    const std::filesystem::path fixtures(FRAGSCOPE_FIXTURES);
+    std::ifstream in(fixtures / (std::string(stem) + ".stats.json"));
+    const std::string alloc_conf = nlohmann::json::parse(in).at("alloc_conf");
+    const snapshot::Snapshot recorded =
+        snapshot::read_snapshot(fixtures / (std::string(stem) + ".pickle.gz"));
+    const AllocatorConfig from_settings =
+        config_from_allocator_settings(recorded.allocator_settings);
+    EXPECT_EQ(from_settings, AllocatorConfig::parse(alloc_conf));
+    EXPECT_EQ(from_settings.raw, alloc_conf);
+  }
 }
 
 }  // namespace

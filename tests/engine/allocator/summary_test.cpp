@@ -5,9 +5,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "engine/allocator/summary.h"
+#include "engine/core/trace.h"
+#include "engine/replay/replay.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::alloc {
 namespace {
@@ -234,8 +238,8 @@ const std::string kHint =
 
 // gpt_oom_cap: the OOM PyTorch raised, rebuilt from the recording's numbers.
 TEST(OomMessageFixture, GptOomCapReproducesPyTorchsText) {
-  const nlohmann::json recording =
-      read_json(std::filesystem::path(FRAGSCOPE_FIXTURES) / "gpt_oom_cap.stats.json");
+  const std::filesystem::path fixtures(FRAGSCOPE_FIXTURES);
+  const nlohmann::json recording = read_json(fixtures / "gpt_oom_cap.stats.json");
   const std::string outcome = recording.at("outcome");
   ASSERT_TRUE(outcome.starts_with("oom: "));
 
@@ -243,19 +247,41 @@ TEST(OomMessageFixture, GptOomCapReproducesPyTorchsText) {
   inputs.device = 0;
   inputs.total_capacity = recording.at("total_memory").get<Bytes>();
   inputs.allowed = recording.at("params").at("cap_gib").get<Bytes>() * kGiB;
-  // From the trace of gpt_oom_cap.pickle.gz: its only `oom` entry has device_free
-  // 142,970,322,944 and size (the rounded request) 175,509,504; a request of 10 MiB or more gets
-  // a segment rounded up to 2 MiB, 176,160,768 = 168 MiB.
-  inputs.device_free = 142'970'322'944;
-  constexpr Bytes kRoundedRequest = 175'509'504;
-  inputs.tried_to_allocate = (kRoundedRequest + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
-  // Reserved at the OOM: segment_alloc minus segment_free sizes in the trace before that entry.
-  inputs.reserved = 6'350'176'256;
-  // Not recorded anywhere as bytes: the process's NVML figure and allocated_bytes at the OOM
-  // (the trace gives requests, not block sizes; the replay model reproduces it). These are the
-  // printed values, 6.64 GiB and reserved - 121.25 MiB, in bytes.
-  inputs.processes = {{1234, 7'129'645'056, true}};  // 6.64 GiB
-  inputs.allocated = inputs.reserved - 127'139'840;  // 121.25 MiB unallocated
+
+  // The trace: its oom entry carries device_free and the rounded request; reserved memory at that
+  // point is the segment_alloc sizes minus the segment_free sizes before it.
+  const snapshot::Snapshot recorded = snapshot::read_snapshot(fixtures / "gpt_oom_cap.pickle.gz");
+  ASSERT_EQ(recorded.device_traces.size(), 1u);
+  Bytes reserved = 0;
+  std::optional<TraceEvent> oom;
+  for (const TraceEvent& event : recorded.device_traces[0]) {
+    if (event.action == TraceAction::oom) {
+      oom = event;
+      break;
+    }
+    if (event.action == TraceAction::segment_alloc || event.action == TraceAction::segment_map)
+      reserved += event.size;
+    if (event.action == TraceAction::segment_free || event.action == TraceAction::segment_unmap)
+      reserved -= event.size;
+  }
+  ASSERT_TRUE(oom.has_value());
+  inputs.device_free = oom->addr;
+  inputs.reserved = reserved;
+  // A rounded request of 10 MiB or more asks for a segment rounded up to 2 MiB.
+  ASSERT_GE(oom->size, 10 * kMiB);
+  inputs.tried_to_allocate = (oom->size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+
+  // allocated_bytes at the OOM is not in the trace (it records requests, not block sizes):
+  // replaying the trace through the allocator model gives it, and must agree on reserved.
+  replay::ReplayOptions options;
+  options.allowed_memory = inputs.allowed;
+  options.total_memory = inputs.total_capacity;
+  const replay::ReplayResult replayed = replay::replay_snapshot(recorded, options);
+  ASSERT_EQ(replayed.run.ooms.size(), 1u);
+  EXPECT_EQ(replayed.run.ooms[0].oom.reserved, inputs.reserved);
+  inputs.allocated = replayed.run.ooms[0].oom.allocated;
+  // NVML's per-process figure is recorded nowhere but in the text: 6.64 GiB.
+  inputs.processes = {{1234, 7'129'645'056, true}};
 
   EXPECT_EQ("oom: " + oom_message(inputs), outcome);
 }
