@@ -116,7 +116,10 @@ std::optional<std::uint64_t> CudaDevice::do_reserve_address_space(Bytes bytes, B
                     "of the page size " + std::to_string(alignment));
   CUdeviceptr base = 0;
   const CallTimer timer;
-  const CUresult status = detail::driver().mem_address_reserve(&base, bytes, alignment, 0, 0);
+  // Alignment 0 = the allocation granularity, as PyTorch reserves; the driver refuses an
+  // alignment that is not a power of two (20 MiB pages), and page addresses only need the base
+  // to be granularity-aligned.
+  const CUresult status = detail::driver().mem_address_reserve(&base, bytes, 0, 0, 0);
   stats_.address_reserve.add(timer.elapsed_ns());
   if (status == CUDA_ERROR_OUT_OF_MEMORY) {
     ++stats_.address_reserve.failures;

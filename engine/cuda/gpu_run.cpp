@@ -442,7 +442,7 @@ GpuRunResult run_on_gpu(const RequestStream& requests, const GpuRunOptions& opti
   auto step_timer = std::make_unique<CallTimer>();
   events.start(main_stream);
 
-  auto close_step = [&](bool last) {
+  auto close_step = [&]() {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     step.gpu_ms = events.stop_ms(main_stream);
     step.host_ms = static_cast<double>(step_timer->elapsed_ns()) / 1e6;
@@ -455,7 +455,7 @@ GpuRunResult run_on_gpu(const RequestStream& requests, const GpuRunOptions& opti
     step.reserved = backend->reserved();
     step.device_used = free_at_start - std::min(free_at_start, device_free_bytes());
     result.peak_device_used = std::max(result.peak_device_used, step.device_used);
-    if (options.empty_cache_every_step && !last && step.step >= 0) {
+    if (options.empty_cache_every_step && step.step >= 0) {
       const CallTimer timer;
       backend->empty_cache();
       const std::int64_t ns = timer.elapsed_ns();
@@ -563,7 +563,7 @@ GpuRunResult run_on_gpu(const RequestStream& requests, const GpuRunOptions& opti
       }
       case RequestOp::step_begin:
         if (index != 0 || step.step >= 0)
-          close_step(false);
+          close_step();
         step.step = static_cast<std::int64_t>(r.size);
         step.first_request = index;
         break;
@@ -575,7 +575,7 @@ GpuRunResult run_on_gpu(const RequestStream& requests, const GpuRunOptions& opti
     if (result.oom)
       break;
   }
-  close_step(true);
+  close_step();
   result.wall_ms = static_cast<double>(run_timer.elapsed_ns()) / 1e6;
   result.peak_allocated = backend->peak_allocated();
   result.peak_reserved = backend->peak_reserved();

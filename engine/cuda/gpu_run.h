@@ -45,8 +45,9 @@ struct GpuRunOptions {
   alloc::AllocatorConfig config;  // the model's PYTORCH_CUDA_ALLOC_CONF
   std::optional<Bytes> capacity;  // bytes the allocator may hold; nullopt = the whole GPU
   bool touch = true;              // cudaMemsetAsync every allocation
-  // empty_cache() at the end of every step (cudaMallocAsync: synchronize + cudaMemPoolTrimTo 0;
-  // cudaMalloc has nothing cached), timed, to measure what calling it every step costs.
+  // empty_cache() at the end of every step (each step_begin marker opens one) (cudaMallocAsync:
+  // synchronize + cudaMemPoolTrimTo 0; cudaMalloc has nothing cached), timed, to measure what
+  // calling it every step costs.
   bool empty_cache_every_step = false;
   int device = 0;
   // The model only: receives every decision as a TraceEvent (for storing the run); may be null.

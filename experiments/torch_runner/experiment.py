@@ -135,7 +135,8 @@ def resolve(doc, path, variant=None, overrides=()):
     if training["seq_len"]["kind"] == "list" and not training["seq_len"]["values"]:
         raise ExperimentError(f"{path}: training.seq_len.values: expected a non-empty list")
     return dict(name=run_name, alloc_conf=str(allocator.get("alloc_conf", "")),
-                device=doc.get("device") or {}, model=model, training=training)
+                device=doc.get("device") or {}, parallel=_object(doc, "parallel", path),
+                model=model, training=training)
 
 
 def compile_spec(value, path):

@@ -28,10 +28,11 @@ class Block(nn.Module):
         self.fc1 = nn.Linear(h, m["ffn_mult"] * h, bias=m["bias"])
         self.fc2 = nn.Linear(m["ffn_mult"] * h, h, bias=m["bias"])
         # torch.compile replaces these per module kind (training.compile); eager by default.
-        # Plain attributes, not submodules, so parameters and their order stay the fixtures'.
-        object.__setattr__(self, "ln1_fn", self.ln1)
-        object.__setattr__(self, "ln2_fn", self.ln2)
-        object.__setattr__(self, "mlp_fn", self.mlp)
+        # torch.compile'd replacements (training.compile); None = eager. Kept out of the module
+        # tree so parameters and their order stay the fixtures', and no bound method of self is
+        # stored: that would be a reference cycle keeping the block's memory alive after training
+        # until the garbage collector happens to run.
+        object.__setattr__(self, "compiled", dict(ln1=None, ln2=None, mlp=None))
 
     def attn(self, x):
         b, t, _ = x.shape
@@ -53,11 +54,15 @@ class Block(nn.Module):
         y = self.fc2(F.gelu(self.fc1(x)))
         return F.dropout(y, self.dropout, self.training) if self.residual_dropout else y
 
+    def _pick(self, name, eager):
+        compiled = self.compiled[name]
+        return eager if compiled is None else compiled
+
     def ffn(self, x):
-        return self.mlp_fn(self.ln2_fn(x))
+        return self._pick("mlp", self.mlp)(self._pick("ln2", self.ln2)(x))
 
     def forward(self, x):
-        x = x + self.attn(self.ln1_fn(x))
+        x = x + self.attn(self._pick("ln1", self.ln1)(x))
         if self.checkpoint_ffn:
             return x + checkpoint(self.ffn, x, use_reentrant=False)
         return x + self.ffn(x)
@@ -92,10 +97,11 @@ class GPT(nn.Module):
 
 def apply_compile(model, spec):
     """torch.compile on the module kinds `spec` names (LayerNorms, MLPs); the loss is compiled by
-    the training loop."""
+    the training loop. A compiled MLP holds the block's bound method, a cycle; the training loop
+    collects garbage at its end so memory_stats() sees the model freed, as in eager runs."""
     for blk in model.blocks:
         if spec["layernorm"]:
-            object.__setattr__(blk, "ln1_fn", torch.compile(blk.ln1))
-            object.__setattr__(blk, "ln2_fn", torch.compile(blk.ln2))
+            blk.compiled["ln1"] = torch.compile(blk.ln1)
+            blk.compiled["ln2"] = torch.compile(blk.ln2)
         if spec["mlp"]:
-            object.__setattr__(blk, "mlp_fn", torch.compile(blk.mlp))
+            blk.compiled["mlp"] = torch.compile(blk.mlp)

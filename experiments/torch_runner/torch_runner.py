@@ -20,6 +20,7 @@ PYTORCH_CUDA_ALLOC_CONF is taken from the experiment's allocator.alloc_conf and 
 before CUDA starts, so this script sets it before importing torch; one run per process.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -76,10 +77,19 @@ def resolve_run(args):
         fail(str(e))
     device = run["device"]
     run["capacity_bytes"] = args.capacity_bytes or device.get("capacity_bytes")
+    return run
+
+
+def check_runnable(run, args):
+    """What --plan can show but a real run cannot do."""
+    device = run["device"]
     if run["capacity_bytes"] is None and device.get("preset"):
         fail(f"{args.experiment}: device.preset '{device['preset']}' needs --capacity-bytes "
              "(fragscope-cli torch-run passes the preset's capacity)")
-    return run
+    shards = run["parallel"].get("fsdp_shards", 1)
+    if shards != 1:
+        fail(f"{args.experiment}: parallel.fsdp_shards {shards}: the runner trains on one GPU "
+             "only (FSDP needs several processes)")
 
 
 def environment(torch):
@@ -115,7 +125,8 @@ def train(run, torch, steps_log):
     from model import GPT, apply_compile
 
     m, t = run["model"], run["training"]
-    torch.manual_seed(0)
+    # No manual_seed: the fixtures ran with PyTorch's fixed default seeds, and the token values
+    # matter to memory (the embedding backward's buffers depend on how many tokens are unique).
     model = GPT(m, t).cuda()
     if t["precision"] == "bf16":
         model = model.to(torch.bfloat16)
@@ -178,6 +189,7 @@ def main(argv):
         return 0
     if not args.out:
         fail("--out DIR is required (or --plan)")
+    check_runnable(run, args)
     os.makedirs(args.out, exist_ok=True)
     if run["alloc_conf"]:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = run["alloc_conf"]
@@ -203,6 +215,8 @@ def main(argv):
     except torch.OutOfMemoryError as e:
         outcome = "oom: " + str(e).splitlines()[0][:1000]
         done = len(steps_log)
+    if any(run["training"]["compile"].values()):
+        gc.collect()  # compiled modules hold reference cycles (see model.apply_compile)
     torch.cuda.synchronize()
     wall = time.time() - t0
     stem = os.path.join(args.out, args.name)

@@ -1,0 +1,191 @@
+#include "gui/application.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <QSettings>
+#include <QTimer>
+#include <cstdio>
+
+#include "fragscope/version.h"
+#include "gui/compare_page.h"
+#include "gui/main_window.h"
+#include "gui/report.h"
+#include "gui/run_data.h"
+#include "gui/runs_browser.h"
+#include "gui/theme.h"
+#include "gui/timeline_page.h"
+#include "storage/db/data_location.h"
+
+static void initResources() {
+  Q_INIT_RESOURCE(resources);
+}
+
+namespace fragscope::gui {
+
+namespace {
+constexpr int kExitBadInput = 2;
+
+int fail(const QString& message) {
+  std::fprintf(stderr, "fragscope: %s\n", message.toLocal8Bit().constData());
+  return kExitBadInput;
+}
+
+// Waits until the window has loaded what it shows (no job running for a little while), then
+// grabs it. Screenshots of half-loaded pages would show spinners, not data.
+int takeScreenshot(MainWindow& window, const QString& path) {
+  QElapsedTimer waited;
+  waited.start();
+  int quietTicks = 0;
+  QTimer poll;
+  int result = 0;
+  QEventLoop loop;
+  QObject::connect(&poll, &QTimer::timeout, &loop, [&] {
+    quietTicks = window.busy() ? 0 : quietTicks + 1;
+    if (quietTicks >= 6 || waited.elapsed() > 60000) {
+      poll.stop();
+      if (waited.elapsed() > 60000)
+        std::fprintf(stderr, "fragscope: still loading after 60 s; taking the screenshot anyway\n");
+      const QPixmap shot = window.grab();
+      if (!shot.save(path))
+        result = fail(QObject::tr("cannot write the screenshot %1").arg(path));
+      loop.quit();
+    }
+  });
+  poll.start(50);
+  loop.exec();
+  return result;
+}
+}  // namespace
+
+std::optional<std::vector<storage::RunId>> parseRunList(const QString& text, QString* error) {
+  std::vector<storage::RunId> runs;
+  for (const QString& part : text.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    bool ok = false;
+    const qlonglong id = part.trimmed().toLongLong(&ok);
+    if (!ok || id <= 0) {
+      if (error)
+        *error =
+            QObject::tr("\"%1\" is not a run id (expected positive integers like 3,7)").arg(part);
+      return std::nullopt;
+    }
+    runs.push_back(storage::RunId(id));
+  }
+  if (runs.empty()) {
+    if (error)
+      *error = QObject::tr("no run ids given (expected e.g. 3,7)");
+    return std::nullopt;
+  }
+  return runs;
+}
+
+void initializeGuiLibrary() {
+  initResources();
+  qRegisterMetaType<storage::RunId>();
+  qRegisterMetaType<TimelineSlice>();
+  qRegisterMetaType<RunOverview>();
+  qRegisterMetaType<SegmentSnapshotAt>();
+  QCoreApplication::setOrganizationName(QStringLiteral("FragScope"));
+  QCoreApplication::setOrganizationDomain(QStringLiteral("fragscope.github.io"));
+  QCoreApplication::setApplicationName(QStringLiteral("FragScope"));
+  QCoreApplication::setApplicationVersion(QString::fromLatin1(kVersion));
+  QGuiApplication::setDesktopFileName(QStringLiteral("io.github.fragscope.FragScope"));
+}
+
+int runApplication(int argc, char** argv) {
+  QApplication app(argc, argv);
+  initializeGuiLibrary();
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QObject::tr("FragScope: CUDA memory fragmentation workbench"));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  const QCommandLineOption db(QStringLiteral("db"), QObject::tr("Database to open."),
+                              QStringLiteral("FILE"));
+  const QCommandLineOption report(QStringLiteral("report"),
+                                  QObject::tr("Write a report (.html or .pdf) and exit."),
+                                  QStringLiteral("OUT"));
+  const QCommandLineOption runs(QStringLiteral("runs"), QObject::tr("Runs for --report, e.g. 3,7."),
+                                QStringLiteral("A,B"));
+  const QCommandLineOption screenshot(QStringLiteral("screenshot"),
+                                      QObject::tr("Render the window to a PNG and exit."),
+                                      QStringLiteral("OUT"));
+  const QCommandLineOption run(QStringLiteral("run"), QObject::tr("Run to show."),
+                               QStringLiteral("ID"));
+  const QCommandLineOption compare(QStringLiteral("compare"), QObject::tr("Runs to compare."),
+                                   QStringLiteral("A,B"));
+  const QCommandLineOption page(QStringLiteral("page"),
+                                QObject::tr("Page to show: timeline, segments, summary, compare."),
+                                QStringLiteral("NAME"));
+  const QCommandLineOption size(QStringLiteral("size"),
+                                QObject::tr("Window size for --screenshot."), QStringLiteral("WxH"),
+                                QStringLiteral("1600x1000"));
+  const QCommandLineOption dark(QStringLiteral("dark"), QObject::tr("Use the dark theme."));
+  parser.addOptions({db, report, runs, screenshot, run, compare, page, size, dark});
+  parser.addPositionalArgument(QStringLiteral("snapshots"),
+                               QObject::tr("PyTorch memory snapshots to import."),
+                               QStringLiteral("[FILE...]"));
+  parser.process(app);
+
+  const QString databasePath = parser.isSet(db)
+                                   ? parser.value(db)
+                                   : QString::fromStdString(storage::default_database_path());
+
+  if (parser.isSet(report)) {
+    if (!parser.isSet(db))
+      return fail(QObject::tr("--report needs --db FILE"));
+    if (!QFileInfo::exists(databasePath))
+      return fail(QObject::tr("%1: no such database").arg(databasePath));
+    QString error;
+    const auto ids = parseRunList(parser.value(runs), &error);
+    if (!ids)
+      return fail(QObject::tr("--runs: %1").arg(error));
+    if (!exportReport(databasePath, *ids, parser.value(report), &error))
+      return fail(error);
+    return 0;
+  }
+
+  const bool batch = parser.isSet(screenshot);
+  applyTheme(parser.isSet(dark) ||
+             (!batch && QSettings().value(QStringLiteral("ui/dark_theme")).toBool()));
+  MainWindow window;
+  if (batch) {
+    const QStringList dims = parser.value(size).split(QLatin1Char('x'));
+    const int width = dims.size() == 2 ? dims[0].toInt() : 0;
+    const int height = dims.size() == 2 ? dims[1].toInt() : 0;
+    if (width < 200 || height < 200)
+      return fail(QObject::tr("--size: expected WIDTHxHEIGHT like 1600x1000, got %1")
+                      .arg(parser.value(size)));
+    window.resize(width, height);
+  }
+  if (!window.openDatabase(databasePath))
+    return fail(QObject::tr("cannot open the database %1").arg(databasePath));
+  window.show();
+  if (!parser.positionalArguments().isEmpty())
+    window.importFiles(parser.positionalArguments());
+  if (parser.isSet(run)) {
+    QString error;
+    const auto ids = parseRunList(parser.value(run), &error);
+    if (!ids || ids->size() != 1)
+      return fail(QObject::tr("--run: %1").arg(ids ? QObject::tr("one run id expected") : error));
+    window.runsBrowser()->selectRuns(*ids);
+    window.showRun(ids->front());
+  }
+  if (parser.isSet(compare)) {
+    QString error;
+    const auto ids = parseRunList(parser.value(compare), &error);
+    if (!ids)
+      return fail(QObject::tr("--compare: %1").arg(error));
+    window.runsBrowser()->selectRuns(*ids);
+    window.compareRuns(*ids);
+  }
+  if (parser.isSet(page) && !window.showPage(parser.value(page)))
+    return fail(QObject::tr("--page: unknown page \"%1\" (timeline, segments, summary, compare)")
+                    .arg(parser.value(page)));
+  if (batch)
+    return takeScreenshot(window, parser.value(screenshot));
+  return app.exec();
+}
+
+}  // namespace fragscope::gui

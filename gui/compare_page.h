@@ -1,0 +1,95 @@
+#pragma once
+// Compare: two or more runs side by side — reserved and allocated overlaid on one plot, small
+// multiples on a shared y scale, and a metrics table aligned by metric with every value that
+// differs from the first (baseline) run highlighted. A banner warns when the runs differ in
+// environment or allocator config, because then a difference may not be the workload's.
+#include <QAbstractTableModel>
+#include <QGridLayout>
+#include <QLabel>
+#include <QTableView>
+#include <QWidget>
+#include <vector>
+
+#include "gui/job_tracker.h"
+#include "gui/metatypes.h"
+#include "storage/db/run_store.h"
+
+class QCustomPlot;
+
+namespace fragscope::gui {
+
+struct ComparedRun {
+  storage::RunRecord record;
+  std::vector<storage::TimelineBucket> timeline;
+  std::size_t oomCount = 0;
+};
+
+struct ComparisonData {
+  std::vector<ComparedRun> runs;
+};
+
+ComparisonData loadComparison(const QString& databasePath, const std::vector<storage::RunId>& runs,
+                              std::size_t buckets, const JobContext* job = nullptr);
+// Human-readable differences in config and environment between the baseline (first) run and the
+// others; empty when they match.
+QStringList comparisonWarnings(const ComparisonData& data);
+
+// Rows are metrics, columns are runs (the first is the baseline).
+class ComparisonModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Role { SortRole = Qt::UserRole, ValueRole, DiffersRole };
+  explicit ComparisonModel(QObject* parent = nullptr);
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation,
+                      int role = Qt::DisplayRole) const override;
+  void resetData(const ComparisonData& data);
+  void clearData();
+
+ private:
+  struct Metric {
+    QString name;
+    bool isBytes = false;
+    std::vector<double> values;
+  };
+  std::vector<QString> m_runNames;
+  std::vector<Metric> m_metrics;
+};
+
+class ComparePage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ComparePage(QWidget* parent = nullptr);
+  void setDatabase(const QString& databasePath);
+  void setRuns(const std::vector<storage::RunId>& runs);
+  void clear();
+  const ComparisonData& data() const { return m_data; }
+  ComparisonModel* model() const { return m_model; }
+  QCustomPlot* overlayPlot() const { return m_overlay; }
+  bool busy() const { return m_job.busy(); }
+
+ signals:
+  void dataReady();
+  void errorOccurred(const QString& message);
+
+ protected:
+  void changeEvent(QEvent* event) override;
+
+ private:
+  void showData(ComparisonData data);
+
+  QString m_databasePath;
+  ComparisonData m_data;
+  QLabel* m_header;
+  QLabel* m_warning;
+  QCustomPlot* m_overlay;
+  QWidget* m_multiples;
+  QGridLayout* m_multiplesLayout;
+  ComparisonModel* m_model;
+  QTableView* m_table;
+  JobTracker m_job{this};
+};
+
+}  // namespace fragscope::gui

@@ -1,0 +1,52 @@
+#include "gui/format.h"
+
+#include <QLocale>
+#include <array>
+#include <cmath>
+
+namespace fragscope::gui {
+
+QString formatBytes(double bytes) {
+  static constexpr std::array<const char*, 6> kUnits{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  const bool negative = bytes < 0;
+  double value = std::fabs(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  QString number;
+  if (unit == 0)
+    number = QString::number(static_cast<qint64>(value));
+  else if (value >= 100)
+    number = QString::number(value, 'f', 0);
+  else if (value >= 10)
+    number = QString::number(value, 'f', 1);
+  else
+    number = QString::number(value, 'f', 2);
+  return (negative ? QStringLiteral("-") : QString()) + number + QLatin1Char(' ') +
+         QLatin1String(kUnits[unit]);
+}
+
+QString formatCount(std::uint64_t count) {
+  return QLocale(QLocale::English).toString(static_cast<qulonglong>(count));
+}
+
+QString formatBytesDelta(double delta) {
+  if (delta == 0)
+    return QStringLiteral("±0");
+  const QString magnitude = formatBytes(std::fabs(delta));
+  return (delta > 0 ? QStringLiteral("+") : QStringLiteral("\u2212")) + magnitude;
+}
+
+namespace colors {
+QColor run(int index) {
+  static const std::array<QColor, 8> kRunColors{QColor(0x2b, 0x7b, 0xd6), QColor(0xe0, 0x8a, 0x1e),
+                                                QColor(0x3b, 0xa5, 0x5c), QColor(0xc0, 0x39, 0x7a),
+                                                QColor(0x8e, 0x6c, 0xc8), QColor(0x17, 0xa2, 0xb8),
+                                                QColor(0x8c, 0x6d, 0x31), QColor(0x6c, 0x75, 0x7d)};
+  return kRunColors[static_cast<std::size_t>(index) % kRunColors.size()];
+}
+}  // namespace colors
+
+}  // namespace fragscope::gui

@@ -1,0 +1,117 @@
+#pragma once
+// Runs jobs on the thread pool and hands their results back on the GUI thread, newest first:
+// starting a job supersedes the previous one (its `cancelled()` turns true and its result is
+// dropped), so re-querying on every zoom step or edit never queues up stale work. The hotspot
+// JobTracker pattern, on QtConcurrent.
+#include <QObject>
+#include <QPointer>
+#include <QThreadPool>
+#include <QtConcurrent/QtConcurrentRun>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <utility>
+
+namespace fragscope::gui {
+
+// What a job sees: whether it should stop early, and a way to report progress (0..1).
+class JobContext {
+ public:
+  JobContext(std::shared_ptr<std::atomic<std::uint64_t>> generation, std::uint64_t mine,
+             std::function<void(double)> progress)
+      : m_generation(std::move(generation)), m_mine(mine), m_progress(std::move(progress)) {}
+  bool cancelled() const { return m_generation->load(std::memory_order_relaxed) != m_mine; }
+  void progress(double fraction) const {
+    if (m_progress)
+      m_progress(fraction);
+  }
+
+ private:
+  std::shared_ptr<std::atomic<std::uint64_t>> m_generation;
+  std::uint64_t m_mine;
+  std::function<void(double)> m_progress;
+};
+
+class JobTracker {
+ public:
+  explicit JobTracker(QObject* context) : m_context(context) {}
+  ~JobTracker() { cancel(); }
+  JobTracker(const JobTracker&) = delete;
+  JobTracker& operator=(const JobTracker&) = delete;
+
+  // `job(const JobContext&)` runs on the pool and returns a value; `onResult(value)` runs on the
+  // context's thread if no newer job started meanwhile; `onError(message)` likewise when the job
+  // threw. `onProgress(fraction)` is called on the context's thread, throttled by the caller.
+  template <typename Job, typename OnResult>
+  void start(Job job, OnResult onResult, std::function<void(const QString&)> onError = {},
+             std::function<void(double)> onProgress = {}) {
+    const std::uint64_t mine = ++*m_generation;
+    m_running = mine;
+    QPointer<QObject> context = m_context;
+    auto generation = m_generation;
+    auto* running = &m_running;
+    std::function<void(double)> progress;
+    if (onProgress) {
+      progress = [context, generation, mine, onProgress](double fraction) {
+        QMetaObject::invokeMethod(
+            context.data(),
+            [generation, mine, onProgress, fraction] {
+              if (generation->load() == mine)
+                onProgress(fraction);
+            },
+            Qt::QueuedConnection);
+      };
+    }
+    auto task = [job = std::move(job), onResult = std::move(onResult), onError = std::move(onError),
+                 context, generation, mine, running, progress]() mutable {
+      const JobContext jobContext(generation, mine, progress);
+      try {
+        auto result = job(jobContext);
+        if (jobContext.cancelled() || !context)
+          return;
+        QMetaObject::invokeMethod(
+            context.data(),
+            [result = std::move(result), onResult = std::move(onResult), generation, mine,
+             running]() mutable {
+              if (generation->load() != mine)
+                return;
+              *running = 0;
+              onResult(std::move(result));
+            },
+            Qt::QueuedConnection);
+      } catch (const std::exception& error) {
+        if (jobContext.cancelled() || !context)
+          return;
+        const QString message = QString::fromUtf8(error.what());
+        QMetaObject::invokeMethod(
+            context.data(),
+            [message, onError, generation, mine, running] {
+              if (generation->load() != mine)
+                return;
+              *running = 0;
+              if (onError)
+                onError(message);
+            },
+            Qt::QueuedConnection);
+      }
+    };
+    (void)QtConcurrent::run(QThreadPool::globalInstance(), std::move(task));
+  }
+
+  // The running job (if any) is told to stop and its result will be dropped.
+  void cancel() {
+    ++*m_generation;
+    m_running = 0;
+  }
+  bool busy() const { return m_running != 0; }
+
+ private:
+  QObject* m_context;
+  std::shared_ptr<std::atomic<std::uint64_t>> m_generation =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
+  // The generation whose result is still awaited (0 = idle); touched on the GUI thread only.
+  std::uint64_t m_running = 0;
+};
+
+}  // namespace fragscope::gui

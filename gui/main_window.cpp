@@ -1,0 +1,560 @@
+#include "gui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QSaveFile>
+#include <QSettings>
+#include <QStatusBar>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "engine/core/error.h"
+#include "fragscope/version.h"
+#include "gui/compare_page.h"
+#include "gui/report.h"
+#include "gui/runs_browser.h"
+#include "gui/segment_map_page.h"
+#include "gui/snapshot_import.h"
+#include "gui/summary_page.h"
+#include "gui/theme.h"
+#include "gui/timeline_page.h"
+
+namespace fragscope::gui {
+
+namespace {
+constexpr int kMaxRecentFiles = 10;
+const QString kRecentKey = QStringLiteral("ui/recent_files");
+const QString kGeometryKey = QStringLiteral("ui/geometry");
+const QString kStateKey = QStringLiteral("ui/window_state");
+const QString kSplitterKey = QStringLiteral("ui/run_splitter");
+const QString kDarkKey = QStringLiteral("ui/dark_theme");
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent),
+      m_browser(new RunsBrowser(this)),
+      m_browserDock(new QDockWidget(tr("Runs"), this)),
+      m_pages(new QTabWidget(this)),
+      m_runSplitter(new QSplitter(Qt::Vertical, this)),
+      m_timeline(new TimelinePage(this)),
+      m_segments(new SegmentMapPage(this)),
+      m_summary(new SummaryPage(this)),
+      m_compare(new ComparePage(this)),
+      m_statusLabel(new QLabel(this)),
+      m_progress(new QProgressBar(this)),
+      m_cancelButton(new QPushButton(tr("Cancel"), this)) {
+  setWindowTitle(QStringLiteral("FragScope"));
+  setWindowIcon(QIcon(QStringLiteral(":/fragscope/icon.svg")));
+  setAcceptDrops(true);
+  setObjectName(QStringLiteral("FragScopeMainWindow"));
+
+  m_browserDock->setObjectName(QStringLiteral("RunsDock"));
+  m_browserDock->setWidget(m_browser);
+  m_browserDock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable |
+                             QDockWidget::DockWidgetClosable);
+  addDockWidget(Qt::LeftDockWidgetArea, m_browserDock);
+
+  m_runSplitter->addWidget(m_timeline);
+  m_runSplitter->addWidget(m_segments);
+  m_runSplitter->setStretchFactor(0, 3);
+  m_runSplitter->setStretchFactor(1, 2);
+  m_pages->addTab(m_runSplitter, tr("Timeline && Segments"));
+  m_pages->addTab(m_summary, tr("Summary"));
+  m_pages->addTab(m_compare, tr("Compare"));
+  m_pages->setDocumentMode(true);
+  setCentralWidget(m_pages);
+
+  m_progress->setRange(0, 1000);
+  m_progress->setMaximumWidth(220);
+  m_progress->setTextVisible(false);
+  m_progress->hide();
+  m_cancelButton->hide();
+  statusBar()->addWidget(m_statusLabel, 1);
+  statusBar()->addPermanentWidget(m_progress);
+  statusBar()->addPermanentWidget(m_cancelButton);
+  connect(m_cancelButton, &QPushButton::clicked, this, &MainWindow::cancelImport);
+
+  connect(m_browser, &RunsBrowser::runActivated, this, &MainWindow::showRun);
+  connect(m_browser, &RunsBrowser::compareRequested, this, &MainWindow::compareRuns);
+  connect(m_browser, &RunsBrowser::deleteRequested, this, &MainWindow::deleteRuns);
+  connect(m_browser, &RunsBrowser::renameRequested, this, &MainWindow::renameRun);
+  connect(m_timeline, &TimelinePage::overviewReady, this, [this](const RunOverview& overview) {
+    m_segments->setRun(overview.record.id, overview.record.event_count);
+    m_summary->setRun(overview.record);
+  });
+  connect(m_timeline, &TimelinePage::cursorEventChanged, m_segments, &SegmentMapPage::setEvent);
+  connect(m_segments, &SegmentMapPage::eventChanged, m_timeline, &TimelinePage::setCursorEvent);
+  connect(m_segments, &SegmentMapPage::snapshotReady, m_summary, &SummaryPage::setState);
+  connect(m_timeline, &TimelinePage::errorOccurred, this,
+          [this](const QString& message) { m_statusLabel->setText(message); });
+
+  createActions();
+  restoreSettings();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createActions() {
+  auto* openSnapshot =
+      new QAction(QIcon::fromTheme(QStringLiteral("document-open")), tr("&Open Snapshot…"), this);
+  openSnapshot->setShortcut(QKeySequence::Open);
+  openSnapshot->setStatusTip(tr("Import a PyTorch memory snapshot (.pickle, .pickle.gz)"));
+  connect(openSnapshot, &QAction::triggered, this, &MainWindow::openSnapshotDialog);
+  auto* openDatabaseAction = new QAction(tr("Open &Database…"), this);
+  openDatabaseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+  connect(openDatabaseAction, &QAction::triggered, this, &MainWindow::openDatabaseDialog);
+  auto* reportHtml = new QAction(QIcon::fromTheme(QStringLiteral("document-export")),
+                                 tr("Report as &HTML…"), this);
+  reportHtml->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  connect(reportHtml, &QAction::triggered, this,
+          [this] { exportReportDialog(QStringLiteral("html")); });
+  auto* reportPdf = new QAction(tr("Report as &PDF…"), this);
+  connect(reportPdf, &QAction::triggered, this,
+          [this] { exportReportDialog(QStringLiteral("pdf")); });
+  auto* plot = new QAction(tr("Timeline &Plot (PNG, SVG, PDF)…"), this);
+  connect(plot, &QAction::triggered, this, &MainWindow::exportPlotDialog);
+  auto* csv = new QAction(tr("Timeline &CSV…"), this);
+  connect(csv, &QAction::triggered, this, &MainWindow::exportCsvDialog);
+  auto* quit = new QAction(QIcon::fromTheme(QStringLiteral("application-exit")), tr("&Quit"), this);
+  quit->setShortcut(QKeySequence::Quit);
+  connect(quit, &QAction::triggered, this, &QWidget::close);
+
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(openSnapshot);
+  file->addAction(openDatabaseAction);
+  m_recentMenu = file->addMenu(tr("Open &Recent"));
+  file->addSeparator();
+  QMenu* exportMenu = file->addMenu(tr("&Export"));
+  exportMenu->addAction(reportHtml);
+  exportMenu->addAction(reportPdf);
+  exportMenu->addSeparator();
+  exportMenu->addAction(plot);
+  exportMenu->addAction(csv);
+  file->addSeparator();
+  file->addAction(quit);
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(m_browserDock->toggleViewAction());
+  view->addSeparator();
+  const std::pair<QString, Page> pages[] = {{tr("&Timeline && Segments"), Page::run},
+                                            {tr("&Summary"), Page::summary},
+                                            {tr("&Compare"), Page::compare}};
+  int key = Qt::Key_1;
+  for (const auto& [name, page] : pages) {
+    auto* action = view->addAction(name);
+    action->setShortcut(QKeySequence(Qt::CTRL | static_cast<Qt::Key>(key++)));
+    connect(action, &QAction::triggered, this, [this, page = page] { showPage(page); });
+  }
+  view->addSeparator();
+  m_darkThemeAction = view->addAction(tr("&Dark Theme"));
+  m_darkThemeAction->setCheckable(true);
+  connect(m_darkThemeAction, &QAction::toggled, this, [](bool dark) {
+    applyTheme(dark);
+    QSettings().setValue(kDarkKey, dark);
+  });
+
+  QMenu* go = menuBar()->addMenu(tr("&Go"));
+  ZoomStack* zoom = m_timeline->zoomStack();
+  go->addAction(zoom->backAction());
+  go->addAction(zoom->forwardAction());
+  go->addAction(zoom->zoomOutAction());
+  go->addSeparator();
+  auto* nextOom = go->addAction(tr("Next &OOM"));
+  nextOom->setShortcut(QKeySequence(Qt::Key_F8));
+  connect(nextOom, &QAction::triggered, this, [this] {
+    const RunOverview* overview = m_timeline->overview();
+    if (!overview)
+      return;
+    for (std::uint64_t event : overview->oomEvents)
+      if (event > m_timeline->cursorEvent()) {
+        m_timeline->setCursorEvent(event);
+        return;
+      }
+    if (!overview->oomEvents.empty())
+      m_timeline->setCursorEvent(overview->oomEvents.front());
+  });
+  auto* focusFilter = go->addAction(tr("&Filter Runs"));
+  focusFilter->setShortcut(QKeySequence::Find);
+  connect(focusFilter, &QAction::triggered, this, [this] {
+    m_browserDock->show();
+    m_browser->filterEdit()->setFocus();
+    m_browser->filterEdit()->selectAll();
+  });
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About FragScope"), this, [this] {
+    QMessageBox::about(
+        this, tr("About FragScope"),
+        tr("<h3>FragScope %1</h3><p>A workbench for CUDA memory fragmentation: PyTorch memory "
+           "snapshots, the caching allocator model, timelines, segment maps and reports.</p>"
+           "<p>Revision %2</p>")
+            .arg(QString::fromLatin1(kVersion), QString::fromLatin1(kGitRevision)));
+  });
+
+  QToolBar* toolbar = addToolBar(tr("Main"));
+  toolbar->setObjectName(QStringLiteral("MainToolbar"));
+  toolbar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  toolbar->addAction(openSnapshot);
+  toolbar->addAction(reportHtml);
+  toolbar->addSeparator();
+  toolbar->addAction(zoom->backAction());
+  toolbar->addAction(zoom->forwardAction());
+  toolbar->addAction(zoom->zoomOutAction());
+  toolbar->addAction(nextOom);
+}
+
+void MainWindow::restoreSettings() {
+  QSettings settings;
+  restoreGeometry(settings.value(kGeometryKey).toByteArray());
+  restoreState(settings.value(kStateKey).toByteArray());
+  m_runSplitter->restoreState(settings.value(kSplitterKey).toByteArray());
+  m_darkThemeAction->setChecked(settings.value(kDarkKey, false).toBool());
+  updateRecentMenu();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  QSettings settings;
+  settings.setValue(kGeometryKey, saveGeometry());
+  settings.setValue(kStateKey, saveState());
+  settings.setValue(kSplitterKey, m_runSplitter->saveState());
+  m_importQueue.clear();
+  m_importJob.cancel();
+  QMainWindow::closeEvent(event);
+}
+
+bool MainWindow::openDatabase(const QString& path) {
+  try {
+    QDir().mkpath(QFileInfo(path).absolutePath());
+    auto store = std::make_unique<storage::RunStore>(path.toStdString());
+    m_store = std::move(store);
+  } catch (const std::exception& error) {
+    showError(tr("Cannot open database"), QString::fromUtf8(error.what()));
+    return false;
+  }
+  m_databasePath = path;
+  m_currentRun.reset();
+  m_timeline->setDatabase(path);
+  m_segments->setDatabase(path);
+  m_compare->setDatabase(path);
+  m_summary->clear();
+  setWindowTitle(QStringLiteral("%1 — FragScope").arg(QFileInfo(path).fileName()));
+  refreshRuns();
+  m_statusLabel->setText(tr("Database %1").arg(path));
+  return true;
+}
+
+void MainWindow::refreshRuns() {
+  if (!m_store)
+    return;
+  try {
+    m_browser->setRuns(m_store->list_runs());
+  } catch (const std::exception& error) {
+    showError(tr("Cannot list runs"), QString::fromUtf8(error.what()));
+  }
+  emit runsChanged();
+}
+
+void MainWindow::showRun(storage::RunId run) {
+  if (m_currentRun == run)
+    return;
+  m_currentRun = run;
+  m_segments->clear();
+  m_timeline->setRun(run);
+  if (m_pages->currentWidget() == m_compare)
+    showPage(Page::run);
+}
+
+void MainWindow::compareRuns(const std::vector<storage::RunId>& runs) {
+  if (runs.size() < 2) {
+    m_statusLabel->setText(tr("Select two or more runs to compare."));
+    return;
+  }
+  m_compare->setRuns(runs);
+  showPage(Page::compare);
+}
+
+void MainWindow::showPage(Page page) {
+  switch (page) {
+    case Page::run:
+      m_pages->setCurrentWidget(m_runSplitter);
+      break;
+    case Page::summary:
+      m_pages->setCurrentWidget(m_summary);
+      break;
+    case Page::compare:
+      m_pages->setCurrentWidget(m_compare);
+      break;
+  }
+}
+
+bool MainWindow::showPage(const QString& name) {
+  const QString page = name.toLower();
+  if (page == QLatin1String("timeline") || page == QLatin1String("run")) {
+    showPage(Page::run);
+  } else if (page == QLatin1String("segments") || page == QLatin1String("segment-map")) {
+    showPage(Page::run);
+    m_segments->mapWidget()->setFocus();
+  } else if (page == QLatin1String("summary")) {
+    showPage(Page::summary);
+  } else if (page == QLatin1String("compare")) {
+    showPage(Page::compare);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool MainWindow::busy() const {
+  return m_timeline->busy() || m_segments->busy() || m_compare->busy() || importing() ||
+         m_exportJob.busy() || m_deleteJob.busy();
+}
+
+void MainWindow::importFiles(const QStringList& paths) {
+  for (const QString& path : paths) {
+    if (!isSnapshotFile(path)) {
+      showError(tr("Not a snapshot"),
+                tr("%1 is not a PyTorch memory snapshot (.pickle or .pickle.gz).").arg(path));
+      continue;
+    }
+    m_importQueue << path;
+  }
+  if (!m_importJob.busy())
+    startNextImport();
+}
+
+void MainWindow::startNextImport() {
+  if (m_importQueue.isEmpty() || m_databasePath.isEmpty()) {
+    hideProgress();
+    return;
+  }
+  const QString path = m_importQueue.takeFirst();
+  const QString database = m_databasePath;
+  addRecentFile(path);
+  setProgress(tr("Importing %1…").arg(QFileInfo(path).fileName()), 0);
+  m_importJob.start(
+      [database, path](const JobContext& job) { return importSnapshotFile(database, path, &job); },
+      [this](ImportResult result) {
+        refreshRuns();
+        m_statusLabel->setText(tr("Imported %1: %2 events%3")
+                                   .arg(result.name, QString::number(result.events),
+                                        result.warnings.isEmpty()
+                                            ? QString()
+                                            : QStringLiteral(" (") +
+                                                  result.warnings.join(QStringLiteral("; ")) +
+                                                  QLatin1Char(')')));
+        m_browser->selectRuns({result.run});
+        emit importFinished(result.run);
+        startNextImport();
+      },
+      [this, path](const QString& message) {
+        hideProgress();
+        showError(tr("Import failed"), message);
+        emit importFailed(message);
+        startNextImport();
+      },
+      [this, path](double fraction) {
+        setProgress(tr("Importing %1…").arg(QFileInfo(path).fileName()), fraction);
+      });
+}
+
+void MainWindow::cancelImport() {
+  m_importQueue.clear();
+  if (m_importJob.busy()) {
+    m_importJob.cancel();
+    m_statusLabel->setText(tr("Import cancelled."));
+  }
+  hideProgress();
+}
+
+void MainWindow::setProgress(const QString& message, double fraction) {
+  m_statusLabel->setText(message);
+  m_progress->setValue(static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 1000));
+  m_progress->show();
+  m_cancelButton->show();
+}
+
+void MainWindow::hideProgress() {
+  m_progress->hide();
+  m_cancelButton->hide();
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  m_statusLabel->setText(title + QStringLiteral(": ") + message);
+  // Offscreen (tests, --screenshot, --report) nobody can close a dialog.
+  if (QGuiApplication::platformName() != QLatin1String("offscreen"))
+    QMessageBox::warning(this, title, message);
+}
+
+void MainWindow::deleteRuns(const std::vector<storage::RunId>& runs) {
+  if (runs.empty())
+    return;
+  if (m_currentRun && std::find(runs.begin(), runs.end(), *m_currentRun) != runs.end()) {
+    m_currentRun.reset();
+    m_timeline->clear();
+    m_segments->clear();
+    m_summary->clear();
+  }
+  m_compare->clear();
+  const QString database = m_databasePath;
+  m_statusLabel->setText(tr("Deleting %n run(s)…", nullptr, static_cast<int>(runs.size())));
+  m_deleteJob.start(
+      [database, runs](const JobContext&) {
+        storage::RunStore store(database.toStdString());
+        for (storage::RunId run : runs)
+          store.delete_run(run);
+        return runs.size();
+      },
+      [this](std::size_t count) {
+        m_statusLabel->setText(tr("Deleted %n run(s).", nullptr, static_cast<int>(count)));
+        refreshRuns();
+      },
+      [this](const QString& message) { showError(tr("Delete failed"), message); });
+}
+
+void MainWindow::renameRun(storage::RunId run, const QString& name) {
+  try {
+    m_store->rename_run(run, name.toStdString());
+    m_browser->model()->updateName(run, name);
+  } catch (const std::exception& error) {
+    showError(tr("Rename failed"), QString::fromUtf8(error.what()));
+  }
+}
+
+std::vector<storage::RunId> MainWindow::reportRuns() const {
+  auto runs = m_browser->selectedRuns();
+  if (runs.empty() && m_currentRun)
+    runs.push_back(*m_currentRun);
+  return runs;
+}
+
+void MainWindow::exportReportDialog(const QString& suffix) {
+  const auto runs = reportRuns();
+  if (runs.empty()) {
+    m_statusLabel->setText(tr("Select the runs to report on first."));
+    return;
+  }
+  const QString filter = suffix == QLatin1String("pdf") ? tr("PDF (*.pdf)") : tr("HTML (*.html)");
+  QString path = QFileDialog::getSaveFileName(this, tr("Export Report"),
+                                              QStringLiteral("fragscope-report.") + suffix, filter);
+  if (path.isEmpty())
+    return;
+  if (!path.endsWith(QLatin1Char('.') + suffix, Qt::CaseInsensitive))
+    path += QLatin1Char('.') + suffix;
+  const QString database = m_databasePath;
+  setProgress(tr("Building report…"), 0.1);
+  m_exportJob.start(
+      [database, runs](const JobContext& job) { return loadReportData(database, runs, &job); },
+      [this, path](ReportData data) {
+        QString error;
+        const auto format = reportFormatFor(path);
+        const bool ok = format && writeReport(path, *format, data, renderReportPlots(data), &error);
+        hideProgress();
+        if (ok)
+          m_statusLabel->setText(tr("Report written to %1").arg(path));
+        else
+          showError(tr("Export failed"), error);
+      },
+      [this](const QString& message) {
+        hideProgress();
+        showError(tr("Export failed"), message);
+      });
+}
+
+void MainWindow::exportPlotDialog() {
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export Plot"), QStringLiteral("timeline.png"),
+      tr("PNG image (*.png);;SVG image (*.svg);;PDF document (*.pdf)"));
+  if (path.isEmpty())
+    return;
+  QString error;
+  if (m_timeline->savePlot(path, &error))
+    m_statusLabel->setText(tr("Plot written to %1").arg(path));
+  else
+    showError(tr("Export failed"), error);
+}
+
+void MainWindow::exportCsvDialog() {
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export Timeline CSV"), QStringLiteral("timeline.csv"), tr("CSV (*.csv)"));
+  if (path.isEmpty())
+    return;
+  QSaveFile file(path);
+  const QByteArray csv = m_timeline->timelineCsv().toUtf8();
+  if (!file.open(QIODevice::WriteOnly) || file.write(csv) != csv.size() || !file.commit())
+    showError(tr("Export failed"), tr("Cannot write %1: %2").arg(path, file.errorString()));
+  else
+    m_statusLabel->setText(tr("Timeline written to %1").arg(path));
+}
+
+void MainWindow::openSnapshotDialog() {
+  const QStringList paths = QFileDialog::getOpenFileNames(
+      this, tr("Open PyTorch Memory Snapshot"), QString(),
+      tr("PyTorch memory snapshots (*.pickle *.pickle.gz *.pkl *.pkl.gz);;All files (*)"));
+  importFiles(paths);
+}
+
+void MainWindow::openDatabaseDialog() {
+  const QString path = QFileDialog::getOpenFileName(
+      this, tr("Open FragScope Database"), QFileInfo(m_databasePath).absolutePath(),
+      tr("FragScope databases (*.db *.sqlite);;All files (*)"));
+  if (!path.isEmpty() && openDatabase(path))
+    addRecentFile(path);
+}
+
+void MainWindow::addRecentFile(const QString& path) {
+  QSettings settings;
+  QStringList recent = settings.value(kRecentKey).toStringList();
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  recent.removeAll(absolute);
+  recent.prepend(absolute);
+  while (recent.size() > kMaxRecentFiles)
+    recent.removeLast();
+  settings.setValue(kRecentKey, recent);
+  updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu() {
+  m_recentMenu->clear();
+  const QStringList recent = QSettings().value(kRecentKey).toStringList();
+  for (const QString& path : recent) {
+    m_recentMenu
+        ->addAction(QFileInfo(path).fileName(), this,
+                    [this, path] {
+                      if (isSnapshotFile(path))
+                        importFiles({path});
+                      else
+                        openDatabase(path);
+                    })
+        ->setToolTip(path);
+  }
+  m_recentMenu->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (!event->mimeData()->hasUrls())
+    return;
+  for (const QUrl& url : event->mimeData()->urls())
+    if (url.isLocalFile() && isSnapshotFile(url.toLocalFile())) {
+      event->acceptProposedAction();
+      return;
+    }
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  QStringList paths;
+  for (const QUrl& url : event->mimeData()->urls())
+    if (url.isLocalFile())
+      paths << url.toLocalFile();
+  importFiles(paths);
+  event->acceptProposedAction();
+}
+
+}  // namespace fragscope::gui

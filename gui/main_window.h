@@ -1,0 +1,121 @@
+#pragma once
+// The FragScope workbench: a runs browser dock beside the pages for the selected run(s) — Run
+// (timeline over the segment map, linked by the cursor), Summary and Compare. The window owns
+// the database connection used on the GUI thread (listing, renaming); everything that reads
+// events or writes runs happens in jobs with their own connection.
+#include <QLabel>
+#include <QMainWindow>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QStringList>
+#include <QTabWidget>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "gui/job_tracker.h"
+#include "gui/metatypes.h"
+#include "storage/db/run_store.h"
+
+class QDockWidget;
+class QMenu;
+
+namespace fragscope::gui {
+
+class RunsBrowser;
+class TimelinePage;
+class SegmentMapPage;
+class SummaryPage;
+class ComparePage;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  enum class Page { run, summary, compare };
+
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Opens (creating if needed) the database; false with a message box / status when it fails.
+  bool openDatabase(const QString& path);
+  QString databasePath() const { return m_databasePath; }
+
+  // Imports snapshot files one after another in the background (File ▸ Open, drag and drop).
+  void importFiles(const QStringList& paths);
+  void cancelImport();
+  bool importing() const { return m_importJob.busy() || !m_importQueue.isEmpty(); }
+
+  void showRun(storage::RunId run);
+  void compareRuns(const std::vector<storage::RunId>& runs);
+  void showPage(Page page);
+  // "timeline", "segments", "summary", "compare"; false for an unknown name.
+  bool showPage(const QString& name);
+  void refreshRuns();
+
+  // Nothing is loading: every page has the data for what it shows.
+  bool busy() const;
+
+  RunsBrowser* runsBrowser() const { return m_browser; }
+  TimelinePage* timelinePage() const { return m_timeline; }
+  SegmentMapPage* segmentMapPage() const { return m_segments; }
+  SummaryPage* summaryPage() const { return m_summary; }
+  ComparePage* comparePage() const { return m_compare; }
+  QTabWidget* pages() const { return m_pages; }
+  std::optional<storage::RunId> currentRun() const { return m_currentRun; }
+
+ signals:
+  void importFinished(fragscope::storage::RunId run);
+  void importFailed(const QString& message);
+  void runsChanged();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void createActions();
+  void createMenus();
+  void restoreSettings();
+  void addRecentFile(const QString& path);
+  void updateRecentMenu();
+  void startNextImport();
+  void setProgress(const QString& message, double fraction);
+  void hideProgress();
+  void showError(const QString& title, const QString& message);
+  void deleteRuns(const std::vector<storage::RunId>& runs);
+  void renameRun(storage::RunId run, const QString& name);
+  void exportReportDialog(const QString& suffix);
+  void exportPlotDialog();
+  void exportCsvDialog();
+  void openSnapshotDialog();
+  void openDatabaseDialog();
+  std::vector<storage::RunId> reportRuns() const;
+
+  QString m_databasePath;
+  std::unique_ptr<storage::RunStore> m_store;
+  std::optional<storage::RunId> m_currentRun;
+
+  RunsBrowser* m_browser;
+  QDockWidget* m_browserDock;
+  QTabWidget* m_pages;
+  QSplitter* m_runSplitter;
+  TimelinePage* m_timeline;
+  SegmentMapPage* m_segments;
+  SummaryPage* m_summary;
+  ComparePage* m_compare;
+
+  QLabel* m_statusLabel;
+  QProgressBar* m_progress;
+  QPushButton* m_cancelButton;
+  QMenu* m_recentMenu = nullptr;
+  QAction* m_darkThemeAction = nullptr;
+
+  QStringList m_importQueue;
+  JobTracker m_importJob{this};
+  JobTracker m_deleteJob{this};
+  JobTracker m_exportJob{this};
+};
+
+}  // namespace fragscope::gui

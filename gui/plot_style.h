@@ -1,0 +1,37 @@
+#pragma once
+// QCustomPlot conventions for every plot FragScope draws: byte-unit ticks, the palette of the
+// application (light or dark) applied to axes, grid, legend and background, and a helper that
+// renders a plot into an image for reports.
+#include <QImage>
+#include <QPalette>
+
+// qcustomplot.h is big and old-style; it is included here once for the GUI.
+#include <qcustomplot.h>
+
+namespace fragscope::gui {
+
+// Ticks at round binary sizes (256 MiB, 1 GiB, ...) labelled with formatBytes().
+class ByteTicker : public QCPAxisTicker {
+ protected:
+  double getTickStep(const QCPRange& range) override;
+  QString getTickLabel(double tick, const QLocale& locale, QChar formatChar,
+                       int precision) override;
+};
+
+// Event-index ticks labelled "1.2M" / "350k".
+class EventTicker : public QCPAxisTicker {
+ protected:
+  QString getTickLabel(double tick, const QLocale& locale, QChar formatChar,
+                       int precision) override;
+};
+
+void applyPlotPalette(QCustomPlot* plot, const QPalette& palette);
+// A fresh plot's common setup: byte ticker on the y axis, event ticker on x, palette, legend.
+void setUpMemoryPlot(QCustomPlot* plot);
+// Adds a max/min band for one series (max drawn as a line, the area down to min filled faintly).
+// Returns the max graph; its valueAxis is the plot's yAxis.
+QCPGraph* addBandSeries(QCustomPlot* plot, const QString& name, const QColor& color);
+// Fits the y axis to the visible data, starting at zero, with headroom.
+void fitValueAxis(QCustomPlot* plot);
+
+}  // namespace fragscope::gui

@@ -1,0 +1,73 @@
+#include "gui/run_data.h"
+
+#include <QFileInfo>
+#include <algorithm>
+
+#include "gui/job_tracker.h"
+
+namespace fragscope::gui {
+
+std::unique_ptr<storage::RunStore> openReader(const QString& databasePath) {
+  const bool exists = QFileInfo::exists(databasePath);
+  return std::make_unique<storage::RunStore>(
+      databasePath.toStdString(),
+      exists ? storage::OpenMode::read_only : storage::OpenMode::read_write_create);
+}
+
+TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std::uint64_t first,
+                           std::uint64_t end, std::size_t buckets) {
+  auto store = openReader(databasePath);
+  TimelineSlice slice;
+  slice.run = run;
+  slice.first = first;
+  slice.end = end;
+  slice.buckets = store->timeline(run, first, end, std::max<std::size_t>(buckets, 1));
+  return slice;
+}
+
+RunOverview loadOverview(const QString& databasePath, storage::RunId run, const JobContext* job) {
+  auto store = openReader(databasePath);
+  RunOverview overview;
+  overview.record = store->run(run);
+  const std::uint64_t count = overview.record.event_count;
+  // The store keeps recorded OOM reports; a trace's own oom events are found by one scan.
+  constexpr std::uint64_t kStep = storage::kEventsPerChunk;
+  for (std::uint64_t first = 0; first < count; first += kStep) {
+    if (job && job->cancelled())
+      break;
+    const auto events = store->events(run, first, std::min(count, first + kStep));
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const TraceEvent& event = events[i];
+      if (event.time_us != 0) {
+        if (overview.firstTimeUs == 0)
+          overview.firstTimeUs = event.time_us;
+        overview.lastTimeUs = event.time_us;
+      }
+      if (event.action == TraceAction::oom) {
+        overview.oomEvents.push_back(first + i);
+        overview.oomDetails.push_back(event);
+      }
+    }
+    if (job)
+      job->progress(static_cast<double>(first + kStep) / static_cast<double>(count));
+  }
+  return overview;
+}
+
+SegmentSnapshotAt loadSegmentSnapshot(const QString& databasePath, storage::RunId run,
+                                      std::uint64_t eventIndex) {
+  auto store = openReader(databasePath);
+  SegmentSnapshotAt snapshot;
+  snapshot.run = run;
+  snapshot.eventCount = store->run(run).event_count;
+  snapshot.eventIndex = std::min(eventIndex, snapshot.eventCount);
+  snapshot.state = store->segment_state(run, snapshot.eventIndex).state;
+  const auto next = store->events(run, snapshot.eventIndex, snapshot.eventIndex + 1);
+  if (!next.empty())
+    snapshot.nextEvent = next.front();
+  snapshot.views = segmentViews(snapshot.state);
+  snapshot.summary = summarize(snapshot.views);
+  return snapshot;
+}
+
+}  // namespace fragscope::gui

@@ -1,0 +1,83 @@
+#pragma once
+// The runs of a database as a table: one row per run, sortable by every column (numbers sort
+// as numbers through SortRole), filtered by RunsFilterModel. Filled with resetData() from a
+// list loaded off the GUI thread.
+#include <QAbstractTableModel>
+#include <QSortFilterProxyModel>
+#include <vector>
+
+#include "gui/metatypes.h"
+#include "storage/db/run_store.h"
+
+namespace fragscope::gui {
+
+class RunsModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column {
+    NameColumn,
+    SourceColumn,
+    StatusColumn,
+    ConfigColumn,
+    DeviceColumn,
+    EventsColumn,
+    PeakAllocatedColumn,
+    PeakReservedColumn,
+    CreatedColumn,
+    ColumnCount
+  };
+  enum Role {
+    SortRole = Qt::UserRole,
+    RunIdRole,
+    // Name, source, status and config joined, for the filter line.
+    FilterTextRole,
+  };
+
+  explicit RunsModel(QObject* parent = nullptr);
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation,
+                      int role = Qt::DisplayRole) const override;
+  Qt::ItemFlags flags(const QModelIndex& index) const override;
+  // Editing the name emits renameRequested; the store is changed by whoever owns it, and the
+  // model follows with resetData() or updateName().
+  bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+
+  void resetData(std::vector<storage::RunRecord> runs);
+  void clearData();
+  void updateName(storage::RunId run, const QString& name);
+  const storage::RunRecord* runAt(int row) const;
+  int rowOf(storage::RunId run) const;
+  const std::vector<storage::RunRecord>& runs() const { return m_runs; }
+
+ signals:
+  void renameRequested(storage::RunId run, const QString& name);
+
+ private:
+  std::vector<storage::RunRecord> m_runs;
+};
+
+// Case-insensitive substring filter over name, source, status and config (all words must
+// match), plus an optional outcome filter.
+class RunsFilterModel : public QSortFilterProxyModel {
+  Q_OBJECT
+ public:
+  explicit RunsFilterModel(QObject* parent = nullptr);
+  void setFilterWords(const QString& text);
+  // Empty = any outcome; otherwise a RunStatus name ("ok", "oom", ...).
+  void setStatusFilter(const QString& status);
+
+ protected:
+  bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
+
+ private:
+  QStringList m_words;
+  QString m_status;
+};
+
+// Peak of one series from the run's summary JSON (finish_run's "peaks"), 0 when absent.
+std::int64_t summaryPeak(const storage::RunRecord& run, const char* series);
+
+}  // namespace fragscope::gui

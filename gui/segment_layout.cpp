@@ -1,0 +1,194 @@
+#include "gui/segment_layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fragscope::gui {
+
+namespace {
+constexpr Bytes kSmallSegmentBytes = 2 * kMiB;
+// Pixels between two segments on a row, so neighbours read as separate boxes.
+constexpr double kSegmentGap = 3;
+constexpr double kRowGap = 4;
+constexpr double kMinRowHeight = 10;
+constexpr double kMaxRowHeight = 44;
+}  // namespace
+
+const char* pieceKindName(PieceKind kind) {
+  switch (kind) {
+    case PieceKind::allocated:
+      return "allocated";
+    case PieceKind::pendingFree:
+      return "pending free";
+    case PieceKind::freeInSplitSegment:
+      return "free (split segment)";
+    case PieceKind::freeWholeSegment:
+      return "free (whole segment)";
+  }
+  return "?";
+}
+
+const char* poolKindName(PoolKind pool) {
+  switch (pool) {
+    case PoolKind::small:
+      return "small pool";
+    case PoolKind::large:
+      return "large pool";
+    case PoolKind::expandable:
+      return "expandable";
+  }
+  return "?";
+}
+
+PoolKind poolOf(const storage::SegmentRange& segment) {
+  if (segment.expandable)
+    return PoolKind::expandable;
+  return segment.size == kSmallSegmentBytes ? PoolKind::small : PoolKind::large;
+}
+
+std::vector<SegmentView> segmentViews(const storage::SegmentMap& map) {
+  std::vector<SegmentView> views;
+  views.reserve(map.segments().size());
+  const auto& blocks = map.blocks();
+  for (const auto& [base, segment] : map.segments()) {
+    SegmentView view;
+    view.segment = segment;
+    view.pool = poolOf(segment);
+    const std::uint64_t end = base + segment.size;
+    std::uint64_t cursor = base;
+    std::vector<Piece> live;
+    for (auto it = blocks.lower_bound(base); it != blocks.end() && it->first < end; ++it) {
+      const storage::LiveBlock& block = it->second;
+      const std::uint64_t blockEnd = std::min(end, block.addr + std::max<Bytes>(block.size, 1));
+      live.push_back({block.addr, blockEnd - block.addr,
+                      block.state == storage::BlockState::pending_free ? PieceKind::pendingFree
+                                                                       : PieceKind::allocated,
+                      block.frames});
+    }
+    const PieceKind freeKind =
+        live.empty() ? PieceKind::freeWholeSegment : PieceKind::freeInSplitSegment;
+    for (const Piece& block : live) {
+      if (block.addr > cursor)
+        view.pieces.push_back({cursor, block.addr - cursor, freeKind, {}});
+      // Blocks never overlap in a consistent trace; clip if a truncated one says otherwise.
+      const std::uint64_t start = std::max(cursor, block.addr);
+      const std::uint64_t blockEnd = block.addr + block.size;
+      if (blockEnd > start) {
+        Piece clipped = block;
+        clipped.addr = start;
+        clipped.size = blockEnd - start;
+        view.pieces.push_back(clipped);
+        view.liveBytes += clipped.size;
+        cursor = blockEnd;
+      }
+    }
+    if (cursor < end)
+      view.pieces.push_back({cursor, end - cursor, freeKind, {}});
+    for (const Piece& piece : view.pieces)
+      if (piece.kind == PieceKind::freeInSplitSegment || piece.kind == PieceKind::freeWholeSegment)
+        view.largestFree = std::max(view.largestFree, piece.size);
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+SegmentMapSummary summarize(const std::vector<SegmentView>& views) {
+  SegmentMapSummary summary;
+  summary.segments = views.size();
+  for (const SegmentView& view : views) {
+    summary.reserved += view.segment.size;
+    for (const Piece& piece : view.pieces) {
+      switch (piece.kind) {
+        case PieceKind::allocated:
+          ++summary.blocks;
+          summary.live += piece.size;
+          break;
+        case PieceKind::pendingFree:
+          ++summary.blocks;
+          summary.live += piece.size;
+          summary.pendingFree += piece.size;
+          break;
+        case PieceKind::freeInSplitSegment:
+          summary.freeInSplit += piece.size;
+          break;
+        case PieceKind::freeWholeSegment:
+          summary.freeWhole += piece.size;
+          break;
+      }
+    }
+    summary.largestFree = std::max(summary.largestFree, view.largestFree);
+  }
+  const Bytes free = summary.freeInSplit + summary.freeWhole;
+  if (free > 0)
+    summary.externalFragmentation =
+        1.0 - static_cast<double>(summary.largestFree) / static_cast<double>(free);
+  return summary;
+}
+
+SegmentLayout layoutSegments(const std::vector<SegmentView>& views, QSizeF area) {
+  SegmentLayout layout;
+  if (views.empty() || area.width() < 10 || area.height() < 10)
+    return layout;
+  Bytes total = 0;
+  for (const SegmentView& view : views)
+    total += view.segment.size;
+  const double width = area.width();
+  // Pick the row count that fills the area best: rows * rowHeight ≈ height with the bytes
+  // spread evenly; gaps between segments cost a little width on each row.
+  const double gapsPerRow = std::min<double>(static_cast<double>(views.size()), 8.0);
+  int rows = 1;
+  for (int candidate = 1; candidate < 400; ++candidate) {
+    const double rowHeight = (area.height() - kRowGap * (candidate - 1)) / candidate;
+    if (rowHeight < kMinRowHeight)
+      break;
+    rows = candidate;
+    // Aim for rows about as tall as a readable bar and not much taller.
+    if (rowHeight <= kMaxRowHeight && candidate >= static_cast<int>(std::sqrt(views.size())))
+      break;
+  }
+  layout.rows = rows;
+  layout.rowHeight =
+      std::min(kMaxRowHeight, (area.height() - kRowGap * (rows - 1)) / static_cast<double>(rows));
+  const double usableWidth = std::max(1.0, width - gapsPerRow * kSegmentGap);
+  layout.bytesPerPixel = static_cast<double>(total) / (usableWidth * rows);
+
+  double x = 0;
+  int row = 0;
+  auto rowTop = [&](int r) { return r * (layout.rowHeight + kRowGap); };
+  for (std::size_t s = 0; s < views.size(); ++s) {
+    const SegmentView& view = views[s];
+    if (x > 0 && x + kSegmentGap < width)
+      x += kSegmentGap;
+    if (x >= width - 1) {
+      x = 0;
+      ++row;
+    }
+    double outlineStart = x;
+    for (std::size_t p = 0; p < view.pieces.size(); ++p) {
+      // At least a pixel, so a small block never disappears.
+      double remaining =
+          std::max(1.0, static_cast<double>(view.pieces[p].size) / layout.bytesPerPixel);
+      while (remaining > 0) {
+        const double room = width - x;
+        if (room < 0.5) {
+          layout.segmentOutlines.push_back(
+              {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
+          x = 0;
+          outlineStart = 0;
+          ++row;
+          continue;
+        }
+        const double take = std::min(room, remaining);
+        layout.placed.push_back({QRectF(x, rowTop(row), take, layout.rowHeight), s, p});
+        x += take;
+        remaining -= take;
+      }
+    }
+    layout.segmentOutlines.push_back(
+        {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
+  }
+  layout.rows = row + 1;
+  return layout;
+}
+
+}  // namespace fragscope::gui

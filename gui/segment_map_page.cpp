@@ -1,0 +1,321 @@
+#include "gui/segment_map_page.h"
+
+#include <QKeyEvent>
+#include <QPainter>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <algorithm>
+
+#include "gui/format.h"
+
+namespace fragscope::gui {
+
+namespace {
+constexpr double kOomBannerHeight = 64;
+
+QColor streamStripe(StreamId stream) {
+  // The default stream gets no stripe; others a stable hue each.
+  if (stream.value == 0)
+    return {};
+  return QColor::fromHsv(static_cast<int>((stream.value * 67) % 360), 160, 200);
+}
+}  // namespace
+
+QColor pieceColor(PieceKind kind) {
+  switch (kind) {
+    case PieceKind::allocated:
+      return colors::blockAllocated;
+    case PieceKind::pendingFree:
+      return colors::blockPendingFree;
+    case PieceKind::freeInSplitSegment:
+      return colors::freeInSplitSegment;
+    case PieceKind::freeWholeSegment:
+      return colors::freeWholeSegment;
+  }
+  return Qt::black;
+}
+
+QString describeEvent(const TraceEvent& event) {
+  const QString action = QString::fromLatin1(to_string(event.action));
+  if (event.action == TraceAction::oom)
+    return QObject::tr("OOM: request of %1 failed with %2 free on the device")
+        .arg(formatBytes(static_cast<double>(event.size)),
+             formatBytes(static_cast<double>(event.addr)));
+  return QObject::tr("%1 %2 at 0x%3 (stream %4)")
+      .arg(action, formatBytes(static_cast<double>(event.size)))
+      .arg(event.addr, 0, 16)
+      .arg(event.stream.value);
+}
+
+SegmentMapWidget::SegmentMapWidget(QWidget* parent) : QWidget(parent) {
+  setMouseTracking(true);
+  setFocusPolicy(Qt::StrongFocus);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+  setMinimumSize(300, 160);
+}
+
+void SegmentMapWidget::setSnapshot(const SegmentSnapshotAt& snapshot) {
+  m_views = snapshot.views;
+  m_largestFree = snapshot.summary.largestFree;
+  m_oom.reset();
+  if (snapshot.nextEvent && snapshot.nextEvent->action == TraceAction::oom)
+    m_oom = snapshot.nextEvent;
+  relayout();
+}
+
+void SegmentMapWidget::clear() {
+  m_views.clear();
+  m_oom.reset();
+  relayout();
+}
+
+QRectF SegmentMapWidget::mapArea() const {
+  QRectF area = QRectF(rect()).adjusted(4, 4, -4, -4);
+  if (m_oom)
+    area.setTop(area.top() + kOomBannerHeight + 8);
+  return area;
+}
+
+void SegmentMapWidget::relayout() {
+  const QRectF area = mapArea();
+  m_layout = layoutSegments(m_views, area.size());
+  update();
+}
+
+void SegmentMapWidget::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  relayout();
+}
+
+const Piece* SegmentMapWidget::pieceAt(const QPointF& position, const SegmentView** segment) const {
+  const QPointF local = position - mapArea().topLeft();
+  for (const PlacedPiece& placed : m_layout.placed) {
+    if (placed.rect.contains(local)) {
+      if (segment)
+        *segment = &m_views[placed.segment];
+      return &m_views[placed.segment].pieces[placed.piece];
+    }
+  }
+  return nullptr;
+}
+
+void SegmentMapWidget::paintEvent(QPaintEvent*) {
+  QPainter painter(this);
+  painter.fillRect(rect(), palette().color(QPalette::Base));
+  const QColor text = palette().color(QPalette::Text);
+  if (m_views.empty()) {
+    painter.setPen(text);
+    painter.drawText(rect(), Qt::AlignCenter, tr("No segments at this event."));
+    return;
+  }
+  if (m_oom) {
+    // The failed request against the largest free block, on one byte scale.
+    const QRectF banner = QRectF(rect()).adjusted(4, 4, -4, 0);
+    const double width = banner.width() - 180;
+    const double scale =
+        width / static_cast<double>(std::max<Bytes>({m_oom->size, m_largestFree, 1}));
+    painter.setPen(text);
+    QFont bold = font();
+    bold.setBold(true);
+    painter.setFont(bold);
+    painter.drawText(QRectF(banner.left(), banner.top(), banner.width(), 18), Qt::AlignLeft,
+                     tr("Out of memory at the next event: the request does not fit the largest "
+                        "free block"));
+    painter.setFont(font());
+    const QRectF requestBar(banner.left() + 170, banner.top() + 22,
+                            std::max(2.0, static_cast<double>(m_oom->size) * scale), 16);
+    const QRectF freeBar(banner.left() + 170, banner.top() + 44,
+                         std::max(2.0, static_cast<double>(m_largestFree) * scale), 16);
+    painter.fillRect(requestBar, colors::oom);
+    painter.fillRect(freeBar, colors::freeInSplitSegment.lighter(110));
+    painter.drawText(QRectF(banner.left(), requestBar.top(), 165, 16), Qt::AlignLeft,
+                     tr("request %1").arg(formatBytes(static_cast<double>(m_oom->size))));
+    painter.drawText(QRectF(banner.left(), freeBar.top(), 165, 16), Qt::AlignLeft,
+                     tr("largest free %1").arg(formatBytes(static_cast<double>(m_largestFree))));
+  }
+  const QPointF origin = mapArea().topLeft();
+  painter.translate(origin);
+  for (const PlacedPiece& placed : m_layout.placed) {
+    const Piece& piece = m_views[placed.segment].pieces[placed.piece];
+    painter.fillRect(placed.rect, pieceColor(piece.kind));
+  }
+  // Block boundaries: a thin line in the background colour where wide enough to see.
+  painter.setPen(QPen(palette().color(QPalette::Base), 1));
+  for (const PlacedPiece& placed : m_layout.placed)
+    if (placed.rect.width() >= 4)
+      painter.drawLine(placed.rect.topRight(), placed.rect.bottomRight());
+  // Segment outlines: solid for the large pool, dotted for small, dashed for expandable; a
+  // stripe at the bottom for a non-default stream.
+  for (const SegmentLayout::Outline& outline : m_layout.segmentOutlines) {
+    const SegmentView& view = m_views[outline.segment];
+    const Qt::PenStyle style = view.pool == PoolKind::small        ? Qt::DotLine
+                               : view.pool == PoolKind::expandable ? Qt::DashLine
+                                                                   : Qt::SolidLine;
+    painter.setPen(QPen(text, 1, style));
+    painter.setBrush(Qt::NoBrush);
+    painter.drawRect(outline.rect.adjusted(0, 0, -0.5, -0.5));
+    const QColor stripe = streamStripe(view.segment.stream);
+    if (stripe.isValid())
+      painter.fillRect(
+          QRectF(outline.rect.left(), outline.rect.bottom() - 3, outline.rect.width(), 3), stripe);
+  }
+}
+
+void SegmentMapWidget::mouseMoveEvent(QMouseEvent* event) {
+  const SegmentView* segment = nullptr;
+  const Piece* piece = pieceAt(event->position(), &segment);
+  if (!piece) {
+    QToolTip::hideText();
+    return;
+  }
+  QString text =
+      tr("<b>%1</b> %2<br>at 0x%3<br>segment 0x%4: %5, %6, stream %7<br>segment live %8, "
+         "largest free %9")
+          .arg(QString::fromLatin1(pieceKindName(piece->kind)),
+               formatBytes(static_cast<double>(piece->size)))
+          .arg(piece->addr, 0, 16)
+          .arg(segment->segment.base, 0, 16)
+          .arg(formatBytes(static_cast<double>(segment->segment.size)),
+               QString::fromLatin1(poolKindName(segment->pool)))
+          .arg(segment->segment.stream.value)
+          .arg(formatBytes(static_cast<double>(segment->liveBytes)),
+               formatBytes(static_cast<double>(segment->largestFree)));
+  if (piece->kind == PieceKind::allocated || piece->kind == PieceKind::pendingFree)
+    text += tr("<br><i>size is the request size (traces do not record rounding)</i>");
+  QToolTip::showText(event->globalPosition().toPoint(), text, this);
+}
+
+void SegmentMapWidget::keyPressEvent(QKeyEvent* event) {
+  switch (event->key()) {
+    case Qt::Key_Left:
+      emit stepRequested(-1);
+      return;
+    case Qt::Key_Right:
+      emit stepRequested(1);
+      return;
+    case Qt::Key_PageUp:
+      emit stepRequested(-100);
+      return;
+    case Qt::Key_PageDown:
+      emit stepRequested(100);
+      return;
+    case Qt::Key_Home:
+      emit jumpRequested(false);
+      return;
+    case Qt::Key_End:
+      emit jumpRequested(true);
+      return;
+    default:
+      QWidget::keyPressEvent(event);
+  }
+}
+
+SegmentMapPage::SegmentMapPage(QWidget* parent)
+    : QWidget(parent),
+      m_header(new QLabel(this)),
+      m_legend(new QLabel(this)),
+      m_map(new SegmentMapWidget(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 6, 6, 6);
+  m_header->setTextFormat(Qt::RichText);
+  m_header->setWordWrap(true);
+  layout->addWidget(m_header);
+  QString legend;
+  for (PieceKind kind : {PieceKind::allocated, PieceKind::pendingFree,
+                         PieceKind::freeInSplitSegment, PieceKind::freeWholeSegment})
+    legend += QStringLiteral(
+                  "<span style='background:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2"
+                  "&nbsp;&nbsp;&nbsp;")
+                  .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
+  legend +=
+      tr("&nbsp;│&nbsp; outline: solid = large pool, dotted = small pool (2 MiB), dashed = "
+         "expandable; coloured stripe = non-default stream &nbsp;│&nbsp; ←/→ step events");
+  m_legend->setTextFormat(Qt::RichText);
+  m_legend->setWordWrap(true);
+  m_legend->setText(legend);
+  layout->addWidget(m_legend);
+  layout->addWidget(m_map, 1);
+  connect(m_map, &SegmentMapWidget::stepRequested, this, &SegmentMapPage::step);
+  connect(m_map, &SegmentMapWidget::jumpRequested, this, [this](bool toEnd) {
+    setEvent(toEnd ? m_eventCount : 0);
+    emit eventChanged(m_eventIndex);
+  });
+  clear();
+}
+
+void SegmentMapPage::setDatabase(const QString& databasePath) {
+  m_databasePath = databasePath;
+  clear();
+}
+
+void SegmentMapPage::clear() {
+  m_job.cancel();
+  m_run.reset();
+  m_snapshot.reset();
+  m_eventCount = 0;
+  m_eventIndex = 0;
+  m_map->clear();
+  m_header->setText(tr("<i>Select a run, then click the timeline to choose an event.</i>"));
+}
+
+void SegmentMapPage::setRun(storage::RunId run, std::uint64_t eventCount) {
+  clear();
+  m_run = run;
+  m_eventCount = eventCount;
+}
+
+void SegmentMapPage::step(std::int64_t delta) {
+  if (!m_run)
+    return;
+  const std::int64_t target = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(m_eventIndex) + delta, 0, static_cast<std::int64_t>(m_eventCount));
+  setEvent(static_cast<std::uint64_t>(target));
+  emit eventChanged(m_eventIndex);
+}
+
+void SegmentMapPage::setEvent(std::uint64_t eventIndex) {
+  if (!m_run)
+    return;
+  m_eventIndex = std::min(eventIndex, m_eventCount);
+  const QString path = m_databasePath;
+  const storage::RunId run = *m_run;
+  const std::uint64_t index = m_eventIndex;
+  m_job.start(
+      [path, run, index](const JobContext&) { return loadSegmentSnapshot(path, run, index); },
+      [this](SegmentSnapshotAt snapshot) { showSnapshot(std::move(snapshot)); },
+      [this](const QString& message) {
+        m_header->setText(
+            tr("<b>Could not load the segment state:</b> %1").arg(message.toHtmlEscaped()));
+      });
+}
+
+void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
+  m_snapshot = std::move(snapshot);
+  m_map->setSnapshot(*m_snapshot);
+  const SegmentMapSummary& summary = m_snapshot->summary;
+  QString header =
+      tr("<b>After event %1 of %2</b> &nbsp;·&nbsp; %3 segments, %4 blocks &nbsp;·&nbsp; "
+         "reserved %5, live %6, free in split segments %7, free whole segments %8, largest free "
+         "%9 &nbsp;·&nbsp; external fragmentation %10%")
+          .arg(formatCount(m_snapshot->eventIndex), formatCount(m_snapshot->eventCount))
+          .arg(summary.segments)
+          .arg(summary.blocks)
+          .arg(formatBytes(static_cast<double>(summary.reserved)),
+               formatBytes(static_cast<double>(summary.live)),
+               formatBytes(static_cast<double>(summary.freeInSplit)),
+               formatBytes(static_cast<double>(summary.freeWhole)),
+               formatBytes(static_cast<double>(summary.largestFree)))
+          .arg(summary.externalFragmentation * 100, 0, 'f', 1);
+  if (m_snapshot->nextEvent)
+    header += QStringLiteral("<br>") +
+              tr("Next event: %1").arg(describeEvent(*m_snapshot->nextEvent).toHtmlEscaped());
+  if (m_snapshot->state.unmatched_events() > 0)
+    header += QStringLiteral("<br><i>") +
+              tr("%1 events referred to blocks from before the trace began and were skipped.")
+                  .arg(m_snapshot->state.unmatched_events()) +
+              QStringLiteral("</i>");
+  m_header->setText(header);
+  emit snapshotReady(*m_snapshot);
+}
+
+}  // namespace fragscope::gui

@@ -1,0 +1,138 @@
+#include "gui/summary_page.h"
+
+#include <QFontDatabase>
+#include <QVBoxLayout>
+
+#include "gui/format.h"
+#include "gui/runs_model.h"
+#include "gui/segment_layout.h"
+
+namespace fragscope::gui {
+
+namespace {
+QString row(const QString& name, const QString& current, const QString& peak = {}) {
+  return QStringLiteral("| %1 | %2 | %3 |\n").arg(name, -34).arg(current, 14).arg(peak, 14);
+}
+QString rule() {
+  return QStringLiteral("|") + QString(72, QLatin1Char('-')) + QStringLiteral("|\n");
+}
+}  // namespace
+
+QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state) {
+  const auto bytes = [](std::int64_t value) { return formatBytes(static_cast<double>(value)); };
+  QString text;
+  text += rule();
+  text += QStringLiteral("| %1 |\n")
+              .arg(QObject::tr("FragScope state summary — run %1: %2")
+                       .arg(run.id.value)
+                       .arg(QString::fromStdString(run.name)),
+                   -70);
+  text += rule();
+  if (state) {
+    text += QStringLiteral("| %1 |\n")
+                .arg(QObject::tr("after event %1 of %2")
+                         .arg(formatCount(state->eventIndex), formatCount(state->eventCount)),
+                     -70);
+    text += rule();
+  }
+  text += row(QObject::tr("Metric"), QObject::tr("At cursor"), QObject::tr("Run peak"));
+  text += rule();
+  if (state) {
+    const SegmentMapSummary& summary = state->summary;
+    text += row(QObject::tr("Reserved memory"), bytes(static_cast<std::int64_t>(summary.reserved)),
+                bytes(summaryPeak(run, "reserved")));
+    text +=
+        row(QObject::tr("Live blocks (request bytes)"),
+            bytes(static_cast<std::int64_t>(summary.live)), bytes(summaryPeak(run, "allocated")));
+    text += row(QObject::tr("  of which pending free"),
+                bytes(static_cast<std::int64_t>(summary.pendingFree)));
+    text += row(QObject::tr("Free in split segments"),
+                bytes(static_cast<std::int64_t>(summary.freeInSplit)));
+    text += row(QObject::tr("Free whole segments"),
+                bytes(static_cast<std::int64_t>(summary.freeWhole)));
+    text += row(QObject::tr("Largest free block"),
+                bytes(static_cast<std::int64_t>(summary.largestFree)));
+    text += row(QObject::tr("External fragmentation"),
+                QString::number(summary.externalFragmentation * 100, 'f', 1) + QLatin1Char('%'));
+    text += row(QObject::tr("Segments"), QString::number(summary.segments));
+    text += row(QObject::tr("Live blocks"), QString::number(summary.blocks));
+  } else {
+    text += row(QObject::tr("Reserved memory"), QString(), bytes(summaryPeak(run, "reserved")));
+    text += row(QObject::tr("Allocated memory"), QString(), bytes(summaryPeak(run, "allocated")));
+    text += row(QObject::tr("Active memory"), QString(), bytes(summaryPeak(run, "active")));
+  }
+  text += rule();
+  text += QStringLiteral("\n");
+  const auto field = [&text](const QString& name, const std::string& value) {
+    if (!value.empty())
+      text += QStringLiteral("%1 %2\n")
+                  .arg(name + QLatin1Char(':'), -20)
+                  .arg(QString::fromStdString(value));
+  };
+  field(QObject::tr("Source"), std::string(to_string(run.source)));
+  field(QObject::tr("Outcome"), std::string(to_string(run.status)));
+  field(QObject::tr("Allocator config"), run.alloc_config.empty() ? "(default)" : run.alloc_config);
+  field(QObject::tr("Device"), run.device_name);
+  if (run.capacity)
+    field(QObject::tr("Capacity"), formatBytes(static_cast<double>(run.capacity)).toStdString());
+  field(QObject::tr("Events"), formatCount(run.event_count).toStdString());
+  field(QObject::tr("Created"), run.created_at);
+  field(QObject::tr("PyTorch"), run.environment.torch_version);
+  field(QObject::tr("CUDA"), run.environment.cuda_version);
+  field(QObject::tr("Driver"), run.environment.driver_version);
+  field(QObject::tr("GPU"), run.environment.gpu_name);
+  field(QObject::tr("FragScope"), run.environment.fragscope_version);
+  field(QObject::tr("Host"), run.environment.host);
+  const auto stats = run.summary.find("memory_stats");
+  if (stats != run.summary.end() && stats->is_object()) {
+    text += QStringLiteral("\n") + QObject::tr("Recorded memory_stats():") + QStringLiteral("\n");
+    for (const auto& [key, value] : stats->items())
+      text += QStringLiteral("  %1 %2\n")
+                  .arg(QString::fromStdString(key), -48)
+                  .arg(QString::fromStdString(value.dump()));
+  }
+  return text;
+}
+
+SummaryPage::SummaryPage(QWidget* parent) : QWidget(parent), m_text(new QPlainTextEdit(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 6, 6, 6);
+  m_text->setReadOnly(true);
+  m_text->setLineWrapMode(QPlainTextEdit::NoWrap);
+  m_text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  layout->addWidget(m_text);
+  clear();
+}
+
+void SummaryPage::setRun(const storage::RunRecord& run) {
+  m_run = run;
+  m_state.reset();
+  refresh();
+}
+
+void SummaryPage::setState(const SegmentSnapshotAt& state) {
+  if (m_run && state.run == m_run->id) {
+    // Only the figures: copying the block map of a large run would cost the GUI thread.
+    SegmentSnapshotAt figures;
+    figures.run = state.run;
+    figures.eventIndex = state.eventIndex;
+    figures.eventCount = state.eventCount;
+    figures.summary = state.summary;
+    m_state = std::move(figures);
+    refresh();
+  }
+}
+
+void SummaryPage::clear() {
+  m_run.reset();
+  m_state.reset();
+  m_text->setPlainText(tr("Select a run to see its summary."));
+}
+
+void SummaryPage::refresh() {
+  if (!m_run)
+    return;
+  m_text->setPlainText(stateSummaryText(*m_run, m_state ? &*m_state : nullptr));
+}
+
+}  // namespace fragscope::gui

@@ -1,0 +1,333 @@
+#include "gui/timeline_page.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QSvgGenerator>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include "gui/format.h"
+#include "gui/plot_style.h"
+#include "gui/runs_model.h"
+
+namespace fragscope::gui {
+
+namespace {
+// Markers beyond this are not drawn one by one (a run that OOMs in a loop would bury the plot).
+constexpr std::size_t kMaxOomMarkers = 200;
+
+void setBand(QCPGraph* max, const QVector<double>& keys, const QVector<double>& maxValues,
+             const QVector<double>& minValues) {
+  max->setData(keys, maxValues, true);
+  max->channelFillGraph()->setData(keys, minValues, true);
+}
+}  // namespace
+
+TimelinePage::TimelinePage(QWidget* parent)
+    : QWidget(parent),
+      m_plot(new QCustomPlot(this)),
+      m_header(new QLabel(this)),
+      m_zoom(new ZoomStack(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(6, 6, 6, 6);
+  m_header->setTextFormat(Qt::RichText);
+  m_header->setText(tr("<i>Select a run in the Runs browser.</i>"));
+  layout->addWidget(m_header);
+  layout->addWidget(m_plot, 1);
+  auto* hint =
+      new QLabel(tr("Wheel: zoom · Drag: pan · Shift+drag: zoom to range · Click: set cursor · "
+                    "Alt+Left/Right: zoom history"),
+                 this);
+  hint->setEnabled(false);
+  layout->addWidget(hint);
+
+  setUpMemoryPlot(m_plot);
+  m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
+  m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
+  m_plot->yAxis->setLabel(tr("bytes"));
+  m_reserved = addBandSeries(m_plot, tr("reserved"), colors::reserved);
+  m_active = addBandSeries(m_plot, tr("active"), colors::active);
+  m_allocated = addBandSeries(m_plot, tr("allocated"), colors::allocated);
+  m_cursorLine = new QCPItemStraightLine(m_plot);
+  m_cursorLine->setPen(QPen(colors::cursor, 1.5, Qt::SolidLine));
+  m_cursorLine->setVisible(false);
+  m_plot->setMinimumHeight(220);
+
+  m_requery.setSingleShot(true);
+  m_requery.setInterval(40);
+  connect(&m_requery, &QTimer::timeout, this, &TimelinePage::requestBuckets);
+  m_gestureEnd.setSingleShot(true);
+  m_gestureEnd.setInterval(400);
+  connect(&m_gestureEnd, &QTimer::timeout, m_zoom, &ZoomStack::endGesture);
+
+  connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
+          [this](const QCPRange& range) { onRangeChanged(range.lower, range.upper); });
+  connect(m_zoom, &ZoomStack::zoomChanged, this, [this](EventRange range) {
+    m_settingRange = true;
+    m_plot->xAxis->setRange(static_cast<double>(range.first), static_cast<double>(range.end));
+    m_settingRange = false;
+    fitValueAxis(m_plot);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    m_requery.start();
+  });
+  connect(m_plot, &QCustomPlot::mousePress, this, [this](QMouseEvent* event) {
+    m_pressPosition = event->pos();
+    m_rubberBand = event->modifiers() & Qt::ShiftModifier;
+    m_plot->setSelectionRectMode(m_rubberBand ? QCP::srmZoom : QCP::srmNone);
+  });
+  connect(m_plot, &QCustomPlot::mouseRelease, this, [this](QMouseEvent* event) {
+    m_zoom->endGesture();
+    const bool click = (event->pos() - m_pressPosition).manhattanLength() < 4;
+    if (click && event->button() == Qt::LeftButton && m_run && m_overview) {
+      const double key = m_plot->xAxis->pixelToCoord(event->pos().x());
+      setCursorEvent(static_cast<std::uint64_t>(std::max(0.0, std::round(key))));
+    }
+    m_rubberBand = false;
+    m_plot->setSelectionRectMode(QCP::srmNone);
+  });
+  connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { m_gestureEnd.start(); });
+  connect(m_plot, &QCustomPlot::mouseMove, this,
+          [this](QMouseEvent* event) { showTooltip(event->pos()); });
+}
+
+TimelinePage::~TimelinePage() = default;
+
+void TimelinePage::setDatabase(const QString& databasePath) {
+  m_databasePath = databasePath;
+  clear();
+}
+
+void TimelinePage::clear() {
+  m_overviewJob.cancel();
+  m_timelineJob.cancel();
+  m_requery.stop();
+  m_run.reset();
+  m_overview.reset();
+  m_slice = {};
+  for (QCPGraph* graph : {m_allocated, m_reserved, m_active})
+    setBand(graph, {}, {}, {});
+  for (auto* line : m_oomLines)
+    m_plot->removeItem(line);
+  m_oomLines.clear();
+  m_cursorLine->setVisible(false);
+  m_header->setText(tr("<i>Select a run in the Runs browser.</i>"));
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelinePage::setRun(storage::RunId run) {
+  clear();
+  m_run = run;
+  m_header->setText(tr("<i>Loading run %1…</i>").arg(run.value));
+  const QString path = m_databasePath;
+  m_overviewJob.start(
+      [path, run](const JobContext& job) { return loadOverview(path, run, &job); },
+      [this](RunOverview overview) { showOverview(std::move(overview)); },
+      [this](const QString& message) {
+        m_header->setText(tr("<b>Could not load the run:</b> %1").arg(message.toHtmlEscaped()));
+        emit errorOccurred(message);
+      });
+}
+
+void TimelinePage::showOverview(RunOverview overview) {
+  m_overview = std::move(overview);
+  const storage::RunRecord& record = m_overview->record;
+  QString header =
+      tr("<b>%1</b> &nbsp;·&nbsp; %2 events &nbsp;·&nbsp; peak allocated %3 "
+         "&nbsp;·&nbsp; peak reserved %4")
+          .arg(QString::fromStdString(record.name).toHtmlEscaped(), formatCount(record.event_count),
+               formatBytes(static_cast<double>(summaryPeak(record, "allocated"))),
+               formatBytes(static_cast<double>(summaryPeak(record, "reserved"))));
+  if (!m_overview->oomEvents.empty())
+    header += tr(" &nbsp;·&nbsp; <span style='color:%1'><b>%2 OOM</b></span>")
+                  .arg(colors::oom.name())
+                  .arg(m_overview->oomEvents.size());
+  m_header->setText(header);
+  updateOomMarkers();
+  m_zoom->reset({0, std::max<std::uint64_t>(record.event_count, 1)});
+  emit overviewReady(*m_overview);
+  // Open at the first OOM when there is one: that is what the user came to see.
+  setCursorEvent(m_overview->oomEvents.empty() ? record.event_count
+                                               : m_overview->oomEvents.front());
+}
+
+void TimelinePage::onRangeChanged(double lower, double upper) {
+  if (m_settingRange || !m_overview)
+    return;
+  const EventRange range{static_cast<std::uint64_t>(std::max(0.0, std::floor(lower))),
+                         static_cast<std::uint64_t>(std::max(0.0, std::ceil(upper)))};
+  // A rubber band is one deliberate step; wheel and drag merge into one entry per gesture.
+  if (m_rubberBand) {
+    m_rubberBand = false;
+    m_zoom->zoomTo(range);
+  } else {
+    m_zoom->zoomContinuous(range);
+  }
+}
+
+void TimelinePage::requestBuckets() {
+  if (!m_run || !m_overview)
+    return;
+  const EventRange range = m_zoom->current();
+  const std::size_t buckets = static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
+  const QString path = m_databasePath;
+  const storage::RunId run = *m_run;
+  m_timelineJob.start(
+      [path, run, range, buckets](const JobContext&) {
+        return loadTimeline(path, run, range.first, range.end, buckets);
+      },
+      [this](TimelineSlice slice) { showSlice(std::move(slice)); },
+      [this](const QString& message) { emit errorOccurred(message); });
+}
+
+void TimelinePage::showSlice(TimelineSlice slice) {
+  m_slice = std::move(slice);
+  const std::size_t n = m_slice.buckets.size();
+  QVector<double> keys;
+  keys.reserve(static_cast<qsizetype>(n + 1));
+  std::array<QVector<double>, 3> maxValues, minValues;
+  for (auto& v : maxValues)
+    v.reserve(static_cast<qsizetype>(n + 1));
+  for (auto& v : minValues)
+    v.reserve(static_cast<qsizetype>(n + 1));
+  for (const storage::TimelineBucket& bucket : m_slice.buckets) {
+    keys.push_back(static_cast<double>(bucket.first_event));
+    maxValues[0].push_back(static_cast<double>(bucket.max.allocated));
+    maxValues[1].push_back(static_cast<double>(bucket.max.reserved));
+    maxValues[2].push_back(static_cast<double>(bucket.max.active));
+    minValues[0].push_back(static_cast<double>(bucket.min.allocated));
+    minValues[1].push_back(static_cast<double>(bucket.min.reserved));
+    minValues[2].push_back(static_cast<double>(bucket.min.active));
+  }
+  // Close the last step at the end of its bucket.
+  if (n > 0) {
+    keys.push_back(static_cast<double>(m_slice.buckets.back().end_event));
+    for (auto* values : {&maxValues, &minValues})
+      for (auto& v : *values)
+        v.push_back(v.back());
+  }
+  setBand(m_allocated, keys, maxValues[0], minValues[0]);
+  setBand(m_reserved, keys, maxValues[1], minValues[1]);
+  setBand(m_active, keys, maxValues[2], minValues[2]);
+  fitValueAxis(m_plot);
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  emit dataReady();
+}
+
+void TimelinePage::updateOomMarkers() {
+  for (auto* line : m_oomLines)
+    m_plot->removeItem(line);
+  m_oomLines.clear();
+  if (!m_overview)
+    return;
+  const auto& ooms = m_overview->oomEvents;
+  for (std::size_t i = 0; i < std::min(ooms.size(), kMaxOomMarkers); ++i) {
+    auto* line = new QCPItemStraightLine(m_plot);
+    const double key = static_cast<double>(ooms[i]);
+    line->point1->setCoords(key, 0);
+    line->point2->setCoords(key, 1);
+    line->setPen(QPen(colors::oom, 1.2, Qt::DashLine));
+    m_oomLines.push_back(line);
+  }
+}
+
+void TimelinePage::setCursorEvent(std::uint64_t event) {
+  if (!m_overview)
+    return;
+  event = std::min(event, m_overview->record.event_count);
+  const bool changed = event != m_cursorEvent || !m_cursorLine->visible();
+  m_cursorEvent = event;
+  m_cursorLine->point1->setCoords(static_cast<double>(event), 0);
+  m_cursorLine->point2->setCoords(static_cast<double>(event), 1);
+  m_cursorLine->setVisible(true);
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  if (changed)
+    emit cursorEventChanged(event);
+}
+
+void TimelinePage::showTooltip(const QPoint& position) {
+  if (m_slice.buckets.empty() || !m_plot->axisRect()->rect().contains(position))
+    return;
+  const double key = m_plot->xAxis->pixelToCoord(position.x());
+  const auto it = std::upper_bound(m_slice.buckets.begin(), m_slice.buckets.end(), key,
+                                   [](double k, const storage::TimelineBucket& b) {
+                                     return k < static_cast<double>(b.end_event);
+                                   });
+  if (it == m_slice.buckets.end() || key < static_cast<double>(it->first_event))
+    return;
+  const auto& b = *it;
+  QString text = tr("<b>events %1 – %2</b><table>"
+                    "<tr><td>allocated</td><td align=right>%3</td><td>(min %4)</td></tr>"
+                    "<tr><td>reserved</td><td align=right>%5</td><td>(min %6)</td></tr>"
+                    "<tr><td>active</td><td align=right>%7</td><td>(min %8)</td></tr></table>")
+                     .arg(formatCount(b.first_event), formatCount(b.end_event - 1),
+                          formatBytes(static_cast<double>(b.max.allocated)),
+                          formatBytes(static_cast<double>(b.min.allocated)),
+                          formatBytes(static_cast<double>(b.max.reserved)),
+                          formatBytes(static_cast<double>(b.min.reserved)),
+                          formatBytes(static_cast<double>(b.max.active)),
+                          formatBytes(static_cast<double>(b.min.active)));
+  if (b.t0_us != 0 && m_overview && m_overview->firstTimeUs != 0)
+    text +=
+        tr("t = %1 s").arg(static_cast<double>(b.t0_us - m_overview->firstTimeUs) / 1e6, 0, 'f', 3);
+  QToolTip::showText(m_plot->mapToGlobal(position), text, m_plot);
+}
+
+QString TimelinePage::timelineCsv() const {
+  QString csv = QStringLiteral(
+      "first_event,end_event,t0_us,t1_us,allocated_max,allocated_min,reserved_max,reserved_min,"
+      "active_max,active_min\n");
+  for (const storage::TimelineBucket& b : m_slice.buckets) {
+    csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10\n")
+               .arg(b.first_event)
+               .arg(b.end_event)
+               .arg(b.t0_us)
+               .arg(b.t1_us)
+               .arg(b.max.allocated)
+               .arg(b.min.allocated)
+               .arg(b.max.reserved)
+               .arg(b.min.reserved)
+               .arg(b.max.active)
+               .arg(b.min.active);
+  }
+  return csv;
+}
+
+bool TimelinePage::savePlot(const QString& path, QString* error) const {
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  bool ok = false;
+  if (suffix == QLatin1String("png")) {
+    ok = m_plot->savePng(path, 1600, 700);
+  } else if (suffix == QLatin1String("pdf")) {
+    ok = m_plot->savePdf(path, 1600, 700);
+  } else if (suffix == QLatin1String("svg")) {
+    QSvgGenerator generator;
+    generator.setFileName(path);
+    generator.setSize(QSize(1600, 700));
+    generator.setViewBox(QRect(0, 0, 1600, 700));
+    generator.setTitle(tr("FragScope timeline"));
+    QCPPainter painter;
+    ok = painter.begin(&generator);
+    if (ok) {
+      m_plot->toPainter(&painter, 1600, 700);
+      painter.end();
+    }
+  } else {
+    if (error)
+      *error = tr("Unknown plot format \"%1\" for %2: use .png, .svg or .pdf").arg(suffix, path);
+    return false;
+  }
+  if (!ok && error)
+    *error = tr("Could not write %1").arg(path);
+  return ok;
+}
+
+void TimelinePage::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange)
+    applyPlotPalette(m_plot, palette());
+  QWidget::changeEvent(event);
+}
+
+}  // namespace fragscope::gui

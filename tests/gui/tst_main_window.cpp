@@ -1,0 +1,292 @@
+// The workbench end to end, offscreen: the window, the runs browser, the timeline on storage's
+// buckets, the segment map against the state the events describe, comparison, import through
+// the drag-and-drop code path.
+#include <QAbstractItemModelTester>
+#include <QMenuBar>
+#include <QMimeData>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "gui/application.h"
+#include "gui/compare_page.h"
+#include "gui/main_window.h"
+#include "gui/plot_style.h"
+#include "gui/runs_browser.h"
+#include "gui/segment_map_page.h"
+#include "gui/summary_page.h"
+#include "gui/timeline_page.h"
+#include "gui_test_util.h"
+
+using namespace fragscope;
+using namespace fragscope::gui;
+
+class TestMainWindow : public QObject {
+  Q_OBJECT
+ private:
+  QTemporaryDir m_dir;
+  QString m_db;
+  storage::RunId m_baseline, m_oom, m_expandable;
+  std::vector<TraceEvent> m_baselineEvents;
+
+  std::unique_ptr<MainWindow> openWindow() {
+    auto window = std::make_unique<MainWindow>();
+    window->resize(1400, 900);
+    if (!window->openDatabase(m_db))
+      return nullptr;
+    window->show();
+    return window;
+  }
+
+ private slots:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
+    initializeGuiLibrary();
+    QVERIFY(m_dir.isValid());
+    m_db = m_dir.filePath(QStringLiteral("runs.db"));
+    storage::RunStore store(m_db.toStdString());
+    m_baselineEvents = test::wavyTrace(30000, 1, false, StreamId{0x55aa});
+    m_baseline = test::addRun(store, "baseline", m_baselineEvents);
+    m_oom =
+        test::addRun(store, "capped", test::wavyTrace(20000, 2, true), {}, storage::RunStatus::oom);
+    m_expandable = test::addRun(store, "expandable", test::wavyTrace(25000, 3, false),
+                                "expandable_segments:True");
+  }
+
+  void smokeTest() {
+    auto window = openWindow();
+    QVERIFY(window);
+    QVERIFY(QTest::qWaitForWindowExposed(window.get()));
+    QAbstractItemModelTester tester(window->runsBrowser()->filterModel(),
+                                    QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(window->runsBrowser()->model()->rowCount(), 3);
+    QStringList menus;
+    for (QAction* action : window->menuBar()->actions())
+      menus << action->text().remove(QLatin1Char('&'));
+    QCOMPARE(menus, (QStringList{QStringLiteral("File"), QStringLiteral("View"),
+                                 QStringLiteral("Go"), QStringLiteral("Help")}));
+    QVERIFY(window->showPage(QStringLiteral("summary")));
+    QCOMPARE(window->pages()->currentWidget(), window->summaryPage());
+    QVERIFY(!window->showPage(QStringLiteral("nonsense")));
+    QVERIFY(!window->busy());
+  }
+
+  void selectingARunShowsItsTimeline() {
+    auto window = openWindow();
+    QVERIFY(window);
+    TimelinePage* timeline = window->timelinePage();
+    QSignalSpy ready(timeline, &TimelinePage::dataReady);
+    window->runsBrowser()->selectRuns({m_baseline});
+    QVERIFY(ready.wait(20000));
+    QCOMPARE(window->currentRun(), std::optional<storage::RunId>(m_baseline));
+    const storage::RunRecord record = storage::RunStore(m_db.toStdString()).run(m_baseline);
+    QCOMPARE(timeline->slice().first, 0u);
+    QCOMPARE(timeline->slice().end, record.event_count);
+    QVERIFY(!timeline->slice().buckets.empty());
+    QVERIFY(timeline->slice().buckets.size() <=
+            static_cast<std::size_t>(timeline->plot()->axisRect()->width()));
+    // Zoomed out to a few hundred buckets the plot still reaches the run's exact peak.
+    double plottedPeak = 0;
+    QCPGraph* reserved = timeline->plot()->graph(0);
+    for (auto it = reserved->data()->constBegin(); it != reserved->data()->constEnd(); ++it)
+      plottedPeak = std::max(plottedPeak, it->value);
+    QCOMPARE(plottedPeak, double(summaryPeak(record, "reserved")));
+    QVERIFY(timeline->plot()->yAxis->range().upper >= plottedPeak);
+
+    // Zooming re-queries the store for just that range, and Back restores the whole run.
+    ready.clear();
+    timeline->zoomStack()->zoomTo({1000, 3000});
+    QVERIFY(ready.wait(20000));
+    QCOMPARE(timeline->slice().first, 1000u);
+    QCOMPARE(timeline->slice().end, 3000u);
+    QCOMPARE(timeline->slice().buckets.front().first_event, 1000u);
+    QCOMPARE(timeline->slice().buckets.back().end_event, 3000u);
+    ready.clear();
+    timeline->zoomStack()->backAction()->trigger();
+    QVERIFY(ready.wait(20000));
+    QCOMPARE(timeline->slice().end, record.event_count);
+
+    const QString csv = timeline->timelineCsv();
+    QVERIFY(csv.startsWith(QStringLiteral("first_event,end_event")));
+    QCOMPARE(csv.count(QLatin1Char('\n')),
+             static_cast<qsizetype>(timeline->slice().buckets.size() + 1));
+    const QString png = m_dir.filePath(QStringLiteral("plot.png"));
+    const QString svg = m_dir.filePath(QStringLiteral("plot.svg"));
+    QString error;
+    QVERIFY2(timeline->savePlot(png, &error), qPrintable(error));
+    QVERIFY2(timeline->savePlot(svg, &error), qPrintable(error));
+    QVERIFY(QImage(png).width() > 0);
+    QVERIFY(!timeline->savePlot(m_dir.filePath(QStringLiteral("plot.bmpx")), &error));
+    QVERIFY(error.contains(QStringLiteral("plot.bmpx")));
+  }
+
+  void segmentMapAtChosenEventEqualsTheTrace() {
+    auto window = openWindow();
+    QVERIFY(window);
+    SegmentMapPage* segments = window->segmentMapPage();
+    QSignalSpy overview(window->timelinePage(), &TimelinePage::overviewReady);
+    window->showRun(m_baseline);
+    QVERIFY(overview.wait(20000));
+    QSignalSpy state(segments, &SegmentMapPage::snapshotReady);
+    const std::uint64_t chosen = 12345;
+    window->timelinePage()->setCursorEvent(chosen);
+    QVERIFY(test::waitFor(
+        [&] { return segments->snapshot() && segments->snapshot()->eventIndex == chosen; }));
+
+    // The state the first `chosen` events describe, built here from the events alone.
+    storage::SegmentMap expected;
+    for (std::size_t i = 0; i < chosen; ++i)
+      expected.apply(m_baselineEvents[i]);
+    QCOMPARE(segments->snapshot()->state.segments(), expected.segments());
+    QCOMPARE(segments->snapshot()->state.blocks(), expected.blocks());
+    QVERIFY(segments->snapshot()->nextEvent);
+    QCOMPARE(*segments->snapshot()->nextEvent, m_baselineEvents[chosen]);
+    // What is drawn covers every segment byte for byte.
+    const auto& views = segments->mapWidget()->views();
+    QCOMPARE(views.size(), expected.segments().size());
+    for (const SegmentView& view : views) {
+      Bytes covered = 0;
+      for (const Piece& piece : view.pieces)
+        covered += piece.size;
+      QCOMPARE(covered, view.segment.size);
+    }
+    Bytes live = 0;
+    for (const auto& [addr, block] : expected.blocks())
+      live += block.size;
+    QCOMPARE(summarize(views).live, live);
+    QVERIFY(!segments->mapWidget()->layoutForTest().placed.empty());
+
+    // Arrow keys step one event, and the timeline cursor follows.
+    segments->mapWidget()->setFocus();
+    QTest::keyClick(segments->mapWidget(), Qt::Key_Right);
+    QVERIFY(test::waitFor([&] { return segments->snapshot()->eventIndex == chosen + 1; }));
+    QCOMPARE(window->timelinePage()->cursorEvent(), chosen + 1);
+    QTest::keyClick(segments->mapWidget(), Qt::Key_Left);
+    QTest::keyClick(segments->mapWidget(), Qt::Key_Left);
+    QVERIFY(test::waitFor([&] { return segments->snapshot()->eventIndex == chosen - 1; }));
+
+    // The summary page follows the cursor.
+    QVERIFY(test::waitFor([&] {
+      return window->summaryPage()->text().contains(QStringLiteral("after event 12,344"));
+    }));
+  }
+
+  void anOomRunOpensAtTheOom() {
+    auto window = openWindow();
+    QVERIFY(window);
+    window->showRun(m_oom);
+    SegmentMapPage* segments = window->segmentMapPage();
+    QVERIFY(test::waitFor([&] { return segments->snapshot().has_value(); }));
+    const storage::RunRecord record = storage::RunStore(m_db.toStdString()).run(m_oom);
+    QCOMPARE(segments->snapshot()->eventIndex, record.event_count - 1);
+    QVERIFY(segments->snapshot()->nextEvent);
+    QCOMPARE(int(segments->snapshot()->nextEvent->action), int(TraceAction::oom));
+    QCOMPARE(window->timelinePage()->overview()->oomEvents.size(), 1u);
+  }
+
+  void comparePageWithTwoRuns() {
+    auto window = openWindow();
+    QVERIFY(window);
+    ComparePage* compare = window->comparePage();
+    QAbstractItemModelTester tester(compare->model(),
+                                    QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QSignalSpy ready(compare, &ComparePage::dataReady);
+    window->compareRuns({m_baseline, m_expandable});
+    QVERIFY(ready.wait(20000));
+    QCOMPARE(window->pages()->currentWidget(), compare);
+    QCOMPARE(compare->data().runs.size(), 2u);
+    QCOMPARE(compare->model()->columnCount(), 2);
+    QCOMPARE(compare->overlayPlot()->graphCount(), 4);
+    QVERIFY(compare->overlayPlot()->graph(0)->dataCount() > 10);
+    const QStringList warnings = comparisonWarnings(compare->data());
+    QCOMPARE(warnings.size(), 1);
+    QVERIFY(warnings.front().contains(QStringLiteral("expandable_segments:True")));
+    // The peak rows are the runs' recorded peaks.
+    const storage::RunRecord base = storage::RunStore(m_db.toStdString()).run(m_baseline);
+    QCOMPARE(compare->model()->index(0, 0).data(ComparisonModel::ValueRole).toDouble(),
+             double(summaryPeak(base, "reserved")));
+  }
+
+  void renameAndDelete() {
+    {
+      storage::RunStore store(m_db.toStdString());
+      test::addRun(store, "scratch", test::wavyTrace(500, 9, false));
+    }
+    auto window = openWindow();
+    QVERIFY(window);
+    RunsModel* model = window->runsBrowser()->model();
+    QCOMPARE(model->rowCount(), 4);
+    const storage::RunId scratch = model->runs().back().id;
+    QVERIFY(model->setData(model->index(model->rowOf(scratch), RunsModel::NameColumn),
+                           QStringLiteral("kept?")));
+    QCOMPARE(storage::RunStore(m_db.toStdString()).run(scratch).name, std::string("kept?"));
+    QSignalSpy changed(window.get(), &MainWindow::runsChanged);
+    emit window->runsBrowser()->deleteRequested({scratch});
+    QVERIFY(changed.wait(20000));
+    QCOMPARE(model->rowCount(), 3);
+    QVERIFY(!storage::RunStore(m_db.toStdString()).has_run(scratch));
+  }
+
+  void importThroughDragAndDrop() {
+    auto window = openWindow();
+    QVERIFY(window);
+    const QString fixture = QStringLiteral(FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz");
+    QVERIFY(QFile::exists(fixture));
+    QSignalSpy finished(window.get(), &MainWindow::importFinished);
+    QSignalSpy failed(window.get(), &MainWindow::importFailed);
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(fixture)});
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QCoreApplication::sendEvent(window.get(), &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QCoreApplication::sendEvent(window.get(), &drop);
+    QVERIFY(test::waitFor([&] { return finished.count() + failed.count() > 0; }, 60000));
+    if (!failed.isEmpty() &&
+        failed.at(0).at(0).toString().contains(QStringLiteral("no PyTorch snapshot reader")))
+      QSKIP("engine/snapshot's reader is not in this tree yet");
+    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.at(0).at(0).toString()));
+    const auto run = finished.at(0).at(0).value<storage::RunId>();
+    const storage::RunRecord record = storage::RunStore(m_db.toStdString()).run(run);
+    QCOMPARE(record.name, std::string("gpt_oom_cap"));
+    QCOMPARE(record.source, storage::RunSource::imported);
+    QCOMPARE(record.status, storage::RunStatus::oom);
+    QCOMPARE(record.event_count, 22135u);  // trace entries, README of the fixtures
+    QCOMPARE(record.environment.gpu_name, std::string("NVIDIA H200"));
+    QCOMPARE(record.environment.torch_version, std::string("2.11.0+cu130"));
+    QVERIFY(record.summary.contains("memory_stats"));
+    // The recorded peak reserved (stats.json) is what the trace's own segment events add up to.
+    QCOMPARE(summaryPeak(record, "reserved"),
+             record.summary["memory_stats"]["reserved_bytes.all.peak"].get<std::int64_t>());
+    QCOMPARE(window->runsBrowser()->model()->rowOf(run) >= 0, true);
+
+    // A file that is not a snapshot is refused with its name in the message.
+    const QString bogus = m_dir.filePath(QStringLiteral("bogus.pickle"));
+    QFile file(bogus);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("not a pickle");
+    file.close();
+    failed.clear();
+    window->importFiles({bogus});
+    QVERIFY(failed.wait(20000));
+    QVERIFY2(failed.at(0).at(0).toString().contains(QStringLiteral("bogus.pickle")),
+             qPrintable(failed.at(0).at(0).toString()));
+  }
+
+  void cancellingAnImportWritesNothing() {
+    auto window = openWindow();
+    QVERIFY(window);
+    const auto before = storage::RunStore(m_db.toStdString()).run_count();
+    window->importFiles({QStringLiteral(FRAGSCOPE_FIXTURES "/random_default.pickle.gz")});
+    QVERIFY(window->importing());
+    window->cancelImport();
+    QVERIFY(!window->importing());
+    // Let the worker notice and roll back.
+    QTest::qWait(3000);
+    QVERIFY(test::waitFor([&] { return QThreadPool::globalInstance()->activeThreadCount() == 0; },
+                          60000));
+    QCOMPARE(storage::RunStore(m_db.toStdString()).run_count(), before);
+  }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_main_window.moc"
