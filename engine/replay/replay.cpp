@@ -225,10 +225,16 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
   return out;
 }
 
-ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options) {
-  static const std::vector<TraceEvent> kEmpty;
-  const auto& trace = snapshot.device_traces.empty() ? kEmpty : snapshot.device_traces[0];
-  return replay_trace(trace, snapshot.allocator_settings, options);
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options,
+                             std::size_t device) {
+  if (device >= snapshot.device_traces.size()) {
+    // A snapshot of an idle run may have no trace at all: device 0 then replays nothing.
+    if (device == 0 && snapshot.device_traces.empty())
+      return replay_trace({}, snapshot.allocator_settings, options);
+    throw InputError("snapshot has traces for " + std::to_string(snapshot.device_traces.size()) +
+                     " device(s); there is no device " + std::to_string(device));
+  }
+  return replay_trace(snapshot.device_traces[device], snapshot.allocator_settings, options);
 }
 
 }  // namespace fragscope::replay

@@ -98,8 +98,9 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
 // The segment_alloc addresses of a trace, in order.
 std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
     const std::vector<TraceEvent>& trace);
-// Device 0's trace of a snapshot.
-ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options = {});
+// One device's trace of a snapshot; InputError when the snapshot has no trace for `device`.
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options = {},
+                             std::size_t device = 0);
 
 // (action, size) of the segment_alloc/free/map/unmap events, in order.
 std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<TraceEvent>& events);

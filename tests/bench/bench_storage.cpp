@@ -1,4 +1,5 @@
-// Storage throughput and latency on a 1.2M-event run (Release build):
+// Storage throughput and latency on 1.2M-event runs (Release build), synthetic (random sizes and
+// addresses: the hard case for compression) and a real PyTorch trace:
 //   ingest >= 3M events/s, <= 16 bytes/event on disk (no stacks), a 2000-bucket timeline of the
 //   whole run < 20 ms, the segment state at an arbitrary event < 30 ms.
 #include <benchmark/benchmark.h>
@@ -6,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/snapshot/snapshot.h"
 #include "storage/db/run_store.h"
 #include "storage/storage_test_util.h"
 
@@ -62,6 +64,52 @@ void BM_Ingest(benchmark::State& state) {
   state.counters["bytes_per_event"] = bytes_per_event;
 }
 BENCHMARK(BM_Ingest)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+// A real PyTorch trace (gpt_varlen_default, 77,925 entries, with stacks), repeated back to back
+// up to 1.2M events with times shifted so they keep increasing.
+const std::vector<TraceEvent>& real_trace() {
+  static const auto events = [] {
+    const auto snapshot =
+        snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/gpt_varlen_default.pickle.gz");
+    const auto& base = snapshot.device_traces.at(0);
+    std::vector<TraceEvent> out;
+    out.reserve(kRunEvents);
+    std::int64_t shift = 0;
+    while (out.size() < kRunEvents) {
+      for (TraceEvent event : base) {
+        if (out.size() == kRunEvents)
+          break;
+        event.time_us += shift;
+        out.push_back(event);
+      }
+      shift += base.back().time_us - base.front().time_us + 1;
+    }
+    return out;
+  }();
+  return events;
+}
+
+void BM_IngestRealTrace(benchmark::State& state) {
+  const auto& events = real_trace();
+  double bytes_per_event = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    test::TempDir dir;
+    const std::string path = dir.file("real.db");
+    state.ResumeTiming();
+    {
+      RunStore store(path);
+      ingest(store, events);
+    }
+    state.PauseTiming();
+    bytes_per_event =
+        static_cast<double>(database_bytes(path)) / static_cast<double>(events.size());
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+  state.counters["bytes_per_event"] = bytes_per_event;
+}
+BENCHMARK(BM_IngestRealTrace)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 // One stored 1.2M-event run shared by the read benchmarks.
 struct StoredRun {

@@ -9,6 +9,8 @@
 namespace fragscope::storage {
 namespace {
 
+using test::import_options;
+
 // "" when equal, else where the two sequences first differ (the elements print as bytes).
 template <typename T>
 std::string first_difference(const std::vector<T>& a, const std::vector<T>& b) {
@@ -53,7 +55,7 @@ TEST_P(ExportFixture, ReproducesTheImportedSnapshot) {
   const auto original =
       snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/" + name + ".pickle.gz");
   RunStore store(":memory:");
-  const auto imported = import_snapshot(store, original, {name, name, {}, {}});
+  const auto imported = import_snapshot(store, original, import_options(name));
   const snapshot::Snapshot exported = export_snapshot(store, imported.run);
 
   EXPECT_TRUE(exported.warnings.empty()) << exported.warnings.at(0);

@@ -12,6 +12,8 @@
 namespace fragscope::storage {
 namespace {
 
+using test::import_options;
+
 const char* const kFixtures[] = {"gpt_ckpt_accum",        "gpt_fixedlen_default",  "gpt_oom_cap",
                                  "gpt_varlen_default",    "gpt_varlen_expandable", "random_default",
                                  "random_split64_round4", "streams_default"};
@@ -32,7 +34,7 @@ TEST_P(ImportFixture, AgreesWithPyTorchsOwnNumbers) {
   const auto snapshot = snapshot::read_snapshot(fixture(name, ".pickle.gz"));
   const auto stats = memory_stats(name);
   RunStore store(":memory:");
-  const ImportResult result = import_snapshot(store, snapshot, {name, name, {}, {}});
+  const ImportResult result = import_snapshot(store, snapshot, import_options(name));
   const RunRecord run = store.run(result.run);
 
   EXPECT_EQ(result.events, snapshot.device_traces[0].size());
@@ -91,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Torch211H200, ImportFixture, ::testing::ValuesIn(kFixtu
 TEST(Import, OomReportsRecordTheFailingRequest) {
   const auto snapshot = snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz"));
   RunStore store(":memory:");
-  const ImportResult result = import_snapshot(store, snapshot, {"oom", "gpt_oom_cap", {}, {}});
+  const ImportResult result = import_snapshot(store, snapshot, import_options("gpt_oom_cap"));
   const auto reports = store.oom_reports(result.run);
   ASSERT_EQ(reports.size(), 1u);
   const TraceEvent& oom = snapshot.device_traces[0][reports[0].event_index];
@@ -103,7 +105,7 @@ TEST(Import, OomReportsRecordTheFailingRequest) {
 TEST(Import, UnknownDeviceIsAnInputErrorAndWritesNothing) {
   const auto snapshot = snapshot::read_snapshot(fixture("streams_default", ".pickle.gz"));
   RunStore store(":memory:");
-  EXPECT_THROW(import_snapshot(store, snapshot, {"x", "streams_default", 3, {}}), InputError);
+  EXPECT_THROW(import_snapshot(store, snapshot, import_options("streams_default", 3)), InputError);
   EXPECT_EQ(store.run_count(), 0);
   EXPECT_FALSE(store.ingesting());
 }
@@ -114,7 +116,7 @@ TEST(Import, ATraceThatStartsLateIsMarkedTruncated) {
   const std::vector<TraceEvent> full = trace;
   trace.erase(trace.begin(), trace.begin() + 5000);  // as if the ring buffer had overflowed
   RunStore store(":memory:");
-  const ImportResult result = import_snapshot(store, snapshot, {"late", "streams", {}, {}});
+  const ImportResult result = import_snapshot(store, snapshot, import_options("late"));
   EXPECT_TRUE(result.truncated);
   // The reconstructed start is the real state after the 5000 dropped events.
   SegmentMap replayed;

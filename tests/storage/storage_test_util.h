@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/trace.h"
+#include "storage/db/snapshot_import.h"
 
 namespace fragscope::storage::test {
 
@@ -101,6 +102,20 @@ inline std::string read_file(const std::string& path) {
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
+}
+
+}  // namespace fragscope::storage::test
+
+namespace fragscope::storage::test {
+
+// Import options naming the run (and the source file) `name`.
+inline ImportOptions import_options(const std::string& name,
+                                    std::optional<std::size_t> device = std::nullopt) {
+  ImportOptions options;
+  options.name = name;
+  options.source_file = name;
+  options.device = device;
+  return options;
 }
 
 }  // namespace fragscope::storage::test

@@ -1,0 +1,127 @@
+// fragscope-cli replay: runs a recorded PyTorch trace through the caching-allocator model, under
+// the recorded config (and compares with the recording) or under another config / capacity.
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/config.h"
+#include "engine/allocator/stats.h"
+#include "engine/allocator/summary.h"
+#include "engine/core/error.h"
+#include "engine/replay/replay.h"
+#include "engine/snapshot/snapshot.h"
+#include "storage/cli/command.h"
+
+namespace fragscope::cli {
+namespace {
+
+nlohmann::json event_json(const std::optional<TraceEvent>& event) {
+  if (!event)
+    return nullptr;
+  return {{"action", std::string(to_string(event->action))},
+          {"addr", event->addr},
+          {"size", event->size},
+          {"stream", event->stream.value}};
+}
+
+int run_replay(const std::vector<std::string>& argv) {
+  const Args args(argv, {"--summary"},
+                  {"--alloc-conf", "--capacity", "--allowed-memory", "--device", "--json"});
+  args.expect_positional(1, "one SNAPSHOT file");
+  const std::filesystem::path file = args.positional()[0];
+
+  replay::ReplayOptions options;
+  if (auto conf = args.option("--alloc-conf")) {
+    try {
+      options.config = alloc::AllocatorConfig::parse(*conf);
+    } catch (const alloc::AllocatorConfigError& error) {
+      throw InputError("--alloc-conf '" + *conf + "': " + error.what());
+    }
+  }
+  if (auto capacity = args.uint_option("--capacity")) {
+    if (*capacity == 0)
+      throw UsageError{"--capacity must be at least 1 byte"};
+    options.capacity = *capacity;
+  }
+  // The per-process limit set_per_process_memory_fraction gave the recorded run (not in the
+  // snapshot; e.g. gpt_oom_cap's cap_gib x 2^30).
+  if (auto allowed = args.uint_option("--allowed-memory"))
+    options.allowed_memory = *allowed;
+  const std::size_t device = static_cast<std::size_t>(args.uint_option("--device").value_or(0));
+
+  const snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  replay::ReplayResult result;
+  try {
+    result = replay::replay_snapshot(snapshot, options, device);
+  } catch (const InputError& error) {
+    throw InputError(file.string() + ": " + error.what());
+  }
+
+  nlohmann::json segment_events = nlohmann::json::array();
+  for (const auto& [action, size] : replay::segment_events(result.events))
+    segment_events.push_back({std::string(to_string(action)), size});
+  nlohmann::json ooms = nlohmann::json::array();
+  for (const alloc::RequestOom& oom : result.run.ooms)
+    ooms.push_back({{"allocs_before", oom.allocs_before},
+                    {"size", oom.oom.rounded_size},
+                    {"message", oom.oom.message}});
+  const std::string summary = alloc::memory_summary(result.run.stats, 0, false);
+
+  nlohmann::json recorded = nullptr;
+  if (result.compared) {
+    nlohmann::json divergence = nullptr;
+    if (result.first_divergence) {
+      const replay::Divergence& d = *result.first_divergence;
+      divergence = {{"event_index", d.event_index},
+                    {"trace_entry", d.trace_entry},
+                    {"expected", event_json(d.expected)},
+                    {"got", event_json(d.got)},
+                    {"description", replay::describe(d)}};
+    }
+    recorded = {{"segment_events_match", result.segment_events_match},
+                {"ooms_match", result.ooms_match},
+                {"first_divergence", divergence}};
+  }
+
+  if (auto target = args.option("--json")) {
+    nlohmann::json stats = nlohmann::json::object();
+    for (const auto& [key, value] : alloc::to_memory_stats(result.run.stats))
+      stats[key] = value;
+    const nlohmann::json out = {{"entries", result.entries},
+                                {"allocs", result.allocs},
+                                {"segment_events", segment_events},
+                                {"ooms", ooms},
+                                {"memory_stats", stats},
+                                {"memory_summary", summary},
+                                {"recorded", recorded}};
+    write_json(out, *target);
+    if (*target != "-" && !args.flag("--summary"))
+      std::cout << "wrote " << *target << "\n";
+  } else {
+    std::cout << "replayed " << file.string() << ": " << result.entries << " trace entries, "
+              << result.allocs << " allocation requests, " << segment_events.size()
+              << " segment events, " << ooms.size() << " OOM(s)\n";
+    if (result.compared) {
+      std::cout << "recorded config: segment events "
+                << (result.segment_events_match ? "match" : "differ") << ", OOMs "
+                << (result.ooms_match ? "match" : "differ") << "\n";
+      if (result.first_divergence)
+        std::cout << "first divergence: " << replay::describe(*result.first_divergence) << "\n";
+    }
+  }
+  if (args.flag("--summary"))
+    std::cout << summary;
+  return 0;
+}
+
+}  // namespace
+
+FRAGSCOPE_CLI_COMMAND({"replay",
+                       "replay SNAPSHOT [--alloc-conf STRING] [--capacity BYTES] [--device N] "
+                       "[--json FILE|-] [--summary] [--allowed-memory BYTES]",
+                       "Replay a PyTorch trace through the caching-allocator model (what-if with "
+                       "another config or capacity)",
+                       run_replay});
+
+}  // namespace fragscope::cli
