@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -73,7 +74,7 @@ std::string nvml_driver_version() {
   return text.data();
 }
 
-// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..." -> "580.159.04"; NVML
+// "NVRM version: NVIDIA UNIX ... Kernel Module ... 580.159.04  ..." -> "580.159.04"; NVML
 // where that file is not there (some virtual machines).
 std::string driver_release() {
   std::ifstream file("/proc/driver/nvidia/version");
@@ -83,10 +84,13 @@ std::string driver_release() {
   const auto module = line.find("Kernel Module");
   if (module == std::string::npos)
     return "";
+  // The version is the first word that starts with a digit: "Kernel Module  580.159.04" and
+  // "Open Kernel Module for x86_64  580.159.04" both occur.
   std::istringstream words(line.substr(module + 13));
-  std::string version;
-  words >> version;
-  return version;
+  for (std::string word; words >> word;)
+    if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos)
+      return word;
+  return nvml_driver_version();
 }
 
 }  // namespace
