@@ -876,8 +876,10 @@ bool CachingAllocator::Impl::is_valid(std::string* why) const {
     for (const Block* b : queue)
       ++queued[b];
 
-  for (const auto& [base, segment_ptr] : segments) {
-    const Segment& segment = *segment_ptr;
+  for (const auto& entry : segments) {
+    // A named copy, not a structured binding: clang 14 cannot capture bindings in the lambda below.
+    const std::uint64_t base = entry.first;
+    const Segment& segment = *entry.second;
     const Block* head = segment.head;
     if (!head || head->prev || head->ptr != base)
       return fail(why, "segment " + hex_address(base) + ": head block does not start it");

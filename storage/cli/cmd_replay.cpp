@@ -26,8 +26,7 @@ nlohmann::json event_json(const std::optional<TraceEvent>& event) {
 }
 
 int run_replay(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--summary"},
-                  {"--alloc-conf", "--capacity", "--allowed-memory", "--device", "--json"});
+  const Args args(argv, {"--summary"}, {"--alloc-conf", "--capacity", "--device", "--json"});
   args.expect_positional(1, "one SNAPSHOT file");
   const std::filesystem::path file = args.positional()[0];
 
@@ -39,15 +38,14 @@ int run_replay(const std::vector<std::string>& argv) {
       throw InputError("--alloc-conf '" + *conf + "': " + error.what());
     }
   }
+  // Capacity is what the allocator may reserve, as set_per_process_memory_fraction gives it
+  // (e.g. gpt_oom_cap's cap_gib x 2^30): the snapshot does not record it. The device itself stays
+  // as large as the recording's, so OOM texts carry the "allowed" clause PyTorch prints.
   if (auto capacity = args.uint_option("--capacity")) {
     if (*capacity == 0)
       throw UsageError{"--capacity must be at least 1 byte"};
-    options.capacity = *capacity;
+    options.allowed_memory = *capacity;
   }
-  // The per-process limit set_per_process_memory_fraction gave the recorded run (not in the
-  // snapshot; e.g. gpt_oom_cap's cap_gib x 2^30).
-  if (auto allowed = args.uint_option("--allowed-memory"))
-    options.allowed_memory = *allowed;
   const std::size_t device = static_cast<std::size_t>(args.uint_option("--device").value_or(0));
 
   const snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
@@ -119,7 +117,7 @@ int run_replay(const std::vector<std::string>& argv) {
 
 FRAGSCOPE_CLI_COMMAND({"replay",
                        "replay SNAPSHOT [--alloc-conf STRING] [--capacity BYTES] [--device N] "
-                       "[--json FILE|-] [--summary] [--allowed-memory BYTES]",
+                       "[--json FILE|-] [--summary]",
                        "Replay a PyTorch trace through the caching-allocator model (what-if with "
                        "another config or capacity)",
                        run_replay});

@@ -47,8 +47,8 @@ TEST(CliReplay, RecordedConfigReproducesTheRecording) {
 }
 
 TEST(CliReplay, OomInsideTheTraceIsAResult) {
-  const auto out = replay_json(
-      {kFixtures + "/gpt_oom_cap.pickle.gz", "--allowed-memory", std::to_string(6ull << 30)});
+  const auto out =
+      replay_json({kFixtures + "/gpt_oom_cap.pickle.gz", "--capacity", std::to_string(6ull << 30)});
   ASSERT_EQ(out.at("ooms").size(), 1u);
   const auto& oom = out.at("ooms")[0];
   EXPECT_EQ(oom.at("size"), 175509504);
@@ -79,8 +79,10 @@ TEST(CliReplay, WhatIfConfigAndCapacity) {
   const auto small =
       replay_json({kFixtures + "/random_default.pickle.gz", "--capacity", "20000000000"});
   ASSERT_FALSE(small.at("ooms").empty());
-  for (const auto& oom : small.at("ooms"))
+  for (const auto& oom : small.at("ooms")) {
     EXPECT_NE(oom.at("message").get<std::string>().find("CUDA out of memory."), std::string::npos);
+    EXPECT_NE(oom.at("message").get<std::string>().find("18.63 GiB allowed;"), std::string::npos);
+  }
   EXPECT_LE(small.at("memory_stats").at("reserved_bytes.all.peak").get<std::int64_t>(),
             20000000000);
 }
