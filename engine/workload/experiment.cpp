@@ -274,6 +274,7 @@ Training read_training(Reader& r) {
   t.fused_optimizer = r.boolean("fused", false);
   t.hold_logits = r.boolean("hold_logits", true);
   t.empty_cache_every = r.int32("empty_cache_every", 0, 0);
+  t.teardown = r.boolean("teardown", true);
   r.finish();
   return t;
 }

@@ -29,7 +29,7 @@ struct DevicePreset {
 // The built-in presets (experiments/README.md lists their sources).
 const std::vector<DevicePreset>& device_presets();
 // The CUDA-context reserve the presets use unless a file overrides it: 600 MiB, which leaves an
-// A100-40GB exactly the 39.0 GiB the case-study measurements were capped at.
+// A100-40GB the 39.0 GiB the case-study measurements were capped at.
 inline constexpr Bytes kDefaultContextReserve = 600 * kMiB;
 
 struct DeviceSpec {

@@ -150,6 +150,8 @@ class GptGenerator {
     }
     // The training function returns: the optimizer's state goes first, then the model's
     // parameters in reverse order (fixture teardown order).
+    if (!t_.teardown)
+      return;
     for (TensorId id : state_ids_)
       b_.free(id);
     for (auto it = param_ids_.rbegin(); it != param_ids_.rend(); ++it)

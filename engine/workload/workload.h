@@ -85,6 +85,9 @@ struct Training {
   bool fused_optimizer = false;  // fused=True: no foreach temporaries
   bool hold_logits = true;       // the loop keeps `logits` alive through backward (nanoGPT)
   int empty_cache_every = 0;     // torch.cuda.empty_cache() after every N-th step; 0 = never
+  // The training function returns at the end and frees optimizer state and model (the fixtures).
+  // false: the run ends inside the loop, as a memory_summary() printed after the last step sees.
+  bool teardown = true;
 };
 
 struct Parallel {
