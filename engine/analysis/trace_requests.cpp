@@ -80,6 +80,7 @@ TraceRequests requests_from_trace(std::span<const TraceEvent> events,
       }
       case TraceAction::oom: {
         // The failed request: its tensor never existed, so nothing frees it.
+        out.oom_requests.push_back(requests.size());
         requests.push_back(
             Request{RequestOp::malloc, TensorId{next_tensor++}, e.size, e.stream, LabelId{}});
         ++out.recorded_ooms;

@@ -24,8 +24,9 @@ namespace fragscope::analysis {
 
 struct TraceRequests {
   RequestStream requests;
-  std::size_t recorded_ooms = 0;     // oom entries turned into mallocs
-  std::size_t predating_allocs = 0;  // mallocs for blocks live before the first entry
+  std::size_t recorded_ooms = 0;          // oom entries turned into mallocs
+  std::vector<std::size_t> oom_requests;  // request index of each of those mallocs
+  std::size_t predating_allocs = 0;       // mallocs for blocks live before the first entry
   // The recording's cudaMalloc'd segments in order, so a replay can break best-fit ties by the
   // same addresses (alloc::RecordedAddressDevice).
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cctype>
 #include <exception>
+#include <limits>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -66,7 +67,7 @@ WhatIfRow run_one(const RequestStream& requests, const Mitigation& m, const What
   row.ideal_peak = ideal_peak(stream);
   try {
     const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
-    alloc::SimulatedDevice simulated(device_memory);
+    alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
     alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
     alloc::RunOptions run_options;
     run_options.allowed_memory = options.capacity;
@@ -75,6 +76,7 @@ WhatIfRow run_one(const RequestStream& requests, const Mitigation& m, const What
     row.ok = result.ooms.empty();
     if (!result.ooms.empty()) {
       row.first_oom_request = result.ooms.front().request_index;
+      row.allocs_before_oom = result.ooms.front().allocs_before;
       row.oom_message = result.ooms.front().oom.message;
     }
     row.peak_reserved = result.peak_reserved;
@@ -225,8 +227,12 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
     for (auto& row : rows)
       row.extra_device_calls = static_cast<std::int64_t>(row.device_calls()) - base_calls;
   }
+  // Among candidates that still run out of memory, the one that gets further is better (its
+  // lower peak reserved only reflects stopping earlier).
   auto key = [](const WhatIfRow& r) {
-    return std::make_tuple(r.error.empty() ? 0 : 1, r.ok ? 0 : 1, r.peak_reserved,
+    const std::size_t stopped_before =
+        r.ok ? 0 : std::numeric_limits<std::size_t>::max() - r.allocs_before_oom;
+    return std::make_tuple(r.error.empty() ? 0 : 1, r.ok ? 0 : 1, stopped_before, r.peak_reserved,
                            r.extra_device_calls, r.step_time_ratio, r.candidate);
   };
   std::sort(rows.begin(), rows.end(),
@@ -254,6 +260,7 @@ nlohmann::json to_json(const WhatIfRow& row) {
                       {"extra_device_calls", row.extra_device_calls},
                       {"alloc_retries", row.alloc_retries},
                       {"step_time_ratio", row.step_time_ratio}};
+  j["allocs_before_oom"] = row.allocs_before_oom;
   j["first_oom_request"] =
       row.first_oom_request ? nlohmann::json(*row.first_oom_request) : nlohmann::json(nullptr);
   if (!row.oom_message.empty())

@@ -61,8 +61,10 @@ Bytes ideal_peak(const RequestStream& requests);
 struct WhatIfOptions {
   // Per-process limit (set_per_process_memory_fraction); nullopt = the whole device.
   std::optional<Bytes> capacity;
-  Bytes device_memory = kDefaultDeviceMemory;  // raised to `capacity` when that is larger
-  unsigned threads = 1;                        // 0 = hardware concurrency
+  Bytes device_memory = kDefaultDeviceMemory;  // what the device can give the allocator
+                                               // (raised to `capacity` when that is larger)
+  Bytes device_total = 0;  // totalGlobalMem (OOM text, expandable reservations); 0 = same
+  unsigned threads = 1;    // 0 = hardware concurrency
   // Segment addresses of the recording the stream came from: served while a candidate asks for
   // the recorded sizes, so best-fit ties break as they did in the real run.
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
@@ -72,8 +74,10 @@ struct WhatIfRow {
   std::size_t candidate = 0;  // index into the candidates given
   std::string name;
   std::string alloc_conf;
-  bool ok = false;  // no OOM
-  std::optional<std::size_t> first_oom_request;
+  bool ok = false;                               // no OOM
+  std::optional<std::size_t> first_oom_request;  // index in this row's request stream
+  std::size_t allocs_before_oom = 0;  // successful mallocs before it: progress comparable across
+                                      // rows whose streams differ
   std::string oom_message;
   Bytes peak_reserved = 0;
   Bytes peak_allocated = 0;
@@ -102,8 +106,8 @@ struct WhatIfTable {
 };
 
 // Runs every candidate (the first is the baseline the others are measured against) and ranks
-// them: avoids the OOM first, then lower peak reserved, then fewer extra device calls, then
-// lower step time, then candidate order.
+// them: avoids the OOM first (among those that do not, the later OOM first), then lower peak
+// reserved, then fewer extra device calls, then lower step time, then candidate order.
 WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
                         const WhatIfOptions& options = {});
 

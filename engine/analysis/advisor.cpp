@@ -1,0 +1,266 @@
+#include "engine/analysis/advisor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/device.h"
+#include "engine/allocator/event_sink.h"
+#include "engine/allocator/run.h"
+#include "engine/allocator/summary.h"
+#include "engine/analysis/trace_requests.h"
+#include "engine/core/error.h"
+#include "engine/snapshot/timeline.h"
+#include "engine/workload/workload.h"
+
+namespace fragscope::analysis {
+namespace {
+
+std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
+  std::size_t best = 0;
+  for (std::size_t d = 1; d < snapshot.device_traces.size(); ++d)
+    if (snapshot.device_traces[d].size() > snapshot.device_traces[best].size())
+      best = d;
+  return best;
+}
+
+bool is_release(TraceAction a) {
+  return a == TraceAction::free_completed || a == TraceAction::segment_free ||
+         a == TraceAction::segment_unmap;
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width)
+    text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+std::vector<StepStart> align_steps(const RequestStream& requests,
+                                   std::span<const TraceEvent> events) {
+  std::vector<StepStart> steps;
+  std::size_t cursor = 0;
+  for (const Request& r : requests.requests) {
+    if (cursor > events.size())
+      break;
+    switch (r.op) {
+      case RequestOp::step_begin:
+        steps.push_back(StepStart{r.size, cursor});
+        break;
+      case RequestOp::malloc: {
+        if (r.size == 0)
+          break;
+        while (cursor < events.size() && events[cursor].action != TraceAction::alloc &&
+               events[cursor].action != TraceAction::oom)
+          ++cursor;
+        if (cursor < events.size() && events[cursor].action == TraceAction::oom)
+          return steps;  // the run stopped here
+        ++cursor;
+        break;
+      }
+      case RequestOp::free: {
+        if (cursor < events.size() && events[cursor].action == TraceAction::free_requested) {
+          const std::uint64_t address = events[cursor++].addr;
+          if (cursor < events.size() && events[cursor].action == TraceAction::free_completed &&
+              events[cursor].addr == address)
+            ++cursor;
+        }
+        break;
+      }
+      case RequestOp::empty_cache:
+        while (cursor < events.size() && is_release(events[cursor].action))
+          ++cursor;
+        break;
+      case RequestOp::record_stream:
+      case RequestOp::events_ready:
+      case RequestOp::reset_peak:
+        break;
+    }
+  }
+  return steps;
+}
+
+std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
+                                                 const alloc::AllocatorConfig& config,
+                                                 const WhatIfOptions& options,
+                                                 RunMetrics* metrics) {
+  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
+  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
+  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+  alloc::TraceRecorder recorder;
+  alloc::RunOptions run_options;
+  run_options.allowed_memory = options.capacity;
+  alloc::run_requests(requests, config, device, &recorder, run_options);
+  const snapshot::SegmentState empty(layout_rules_of(config));
+  if (metrics) {
+    const auto steps = align_steps(requests, recorder.events());
+    *metrics =
+        measure_trace(recorder.events(), empty, {.keep_samples = false, .buckets = 0}, steps);
+  }
+  // The model's oom entry holds the device's free memory like PyTorch's; the limit caps it.
+  return trace_post_mortems(recorder.events(), empty, config, options.capacity);
+}
+
+Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
+                       const AdviseOptions& options) {
+  const std::size_t device = options.device.value_or(busiest_device(snap));
+  if (device >= std::max<std::size_t>(snap.device_traces.size(), 1))
+    throw InputError(input + ": no device " + std::to_string(device) + " in the snapshot (it has " +
+                     std::to_string(snap.device_traces.size()) + ")");
+  static const std::vector<TraceEvent> kNoEvents;
+  const auto& events = device < snap.device_traces.size() ? snap.device_traces[device] : kNoEvents;
+
+  Advice advice;
+  advice.input = input;
+  advice.kind = "snapshot";
+  const alloc::AllocatorConfig config = config_from_settings(snap.allocator_settings);
+  advice.alloc_conf = config.raw;
+  advice.capacity = options.capacity;
+
+  const snapshot::SegmentState initial = snapshot::initial_state(snap, static_cast<int>(device));
+  advice.baseline = measure_trace(events, initial, {.keep_samples = false, .buckets = 0});
+  advice.post_mortems = trace_post_mortems(events, initial, config, options.capacity);
+
+  const TraceRequests trace = requests_from_trace(events, initial);
+  advice.recorded_oom_requests = trace.oom_requests;
+  WhatIfOptions what_if;
+  what_if.capacity = options.capacity;
+  what_if.threads = options.threads;
+  advice.device_memory = what_if.device_memory;
+  what_if.recorded_segments = trace.recorded_segments;
+  advice.table = run_what_if(trace.requests, standard_mitigations(trace.requests, config), what_if);
+  return advice;
+}
+
+Advice advise_experiment(const workload::ExperimentPoint& point, const std::string& input,
+                         const AdviseOptions& options) {
+  Advice advice;
+  advice.input = input;
+  advice.kind = "experiment";
+  advice.point = point.name;
+  advice.alloc_conf = point.alloc_conf;
+  const alloc::AllocatorConfig config = alloc::AllocatorConfig::parse(point.alloc_conf);
+  if (options.capacity)
+    advice.capacity = options.capacity;
+  else if (point.device.allowed != 0)
+    advice.capacity = point.device.allowed;
+
+  WhatIfOptions what_if;
+  what_if.capacity = advice.capacity;
+  what_if.device_memory = point.device.capacity;
+  what_if.device_total = point.device.total_memory;
+  what_if.threads = options.threads;
+  advice.device_memory = what_if.device_memory;
+
+  const RequestStream requests = workload::generate(point.workload);
+  advice.post_mortems = simulate_post_mortems(requests, config, what_if, &advice.baseline);
+
+  std::vector<Mitigation> candidates = standard_mitigations(requests, config);
+  const double base_time = workload::estimated_step_time_ratio(point.workload);
+  auto program_change = [&](std::string name, const workload::Workload& changed) {
+    workload::validate(changed);
+    Mitigation m;
+    m.name = std::move(name);
+    m.alloc_conf = point.alloc_conf;
+    m.config = config;
+    m.requests = std::make_shared<const RequestStream>(workload::generate(changed));
+    m.step_time_ratio =
+        base_time > 0 ? workload::estimated_step_time_ratio(changed) / base_time : 1.0;
+    candidates.push_back(std::move(m));
+  };
+  if (point.workload.training.batch_size >= 2 && point.workload.training.batch_size % 2 == 0) {
+    workload::Workload smaller = point.workload;
+    smaller.training.batch_size /= 2;
+    smaller.training.grad_accum *= 2;
+    program_change("micro-batch " + std::to_string(smaller.training.batch_size) +
+                       " x accumulation " + std::to_string(smaller.training.grad_accum),
+                   smaller);
+  }
+  if (point.workload.training.checkpointing == workload::Checkpointing::none) {
+    workload::Workload checkpointed = point.workload;
+    checkpointed.training.checkpointing = workload::Checkpointing::blocks;
+    checkpointed.training.checkpoint_every = 1;
+    program_change("activation checkpointing", checkpointed);
+  }
+  advice.table = run_what_if(requests, candidates, what_if);
+  return advice;
+}
+
+nlohmann::json to_json(const Advice& advice) {
+  nlohmann::json post_mortems = nlohmann::json::array();
+  for (const auto& pm : advice.post_mortems)
+    post_mortems.push_back(to_json(pm));
+  nlohmann::json j = {
+      {"input", advice.input},
+      {"kind", advice.kind},
+      {"alloc_conf", advice.alloc_conf},
+      {"capacity", advice.capacity ? nlohmann::json(*advice.capacity) : nlohmann::json(nullptr)},
+      {"device_memory", advice.device_memory},
+      {"baseline", to_json(advice.baseline)},
+      {"post_mortems", std::move(post_mortems)},
+      {"recorded_oom_requests", advice.recorded_oom_requests},
+      {"what_if", to_json(advice.table)}};
+  if (!advice.point.empty())
+    j["point"] = advice.point;
+  return j;
+}
+
+std::string to_text(const Advice& a) {
+  using alloc::format_size;
+  std::ostringstream out;
+  out << "advise: " << a.input << " (" << a.kind;
+  if (!a.point.empty())
+    out << " point \"" << a.point << "\"";
+  out << ", PYTORCH_CUDA_ALLOC_CONF=\"" << a.alloc_conf << "\", "
+      << (a.capacity ? format_size(*a.capacity) + " allowed"
+                     : "device " + format_size(a.device_memory))
+      << ")\n";
+  const RunMetrics& m = a.baseline;
+  out << (a.kind == "snapshot" ? "recording" : "baseline") << ": peak reserved "
+      << format_size(m.peak.reserved) << ", peak allocated " << format_size(m.peak.allocated)
+      << ", peak inactive split " << format_size(m.peak.inactive_split) << ", GMLake fragmentation "
+      << fixed(m.gmlake_fragmentation(), 3) << ", " << m.device_calls.segment_allocs
+      << " cudaMalloc / " << m.device_calls.segment_frees << " cudaFree, " << m.ooms << " OOM\n";
+  for (const auto& pm : a.post_mortems) {
+    out << "OOM at event " << pm.event_index << ": " << to_string(pm.cause) << "\n  "
+        << pm.pytorch_figures() << "\n";
+    for (const auto& sentence : pm.evidence)
+      out << "  - " << sentence << "\n";
+  }
+  if (const WhatIfRow* base = a.table.baseline(); base && !a.recorded_oom_requests.empty()) {
+    out << "replay under the recorded config: "
+        << (base->first_oom_request ? "OOM at request " + std::to_string(*base->first_oom_request)
+                                    : std::string("no OOM"))
+        << " (the recording failed at request " << a.recorded_oom_requests.front() << ")\n";
+  }
+  out << "ideal lower bound (perfect packing): " << format_size(a.table.ideal_peak) << "\n";
+  out << pad("rank", 6) << pad("candidate", 36) << pad("ok", 18) << pad("peak reserved", 16)
+      << pad("vs ideal", 10) << pad("device calls", 14) << pad("extra", 8) << "step time\n";
+  for (const auto& row : a.table.rows) {
+    out << pad(std::to_string(row.rank), 6) << pad(row.name, 36)
+        << pad(row.error.empty()
+                   ? (row.ok ? "yes" : "OOM after " + std::to_string(row.allocs_before_oom))
+                   : "error",
+               18)
+        << pad(format_size(row.peak_reserved), 16)
+        << pad(fixed(row.distance_from_ideal(), 2) + "x", 10)
+        << pad(std::to_string(row.device_calls()), 14)
+        << pad((row.extra_device_calls > 0 ? "+" : "") + std::to_string(row.extra_device_calls), 8)
+        << fixed(row.step_time_ratio, 2) << "\n";
+  }
+  if (const WhatIfRow* best = a.table.best())
+    out << "best: " << best->name << " (PYTORCH_CUDA_ALLOC_CONF=\"" << best->alloc_conf << "\")\n";
+  return out.str();
+}
+
+}  // namespace fragscope::analysis

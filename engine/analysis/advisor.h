@@ -1,0 +1,68 @@
+#pragma once
+// The advisor behind `fragscope-cli advise` and the GUI's what-if page: for a recorded PyTorch
+// snapshot or an experiment file, what the run did (metrics, OOM post-mortems) and which
+// allocator setting or program change would have done better (the what-if table).
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/analysis/metrics.h"
+#include "engine/analysis/post_mortem.h"
+#include "engine/analysis/what_if.h"
+#include "engine/snapshot/snapshot.h"
+#include "engine/workload/experiment.h"
+
+namespace fragscope::analysis {
+
+struct AdviseOptions {
+  std::optional<Bytes> capacity;      // per-process limit; default: the input's own (or none)
+  unsigned threads = 0;               // 0 = hardware concurrency; the result does not depend on it
+  std::optional<std::size_t> device;  // snapshot device; default: the one with most entries
+};
+
+struct Advice {
+  std::string input;  // file name as given
+  std::string kind;   // "snapshot" or "experiment"
+  std::string point;  // experiment point advised (its variant name)
+  std::string alloc_conf;
+  std::optional<Bytes> capacity;  // per-process limit applied
+  Bytes device_memory = 0;        // what the simulated device could give (no limit)
+  RunMetrics baseline;  // the recording (snapshot) or the baseline simulation (experiment)
+  std::vector<OomPostMortem> post_mortems;
+  // Snapshot: request index of each recorded OOM in the replayed stream, to hold against the
+  // baseline row's first_oom_request (the model failing where PyTorch failed).
+  std::vector<std::size_t> recorded_oom_requests;
+  WhatIfTable table;
+};
+
+// Post-mortems of a simulated run: the model emits the same oom entries PyTorch records, so the
+// run's own events are diagnosed like a trace. `metrics`, when given, receives the run's
+// metrics (no per-event samples).
+std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
+                                                 const alloc::AllocatorConfig& config,
+                                                 const WhatIfOptions& options,
+                                                 RunMetrics* metrics = nullptr);
+
+// Where each step_begin marker of `requests` falls in the events the model emitted for them
+// (a malloc's events end with its alloc or oom entry, a free's with its free_requested and an
+// immediate free_completed, an empty_cache's are the completions and segment releases it made).
+std::vector<StepStart> align_steps(const RequestStream& requests,
+                                   std::span<const TraceEvent> model_events);
+
+Advice advise_snapshot(const snapshot::Snapshot& snapshot, const std::string& input,
+                       const AdviseOptions& options);
+// Advises one point of an experiment. Program changes join the candidates: half the micro-batch
+// with twice the accumulation, and activation checkpointing of every block, each with its
+// estimated step time relative to the point.
+Advice advise_experiment(const workload::ExperimentPoint& point, const std::string& input,
+                         const AdviseOptions& options);
+
+nlohmann::json to_json(const Advice& advice);
+// A plain-text report: the baseline, each OOM's cause and evidence, the ranked table.
+std::string to_text(const Advice& advice);
+
+}  // namespace fragscope::analysis

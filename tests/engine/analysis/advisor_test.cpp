@@ -1,0 +1,122 @@
+#include "engine/analysis/advisor.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/analysis/analysis_test_util.h"
+
+namespace fragscope::analysis {
+namespace {
+
+using namespace fragscope::literals;
+
+Request req(RequestOp op, std::uint64_t tensor, Bytes size = 0, std::uint64_t stream = 0) {
+  return Request{op, TensorId{tensor}, size, StreamId{stream}, LabelId{}};
+}
+
+OomPostMortem simulate_one(const RequestStream& s, const alloc::AllocatorConfig& config,
+                           Bytes limit) {
+  WhatIfOptions options;
+  options.capacity = limit;
+  const auto pms = simulate_post_mortems(s, config, options);
+  EXPECT_EQ(pms.size(), 1u);
+  return pms.empty() ? OomPostMortem{} : pms.front();
+}
+
+// The four causes, each from a request stream run through the allocator model under a
+// 100 MiB per-process limit (the model's own oom entries are diagnosed).
+TEST(SimulatedPostMortem, Capacity) {
+  RequestStream s;
+  s.requests = {req(RequestOp::malloc, 1, 90_MiB), req(RequestOp::malloc, 2, 20_MiB)};
+  const auto pm = simulate_one(s, {}, 100_MiB);
+  EXPECT_EQ(pm.cause, OomCause::capacity);
+  EXPECT_EQ(pm.allocated, 90_MiB);
+  EXPECT_TRUE(pm.limited);
+  EXPECT_EQ(pm.capacity, 100_MiB);
+}
+
+TEST(SimulatedPostMortem, Fragmentation) {
+  RequestStream s;
+  s.requests = {req(RequestOp::malloc, 1, 80_MiB), req(RequestOp::free, 1)};
+  for (std::uint64_t t = 2; t <= 5; ++t)
+    s.requests.push_back(req(RequestOp::malloc, t, 20_MiB));
+  s.requests.push_back(req(RequestOp::free, 2));
+  s.requests.push_back(req(RequestOp::free, 4));
+  s.requests.push_back(req(RequestOp::malloc, 6, 40_MiB));
+  const auto pm = simulate_one(s, {}, 100_MiB);
+  EXPECT_EQ(pm.cause, OomCause::fragmentation);
+  EXPECT_EQ(pm.stranded_in_split, 40_MiB);
+  EXPECT_EQ(pm.largest_usable, 20_MiB);
+}
+
+TEST(SimulatedPostMortem, CachePolicySegmentRounding) {
+  RequestStream s;
+  s.requests = {req(RequestOp::malloc, 1, 85_MiB), req(RequestOp::malloc, 2, 2_MiB)};
+  const auto pm = simulate_one(s, {}, 100_MiB);
+  EXPECT_EQ(pm.cause, OomCause::cache_policy);
+  EXPECT_EQ(pm.segment_size, 20_MiB);
+}
+
+TEST(SimulatedPostMortem, OtherStream) {
+  RequestStream s;
+  // Stream 7 keeps 40 MiB free in a split 60 MiB segment; stream 0 cannot use it.
+  s.requests = {req(RequestOp::malloc, 1, 60_MiB, 7), req(RequestOp::free, 1),
+                req(RequestOp::malloc, 2, 20_MiB, 7), req(RequestOp::malloc, 3, 30_MiB),
+                req(RequestOp::malloc, 4, 40_MiB)};
+  const auto pm = simulate_one(s, {}, 100_MiB);
+  EXPECT_EQ(pm.cause, OomCause::other_stream);
+  EXPECT_EQ(pm.largest_free, 40_MiB);
+  EXPECT_EQ(pm.largest_usable, 0u);
+}
+
+TEST(AlignSteps, MarkersLandBetweenTheirRequestsEvents) {
+  RequestStream s;
+  s.requests = {req(RequestOp::step_begin, 0, 0), req(RequestOp::malloc, 1, 30_MiB),
+                req(RequestOp::malloc, 2, 1000),  req(RequestOp::step_begin, 0, 1),
+                req(RequestOp::free, 1),          req(RequestOp::empty_cache, 0),
+                req(RequestOp::step_begin, 0, 2), req(RequestOp::malloc, 3, 30_MiB)};
+  RunMetrics metrics;
+  EXPECT_TRUE(simulate_post_mortems(s, {}, WhatIfOptions{}, &metrics).empty());
+  // step 0: segment_alloc, alloc, segment_alloc, alloc; step 1: free_requested,
+  // free_completed, segment_free; step 2: segment_alloc, alloc.
+  ASSERT_EQ(metrics.steps.size(), 3u);
+  EXPECT_EQ(metrics.steps[0].first_event, 0u);
+  EXPECT_EQ(metrics.steps[1].first_event, 4u);
+  EXPECT_EQ(metrics.steps[2].first_event, 7u);
+  EXPECT_EQ(metrics.steps[2].end_event, 9u);
+  EXPECT_EQ(metrics.steps[0].allocs, 2u);
+  EXPECT_EQ(metrics.steps[1].device_calls.segment_frees, 1u);
+  EXPECT_EQ(metrics.steps[2].bytes_allocated, 30_MiB);
+  EXPECT_EQ(metrics.steps[0].peak.reserved, 32_MiB);
+}
+
+// gpt_oom_cap under its 6 GiB limit: the recording's post-mortem, the baseline replay failing
+// at the request PyTorch failed, and the same advice for any thread count.
+TEST(AdvisorFixture, GptOomCap) {
+  const auto& snap = test::fixture("gpt_oom_cap");
+  AdviseOptions options;
+  options.capacity = 6_GiB;
+  options.threads = 1;
+  const Advice one = advise_snapshot(snap, "gpt_oom_cap", options);
+  ASSERT_EQ(one.post_mortems.size(), 1u);
+  EXPECT_EQ(one.post_mortems[0].cause, OomCause::fragmentation);
+  ASSERT_EQ(one.recorded_oom_requests.size(), 1u);
+  const WhatIfRow* base = one.table.baseline();
+  ASSERT_NE(base, nullptr);
+  ASSERT_TRUE(base->first_oom_request.has_value());
+  EXPECT_EQ(*base->first_oom_request, one.recorded_oom_requests[0]);
+  EXPECT_EQ(one.baseline.ooms, 1u);
+  EXPECT_EQ(
+      one.baseline.peak.reserved,
+      test::fixture_stats("gpt_oom_cap")["memory_stats"]["reserved_bytes.all.peak"].get<Bytes>());
+  options.threads = 3;
+  const Advice three = advise_snapshot(snap, "gpt_oom_cap", options);
+  EXPECT_EQ(to_json(one).dump(), to_json(three).dump());
+  EXPECT_EQ(to_text(one), to_text(three));
+  EXPECT_NE(to_text(one).find("OOM at event 21262: fragmentation"), std::string::npos)
+      << to_text(one);
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
