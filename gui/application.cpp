@@ -115,9 +115,10 @@ int runApplication(int argc, char** argv) {
                                QStringLiteral("ID"));
   const QCommandLineOption compare(QStringLiteral("compare"), QObject::tr("Runs to compare."),
                                    QStringLiteral("A,B"));
-  const QCommandLineOption page(QStringLiteral("page"),
-                                QObject::tr("Page to show: timeline, segments, summary, compare."),
-                                QStringLiteral("NAME"));
+  const QCommandLineOption page(
+      QStringLiteral("page"),
+      QObject::tr("Page to show: timeline, segments, summary, postmortem, compare."),
+      QStringLiteral("NAME"));
   const QCommandLineOption size(QStringLiteral("size"),
                                 QObject::tr("Window size for --screenshot."), QStringLiteral("WxH"),
                                 QStringLiteral("1600x1000"));
@@ -181,8 +182,10 @@ int runApplication(int argc, char** argv) {
     window.compareRuns(*ids);
   }
   if (parser.isSet(page) && !window.showPage(parser.value(page)))
-    return fail(QObject::tr("--page: unknown page \"%1\" (timeline, segments, summary, compare)")
-                    .arg(parser.value(page)));
+    return fail(
+        QObject::tr(
+            "--page: unknown page \"%1\" (timeline, segments, summary, postmortem, compare)")
+            .arg(parser.value(page)));
   if (batch)
     return takeScreenshot(window, parser.value(screenshot));
   return app.exec();

@@ -19,6 +19,7 @@
 #include "engine/core/error.h"
 #include "fragscope/version.h"
 #include "gui/compare_page.h"
+#include "gui/post_mortem_page.h"
 #include "gui/report.h"
 #include "gui/runs_browser.h"
 #include "gui/segment_map_page.h"
@@ -48,6 +49,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_segments(new SegmentMapPage(this)),
       m_summary(new SummaryPage(this)),
       m_compare(new ComparePage(this)),
+      m_postMortem(new PostMortemPage(this)),
       m_statusLabel(new QLabel(this)),
       m_progress(new QProgressBar(this)),
       m_cancelButton(new QPushButton(tr("Cancel"), this)) {
@@ -68,6 +70,7 @@ MainWindow::MainWindow(QWidget* parent)
   m_runSplitter->setStretchFactor(1, 2);
   m_pages->addTab(m_runSplitter, tr("Timeline && Segments"));
   m_pages->addTab(m_summary, tr("Summary"));
+  m_pages->addTab(m_postMortem, tr("OOM Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
   m_pages->setDocumentMode(true);
   setCentralWidget(m_pages);
@@ -89,7 +92,20 @@ MainWindow::MainWindow(QWidget* parent)
   connect(m_timeline, &TimelinePage::overviewReady, this, [this](const RunOverview& overview) {
     m_segments->setRun(overview.record.id, overview.record.event_count);
     m_summary->setRun(overview.record);
+    if (overview.oomEvents.empty())
+      m_postMortem->clear();
+    else
+      m_postMortem->setRun(overview.record.id);
   });
+  connect(m_postMortem, &PostMortemPage::mitigationStored, this,
+          [this](storage::RunId original, storage::RunId created) {
+            refreshRuns();
+            m_statusLabel->setText(tr("Stored the replay as run %1.").arg(created.value));
+            m_browser->selectRuns({original, created});
+            compareRuns({original, created});
+          });
+  connect(m_postMortem, &PostMortemPage::errorOccurred, this,
+          [this](const QString& message) { showError(tr("Post-mortem"), message); });
   connect(m_timeline, &TimelinePage::cursorEventChanged, m_segments, &SegmentMapPage::setEvent);
   connect(m_segments, &SegmentMapPage::eventChanged, m_timeline, &TimelinePage::setCursorEvent);
   connect(m_segments, &SegmentMapPage::snapshotReady, m_summary, &SummaryPage::setState);
@@ -146,6 +162,7 @@ void MainWindow::createActions() {
   view->addSeparator();
   const std::pair<QString, Page> pages[] = {{tr("&Timeline && Segments"), Page::run},
                                             {tr("&Summary"), Page::summary},
+                                            {tr("OOM &Post-mortem"), Page::postMortem},
                                             {tr("&Compare"), Page::compare}};
   int key = Qt::Key_1;
   for (const auto& [name, page] : pages) {
@@ -244,6 +261,7 @@ bool MainWindow::openDatabase(const QString& path) {
   m_timeline->setDatabase(path);
   m_segments->setDatabase(path);
   m_compare->setDatabase(path);
+  m_postMortem->setDatabase(path);
   m_summary->clear();
   setWindowTitle(QStringLiteral("%1 — FragScope").arg(QFileInfo(path).fileName()));
   refreshRuns();
@@ -289,6 +307,9 @@ void MainWindow::showPage(Page page) {
     case Page::summary:
       m_pages->setCurrentWidget(m_summary);
       break;
+    case Page::postMortem:
+      m_pages->setCurrentWidget(m_postMortem);
+      break;
     case Page::compare:
       m_pages->setCurrentWidget(m_compare);
       break;
@@ -304,6 +325,9 @@ bool MainWindow::showPage(const QString& name) {
     m_segments->mapWidget()->setFocus();
   } else if (page == QLatin1String("summary")) {
     showPage(Page::summary);
+  } else if (page == QLatin1String("postmortem") || page == QLatin1String("post-mortem") ||
+             page == QLatin1String("oom")) {
+    showPage(Page::postMortem);
   } else if (page == QLatin1String("compare")) {
     showPage(Page::compare);
   } else {
@@ -313,8 +337,8 @@ bool MainWindow::showPage(const QString& name) {
 }
 
 bool MainWindow::busy() const {
-  return m_timeline->busy() || m_segments->busy() || m_compare->busy() || importing() ||
-         m_exportJob.busy() || m_deleteJob.busy();
+  return m_timeline->busy() || m_segments->busy() || m_compare->busy() || m_postMortem->busy() ||
+         importing() || m_exportJob.busy() || m_deleteJob.busy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {
@@ -401,6 +425,7 @@ void MainWindow::deleteRuns(const std::vector<storage::RunId>& runs) {
     m_timeline->clear();
     m_segments->clear();
     m_summary->clear();
+    m_postMortem->clear();
   }
   m_compare->clear();
   const QString database = m_databasePath;

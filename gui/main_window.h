@@ -28,11 +28,12 @@ class TimelinePage;
 class SegmentMapPage;
 class SummaryPage;
 class ComparePage;
+class PostMortemPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class Page { run, summary, compare };
+  enum class Page { run, summary, postMortem, compare };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -61,6 +62,7 @@ class MainWindow : public QMainWindow {
   SegmentMapPage* segmentMapPage() const { return m_segments; }
   SummaryPage* summaryPage() const { return m_summary; }
   ComparePage* comparePage() const { return m_compare; }
+  PostMortemPage* postMortemPage() const { return m_postMortem; }
   QTabWidget* pages() const { return m_pages; }
   std::optional<storage::RunId> currentRun() const { return m_currentRun; }
 
@@ -105,6 +107,7 @@ class MainWindow : public QMainWindow {
   SegmentMapPage* m_segments;
   SummaryPage* m_summary;
   ComparePage* m_compare;
+  PostMortemPage* m_postMortem;
 
   QLabel* m_statusLabel;
   QProgressBar* m_progress;

@@ -104,6 +104,12 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
         summary["recorded_outcome"] = stats["outcome"];
       if (stats.contains("alloc_conf"))
         summary["recorded_alloc_conf"] = stats["alloc_conf"];
+      // record_torch_traces.py's cap: set_per_process_memory_fraction to exactly cap_gib GiB.
+      const auto params = stats.find("params");
+      if (params != stats.end() && params->is_object() && params->contains("cap_gib") &&
+          (*params)["cap_gib"].is_number())
+        summary["allowed_bytes"] =
+            static_cast<Bytes>((*params)["cap_gib"].get<double>() * static_cast<double>(kGiB));
       store.update_summary(imported.run, summary);
     }
   } catch (...) {

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <memory_resource>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "engine/allocator/flat_map.h"
 #include "engine/allocator/summary.h"
 
 namespace fragscope::alloc {
@@ -91,8 +93,9 @@ struct ByAddress {
 };
 
 struct BlockPool {
-  std::set<Block*, BySize> blocks;               // free, mapped blocks
-  std::set<Block*, ByAddress> unmapped;          // expandable segments' unmapped ranges
+  explicit BlockPool(std::pmr::memory_resource* nodes) : blocks(nodes), unmapped(nodes) {}
+  std::pmr::set<Block*, BySize> blocks;          // free, mapped blocks
+  std::pmr::set<Block*, ByAddress> unmapped;     // expandable segments' unmapped ranges
   std::uint64_t get_free_blocks_call_count = 0;  // the GC age clock
 
   void insert(Block* block) {
@@ -146,8 +149,10 @@ struct CachingAllocator::Impl {
   DeviceStats stats;
   std::optional<Bytes> allowed;
   Bytes total_allocated = 0;
-  std::array<BlockPool, 2> pools;                    // indexed by PoolKind
-  std::unordered_map<std::uint64_t, Block*> active;  // allocated or pending-free, by address
+  // Set nodes come from a pool, so best-fit inserts and erases do not call malloc.
+  std::pmr::unsynchronized_pool_resource node_memory;
+  std::array<BlockPool, 2> pools{BlockPool{&node_memory}, BlockPool{&node_memory}};  // by PoolKind
+  FlatMap64<Block*> active{4096};  // allocated or pending-free blocks, by address
   std::map<std::uint64_t, std::unique_ptr<Segment>> segments;  // by base address
   std::map<std::uint64_t, std::deque<Block*>> events;          // per recorded stream, FIFO
 
@@ -158,7 +163,6 @@ struct CachingAllocator::Impl {
   Impl(AllocatorConfig c, Device& d, EventSink* s) : config(std::move(c)), device(d), sink(s) {
     stats.max_split_size =
         config.max_split_size == kUnlimited ? -1 : static_cast<std::int64_t>(config.max_split_size);
-    active.reserve(4096);
     if (config.per_process_memory_fraction && *config.per_process_memory_fraction < 1.0)
       allowed = static_cast<Bytes>(*config.per_process_memory_fraction *
                                    static_cast<double>(device.total_memory()));
@@ -637,7 +641,7 @@ struct CachingAllocator::Impl {
     }
     block->allocated = true;
     block->requested_size = requested;
-    active.emplace(block->ptr, block);
+    active.insert_or_assign(block->ptr, block);
     emit(TraceAction::alloc, block->ptr, requested, block->stream);
     increase(stats.allocation, kind, 1);
     increase(stats.allocated_bytes, kind, to_signed(block->size));
@@ -750,11 +754,11 @@ struct CachingAllocator::Impl {
   }
 
   Block* find_active(std::uint64_t address, const char* what) {
-    auto it = active.find(address);
-    if (it == active.end())
+    Block* const* found = address == 0 ? nullptr : active.find(address);
+    if (!found)
       throw InvalidPointerError(std::string(what) +
                                 ": invalid device pointer: " + hex_address(address));
-    return it->second;
+    return *found;
   }
 
   void free(std::uint64_t address) {
@@ -921,8 +925,8 @@ bool CachingAllocator::Impl::is_valid(std::string* why) const {
         continue;
       }
       ++active_blocks;
-      auto it = active.find(b->ptr);
-      if (it == active.end() || it->second != b)
+      Block* const* indexed = active.find(b->ptr);
+      if (!indexed || *indexed != b)
         return fail(why, where() + ": active block missing from the address index");
       add(counts.active, b->pool, 1);
       add(counts.active_bytes, b->pool, to_signed(b->size));
@@ -1038,10 +1042,10 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   return impl_->snapshot();
 }
 std::optional<BlockState> CachingAllocator::block_state(std::uint64_t address) const {
-  auto it = impl_->active.find(address);
-  if (it == impl_->active.end())
+  Block* const* found = address == 0 ? nullptr : impl_->active.find(address);
+  if (!found)
     return std::nullopt;
-  return Impl::state_of(it->second);
+  return Impl::state_of(*found);
 }
 Bytes CachingAllocator::largest_free_block() const {
   Bytes largest = 0;

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
+
+#include "engine/allocator/flat_map.h"
 
 namespace fragscope::alloc {
 namespace {
@@ -22,17 +22,21 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     allocator.set_allowed_memory(options.allowed_memory);
 
   RunResult result;
-  std::unordered_map<std::uint64_t, std::uint64_t> address_of;  // tensor id -> block address
-  std::unordered_set<std::uint64_t> failed;                     // tensors whose malloc failed
-  std::unordered_set<std::uint64_t> used_elsewhere;             // tensors with record_stream
-  std::unordered_map<std::uint64_t, std::uint64_t> pending;     // freed, awaiting events
-  address_of.reserve(1024);
+  // Keyed by tensor id + 1 (key 0 is the maps' empty marker).
+  FlatMap64<std::uint64_t> address_of;  // live tensor -> block address
+  FlatMap64<bool> failed;               // tensors whose malloc failed (or had size 0)
+  FlatMap64<bool> used_elsewhere;       // live tensors with record_stream
+  FlatMap64<std::uint64_t> pending;     // freed tensors awaiting events -> block address
+  auto key_of = [](const Request& r, std::size_t index) {
+    if (r.tensor.value == UINT64_MAX)
+      throw InputError(where(index) + "tensor id 18446744073709551615 is reserved");
+    return r.tensor.value + 1;
+  };
 
   auto live_address = [&](const Request& r, std::size_t index) -> std::optional<std::uint64_t> {
-    auto it = address_of.find(r.tensor.value);
-    if (it != address_of.end())
-      return it->second;
-    if (failed.contains(r.tensor.value)) {
+    if (const std::uint64_t* address = address_of.find(key_of(r, index)))
+      return *address;
+    if (failed.contains(key_of(r, index))) {
       ++result.skipped_requests;
       return std::nullopt;
     }
@@ -46,18 +50,19 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     ++result.requests_run;
     switch (r.op) {
       case RequestOp::malloc: {
-        if (address_of.contains(r.tensor.value))
+        const std::uint64_t key = key_of(r, index);
+        if (address_of.contains(key))
           throw InputError(where(index) + "tensor " + std::to_string(r.tensor.value) +
                            " is allocated twice");
         MallocResult got = allocator.malloc(r.size, r.stream);
         if (got.ok()) {
           ++result.allocs;
           if (got.address != 0)
-            address_of.emplace(r.tensor.value, got.address);
+            address_of.insert_or_assign(key, got.address);
           else
-            failed.insert(r.tensor.value);  // size 0: nothing to free later
+            failed.insert_or_assign(key, true);  // size 0: nothing to free later
         } else {
-          failed.insert(r.tensor.value);
+          failed.insert_or_assign(key, true);
           result.ooms.push_back(RequestOom{index, result.allocs, std::move(*got.oom)});
           if (options.stop_on_oom) {
             result.stopped_on_oom = true;
@@ -69,30 +74,30 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
       case RequestOp::free: {
         if (auto address = live_address(r, index)) {
           allocator.free(*address);
-          address_of.erase(r.tensor.value);
-          if (used_elsewhere.erase(r.tensor.value) != 0 &&
+          const std::uint64_t key = key_of(r, index);
+          address_of.erase(key);
+          if (used_elsewhere.erase(key) &&
               allocator.block_state(*address) == BlockState::active_pending_free)
-            pending[r.tensor.value] = *address;
+            pending.insert_or_assign(key, *address);
         }
         break;
       }
       case RequestOp::record_stream: {
         if (auto address = live_address(r, index)) {
           allocator.record_stream(*address, r.stream);
-          used_elsewhere.insert(r.tensor.value);
+          used_elsewhere.insert_or_assign(key_of(r, index), true);
         }
         break;
       }
       case RequestOp::events_ready: {
         // The tensor was freed already; its pending block is known by the address it had.
-        auto it = pending.find(r.tensor.value);
-        if (it != pending.end()) {
-          allocator.mark_events_ready(it->second);
-          pending.erase(it);
-        } else if (failed.contains(r.tensor.value)) {
+        const std::uint64_t key = key_of(r, index);
+        if (const std::uint64_t* address = pending.find(key)) {
+          allocator.mark_events_ready(*address);
+          pending.erase(key);
+        } else if (failed.contains(key)) {
           ++result.skipped_requests;
-        } else if (!used_elsewhere.contains(r.tensor.value) &&
-                   !address_of.contains(r.tensor.value)) {
+        } else if (!used_elsewhere.contains(key) && !address_of.contains(key)) {
           // Freed without pending events (record_stream only named its own stream): nothing
           // to wait for.
         } else {

@@ -412,6 +412,20 @@ Value Machine::make_bytes(std::uint64_t length) {
 Value Machine::make_long(std::uint64_t length) {
   if (length > 1u << 20)
     fail("integer of " + std::to_string(length) + " bytes is too large");
+  if (length <= 8) {  // the common case: addresses and times
+    const std::uint8_t* p = source_.take(static_cast<std::size_t>(length));
+    if (p == nullptr)
+      fail("input ends inside an integer of " + std::to_string(length) + " bytes");
+    std::uint64_t u = 0;
+    for (std::size_t i = 0; i < length; ++i)
+      u |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+    if (length > 0 && length < 8 && (p[length - 1] & 0x80) != 0)
+      u |= ~std::uint64_t{0} << (8 * length);  // sign-extend
+    Value v;
+    v.kind = Kind::integer;
+    v.i = static_cast<std::int64_t>(u);
+    return v;
+  }
   scratch_.clear();
   if (!source_.read_into(scratch_, length))
     fail("input ends inside an integer of " + std::to_string(length) + " bytes");

@@ -1,5 +1,6 @@
 #include "engine/snapshot/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -18,7 +19,14 @@ std::size_t FrameTable::FrameHash::operator()(const Frame& f) const noexcept {
 }
 
 FrameTable::FrameTable() : stack_offsets_{0, 0} {
-  stack_index_.emplace(std::string(), 0);
+  stack_index_.emplace(hash_stack({}), 0);
+}
+
+std::uint64_t FrameTable::hash_stack(std::span<const std::uint32_t> frame_indices) {
+  std::uint64_t h = 0xcbf29ce484222325ull ^ frame_indices.size();
+  for (std::uint32_t i : frame_indices)
+    h = (h ^ i) * 0x100000001b3ull;
+  return h;
 }
 
 std::uint32_t FrameTable::intern_frame(const Frame& frame) {
@@ -32,15 +40,17 @@ std::uint32_t FrameTable::intern_frame(const Frame& frame) {
 }
 
 FrameStackId FrameTable::intern_stack(std::span<const std::uint32_t> frame_indices) {
-  std::string key(reinterpret_cast<const char*>(frame_indices.data()),
-                  frame_indices.size() * sizeof(std::uint32_t));
-  auto it = stack_index_.find(key);
-  if (it != stack_index_.end())
-    return FrameStackId{it->second};
+  const std::uint64_t h = hash_stack(frame_indices);
+  auto [first, last] = stack_index_.equal_range(h);
+  for (auto it = first; it != last; ++it) {
+    auto existing = stack(FrameStackId{it->second});
+    if (std::equal(existing.begin(), existing.end(), frame_indices.begin(), frame_indices.end()))
+      return FrameStackId{it->second};
+  }
   auto id = static_cast<std::uint32_t>(stack_offsets_.size() - 1);
   stack_items_.insert(stack_items_.end(), frame_indices.begin(), frame_indices.end());
   stack_offsets_.push_back(static_cast<std::uint32_t>(stack_items_.size()));
-  stack_index_.emplace(std::move(key), id);
+  stack_index_.emplace(h, id);
   return FrameStackId{id};
 }
 
@@ -136,18 +146,20 @@ class FrameInterner {
   FrameInterner(Machine& vm, const Keys& keys, FrameTable& table)
       : vm_(vm), keys_(keys), table_(table) {}
 
-  FrameStackId stack(const Value& v, const std::string& where, bool retire) {
+  FrameStackId stack(const Value& v, std::string_view where, bool retire) {
     if (v.kind == Kind::frame_stack)
       return FrameStackId{v.ref};
     if (v.kind == Kind::none)
       return FrameStackId{};
     if (v.kind != Kind::list)
-      vm_.fail(where + ": expected a list of frames, found " + std::string(to_string(v.kind)));
+      vm_.fail(std::string(where) + ": expected a list of frames, found " +
+               std::string(to_string(v.kind)));
     Node& n = vm_.node(v);
     if (n.kind == Kind::frame_stack)
       return FrameStackId{n.aux};
     if (n.kind != Kind::list)
-      vm_.fail(where + ": expected a list of frames, found " + std::string(to_string(n.kind)));
+      vm_.fail(std::string(where) + ": expected a list of frames, found " +
+               std::string(to_string(n.kind)));
     indices_.clear();
     for (std::size_t i = 0; i < n.items.size(); ++i)
       indices_.push_back(frame(vm_.node(v).items[i], where));
@@ -162,24 +174,26 @@ class FrameInterner {
   }
 
  private:
-  std::uint32_t frame(const Value& v, const std::string& where) {
+  std::uint32_t frame(const Value& v, std::string_view where) {
     if (v.kind == Kind::frame)
       return v.ref;
     if (v.kind != Kind::dict)
-      vm_.fail(where + ": expected a frame dict, found " + std::string(to_string(v.kind)));
+      vm_.fail(std::string(where) + ": expected a frame dict, found " +
+               std::string(to_string(v.kind)));
     Node& n = vm_.node(v);
     if (n.kind == Kind::frame)
       return n.aux;
     if (n.kind != Kind::dict)
-      vm_.fail(where + ": expected a frame dict, found " + std::string(to_string(n.kind)));
+      vm_.fail(std::string(where) + ": expected a frame dict, found " +
+               std::string(to_string(n.kind)));
     Frame f;
     const Value* filename = find_key(vm_, n, keys_.filename);
     const Value* line = find_key(vm_, n, keys_.line);
     const Value* name = find_key(vm_, n, keys_.name);
     if (filename == nullptr || line == nullptr || name == nullptr)
-      vm_.fail(where + ": a frame dict needs the keys 'filename', 'line' and 'name'");
+      vm_.fail(std::string(where) + ": a frame dict needs the keys 'filename', 'line' and 'name'");
     if (filename->kind != Kind::string || name->kind != Kind::string || line->kind != Kind::integer)
-      vm_.fail(where + ": frame 'filename' and 'name' must be str and 'line' an int");
+      vm_.fail(std::string(where) + ": frame 'filename' and 'name' must be str and 'line' an int");
     f.filename = vm_.str(*filename);
     f.name = vm_.str(*name);
     f.line = line->i;
@@ -307,21 +321,27 @@ class TraceSink : public pickle::ListSink {
               "' (expected alloc, free_requested, free_completed, segment_alloc, segment_free, "
               "segment_map, segment_unmap, snapshot or oom)");
     ev.action = *parsed;
-    const std::string where = "trace entry '" + std::string(name) + "'";
+    auto where = [&] { return "trace entry '" + std::string(name) + "'"; };
     if (addr == nullptr)
-      vm.fail(where + ": missing key '" +
+      vm.fail(where() + ": missing key '" +
               std::string(ev.action == TraceAction::oom ? "device_free" : "addr") + "'");
     if (size == nullptr)
-      vm.fail(where + ": missing key 'size'");
-    ev.addr = as_u64(vm, *addr, where + " 'addr'");
-    ev.size = as_u64(vm, *size, where + " 'size'");
+      vm.fail(where() + ": missing key 'size'");
+    // Plain non-negative ints are the rule; anything else takes the checked path.
+    auto u64 = [&](const Value& v, const char* key) {
+      return v.kind == Kind::integer && v.i >= 0 ? static_cast<std::uint64_t>(v.i)
+                                                 : as_u64(vm, v, where() + " '" + key + "'");
+    };
+    ev.addr = u64(*addr, "addr");
+    ev.size = u64(*size, "size");
     if (stream != nullptr)
-      ev.stream = StreamId{as_u64(vm, *stream, where + " 'stream'")};
+      ev.stream = StreamId{u64(*stream, "stream")};
     if (time_us != nullptr)
-      ev.time_us = as_i64(vm, *time_us, where + " 'time_us'");
+      ev.time_us = time_us->kind == Kind::integer ? time_us->i
+                                                  : as_i64(vm, *time_us, where() + " 'time_us'");
     if (frames != nullptr) {
       Value fv = *frames;  // the dict's item storage may move while frames are interned
-      ev.frames = interner.stack(fv, where + " 'frames'", true);
+      ev.frames = interner.stack(fv, "trace entry 'frames'", true);
     }
     return ev;
   }

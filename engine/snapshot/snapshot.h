@@ -58,7 +58,8 @@ class FrameTable {
   std::unordered_map<Frame, std::uint32_t, FrameHash> frame_index_;
   std::vector<std::uint32_t> stack_offsets_;  // stack i = items [offsets[i], offsets[i+1])
   std::vector<std::uint32_t> stack_items_;
-  std::unordered_map<std::string, std::uint32_t> stack_index_;  // key: raw bytes of the items
+  static std::uint64_t hash_stack(std::span<const std::uint32_t> frame_indices);
+  std::unordered_multimap<std::uint64_t, std::uint32_t> stack_index_;  // hash -> stack id
 };
 
 enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };

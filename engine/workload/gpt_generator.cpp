@@ -128,14 +128,31 @@ class GptGenerator {
     a_ = m_.heads;
     v_ = m_.vocab;
     p_drop_ = m_.dropout > 0;
-    casts_weights_ = d_.autocast;
+    shards_ = static_cast<Bytes>(w.parallel.fsdp_shards);
+    fsdp_ = shards_ > 1;
+    // FSDP all-gathers 16-bit parameters: there is nothing left for autocast to cast
+    casts_weights_ = d_.autocast && !fsdp_;
+    grad_bytes_ = fsdp_ ? d_.act : d_.param;
     build_params();
+    units_ = static_cast<std::size_t>(m_.layers) + 1;
+    unit_numel_.assign(units_, 0);
+    for (const Param& p : params_)
+      unit_numel_[unit_of(p)] += p.numel;
+    unit_grad_.assign(units_, kNone);
+    pending_.assign(units_, {});
   }
 
   void run() {
-    for (std::size_t i = 0; i < params_.size(); ++i)
-      param_ids_.push_back(b_.alloc(params_[i].numel * d_.param, Category::parameter,
-                                    params_[i].name, params_[i].layer));
+    if (fsdp_) {
+      // one flat shard per FSDP unit (the root: embeddings, ln_f, head; each block)
+      for (std::size_t u = 0; u < units_; ++u)
+        param_ids_.push_back(b_.alloc(shard(u) * d_.param, Category::parameter,
+                                      "fsdp.flat_param_shard", static_cast<int>(u) - 1));
+    } else {
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        param_ids_.push_back(b_.alloc(params_[i].numel * d_.param, Category::parameter,
+                                      params_[i].name, params_[i].layer));
+    }
     grads_.assign(params_.size(), kNone);
     const std::vector<MicroBatch> shapes = micro_batches(t_);
     std::size_t mb = 0;
@@ -203,8 +220,41 @@ class GptGenerator {
 
   Bytes numel(int param) const { return params_[static_cast<std::size_t>(param)].numel; }
 
+  // ---- FSDP units ---------------------------------------------------------------------------
+  static std::size_t unit_of(const Param& p) { return static_cast<std::size_t>(p.layer + 1); }
+  Bytes shard(std::size_t unit) const { return (unit_numel_[unit] + shards_ - 1) / shards_; }
+  TensorId all_gather(std::size_t unit) {
+    return b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.all_gather",
+                    static_cast<int>(unit) - 1);
+  }
+  // After a unit's backward: its gradients are copied into one flat buffer and reduce-scattered
+  // (in fp32) into the rank's gradient shard.
+  void reduce_scatter(std::size_t unit) {
+    std::vector<TensorId>& grads = pending_[unit];
+    if (grads.empty())
+      return;
+    const int layer = static_cast<int>(unit) - 1;
+    const TensorId flat =
+        b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.grad_flat", layer);
+    for (TensorId g : grads)
+      b_.free(g);
+    grads.clear();
+    const Category cat = unit_grad_[unit] == kNone ? Category::gradient : Category::temporary;
+    const TensorId out = b_.alloc(shard(unit) * 4, cat, "fsdp.reduce_scatter", layer);
+    b_.free(flat);
+    if (unit_grad_[unit] == kNone)
+      unit_grad_[unit] = out;
+    else
+      b_.free(out);
+  }
+
   // AccumulateGrad: the first gradient becomes .grad; later ones are added in place and freed.
+  // Under FSDP the gradients of a unit wait for its reduce-scatter.
   void accumulate(int param, TensorId grad) {
+    if (fsdp_) {
+      pending_[unit_of(params_[static_cast<std::size_t>(param)])].push_back(grad);
+      return;
+    }
     TensorId& slot = grads_[static_cast<std::size_t>(param)];
     if (slot == kNone)
       slot = grad;
@@ -212,6 +262,8 @@ class GptGenerator {
       b_.free(grad);
   }
   Category grad_category(int param) const {
+    if (fsdp_)
+      return Category::temporary;
     return grads_[static_cast<std::size_t>(param)] == kNone ? Category::gradient
                                                             : Category::temporary;
   }
@@ -311,7 +363,7 @@ class GptGenerator {
 
   // Parameter gradient from a matmul: 16-bit under autocast, then cast to the fp32 .grad.
   void weight_grad_cast(int param, TensorId grad16, const char* op, int layer) {
-    if (!d_.autocast) {
+    if (!d_.autocast || fsdp_) {
       accumulate(param, grad16);
       return;
     }
@@ -329,7 +381,7 @@ class GptGenerator {
                               TensorId grad_out, TensorId saved_input, TensorId saved_weight,
                               int layer, const char* name) {
     LinearGrads g;
-    const Category wcat = d_.autocast ? Category::temporary : grad_category(wparam);
+    const Category wcat = d_.autocast || fsdp_ ? Category::temporary : grad_category(wparam);
     g.input = b_.alloc(in_bytes, Category::temporary, name, layer);
     g.weight = b_.alloc(numel(wparam) * d_.act, wcat, name, layer);
     after_backward_matmul();
@@ -340,8 +392,9 @@ class GptGenerator {
       saved_input = saved_weight = kNone;
     }
     if (bparam >= 0) {
-      g.bias = b_.alloc(numel(bparam) * d_.act,
-                        d_.autocast ? Category::temporary : grad_category(bparam), name, layer);
+      g.bias =
+          b_.alloc(numel(bparam) * d_.act,
+                   d_.autocast || fsdp_ ? Category::temporary : grad_category(bparam), name, layer);
       bias_grad_workspace(out_features, layer);
     }
     b_.free(grad_out);
@@ -367,11 +420,12 @@ class GptGenerator {
   void layernorm_backward(int wparam, int bparam, TensorId grad, TensorId saved_input,
                           TensorId mean, TensorId rstd, int layer, bool into_residual) {
     const TensorId gx = b_.alloc(bth(d_.res), Category::temporary, "grad.layernorm", layer);
-    const TensorId gw =
-        b_.alloc(numel(wparam) * d_.param, grad_category(wparam), "grad.layernorm.weight", layer);
+    const TensorId gw = b_.alloc(numel(wparam) * grad_bytes_, grad_category(wparam),
+                                 "grad.layernorm.weight", layer);
     TensorId gb = kNone;
     if (bparam >= 0)
-      gb = b_.alloc(numel(bparam) * d_.param, grad_category(bparam), "grad.layernorm.bias", layer);
+      gb = b_.alloc(numel(bparam) * grad_bytes_, grad_category(bparam), "grad.layernorm.bias",
+                    layer);
     b_.free(grad);
     b_.free(saved_input);
     b_.free(mean);
@@ -709,7 +763,7 @@ class GptGenerator {
   // ---- embedding ----------------------------------------------------------------------------
   void embedding_backward() {
     const Category cat = grad_category(emb_);
-    const Bytes grad_bytes = numel(emb_) * d_.param;
+    const Bytes grad_bytes = numel(emb_) * grad_bytes_;
     if (n_ <= kEmbeddingSortThreshold) {
       accumulate(emb_, b_.alloc(grad_bytes, cat, "grad.embedding", -1));
       return;
@@ -764,6 +818,8 @@ class GptGenerator {
     seq_ = shape.seq_len;
     n_ = static_cast<std::int64_t>(bsz_) * seq_;
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
+    // FSDP's root unit stays unsharded from its forward to the end of the backward
+    const TensorId root_gather = fsdp_ ? all_gather(0) : kNone;
     TensorId x = b_.alloc(bth(d_.param), Category::activation, "wte.out", -1);
     TensorId pos_ids = kNone;
     if (pos_ >= 0) {
@@ -788,8 +844,10 @@ class GptGenerator {
       BlockState& s = states[static_cast<std::size_t>(l)];
       s.x_in = x;
       const bool ckpt_block = block_checkpointed(l);
+      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
       attention_forward(l, s, ckpt_block);
       ffn_forward(l, s, ckpt_block || t_.checkpointing == Checkpointing::ffn, false, ckpt_block);
+      b_.free(gathered);  // reshard after forward
       x = s.x2;
       s.x2 = kNone;
     }
@@ -876,8 +934,13 @@ class GptGenerator {
     }
     for (int l = m_.layers - 1; l >= 0; --l) {
       BlockState& s = states[static_cast<std::size_t>(l)];
+      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
       ffn_backward(l, s);
       attention_backward(l, s);
+      if (fsdp_) {
+        reduce_scatter(static_cast<std::size_t>(l) + 1);
+        b_.free(gathered);
+      }
     }
     if (emb_drop_mask != kNone) {
       const TensorId gd =
@@ -889,11 +952,15 @@ class GptGenerator {
     if (pos_ >= 0) {
       const TensorId gsum = b_.alloc(static_cast<Bytes>(seq_) * static_cast<Bytes>(h_) * d_.param,
                                      Category::temporary, "grad.wpe_sum", -1);
-      accumulate(pos_, b_.alloc(numel(pos_) * d_.param, grad_category(pos_), "grad.wpe", -1));
+      accumulate(pos_, b_.alloc(numel(pos_) * grad_bytes_, grad_category(pos_), "grad.wpe", -1));
       b_.free(gsum);
       b_.free(pos_ids);
     }
     embedding_backward();
+    if (fsdp_) {
+      reduce_scatter(0);
+      b_.free(root_gather);
+    }
     in_backward_ = false;
     b_.free(residual_grad_);
     residual_grad_ = kNone;
@@ -907,6 +974,27 @@ class GptGenerator {
   void optimizer_step(bool first) {
     if (t_.optimizer == OptimizerKind::sgd)
       return;  // plain SGD (no momentum): in-place foreach add, no state, no temporaries
+    if (fsdp_) {
+      // per-rank state and foreach temporaries of each unit's flat shard
+      if (first) {
+        for (std::size_t u = 0; u < units_; ++u) {
+          const int layer = static_cast<int>(u) - 1;
+          state_ids_.push_back(
+              b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg", layer));
+          state_ids_.push_back(
+              b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg_sq", layer));
+        }
+      }
+      if (t_.fused_optimizer)
+        return;
+      std::vector<TensorId> temps;
+      for (std::size_t u = 0; u < units_; ++u)
+        temps.push_back(b_.alloc(shard(u) * d_.param, Category::temporary, "adam.foreach_tmp",
+                                 static_cast<int>(u) - 1));
+      for (auto it = temps.rbegin(); it != temps.rend(); ++it)
+        b_.free(*it);
+      return;
+    }
     if (first) {
       // lazy state: exp_avg and exp_avg_sq (zeros_like) per parameter, in parameter order
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -930,6 +1018,10 @@ class GptGenerator {
   }
 
   void zero_grad() {
+    for (TensorId& g : unit_grad_) {
+      b_.free(g);
+      g = kNone;
+    }
     for (TensorId& g : grads_) {
       b_.free(g);
       g = kNone;
@@ -944,6 +1036,13 @@ class GptGenerator {
   std::int64_t h_ = 0, f_ = 0, a_ = 0, v_ = 0;
   bool p_drop_ = false;
   bool casts_weights_ = true;
+  Bytes shards_ = 1;
+  bool fsdp_ = false;
+  Bytes grad_bytes_ = 4;
+  std::size_t units_ = 0;
+  std::vector<Bytes> unit_numel_;
+  std::vector<TensorId> unit_grad_;  // each unit's fp32 gradient shard
+  std::vector<std::vector<TensorId>> pending_;
   std::vector<Param> params_;
   std::vector<BlockParams> blocks_;
   int emb_ = -1, pos_ = -1, lnfw_ = -1, lnfb_ = -1, head_ = -1;

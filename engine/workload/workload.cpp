@@ -111,9 +111,7 @@ void validate(const Workload& w) {
       reject("model.positions", "is " + std::to_string(m.positions) + " but sequences can be " +
                                     std::to_string(longest) + " long");
   }
-  if (w.parallel.fsdp_shards != 1)
-    reject("parallel.fsdp_shards",
-           "sharded data parallelism is not modelled by this generator yet; use 1");
+  require_positive(w.parallel.fsdp_shards, "parallel.fsdp_shards");
 }
 
 double estimated_step_time_ratio(const Workload& w) {

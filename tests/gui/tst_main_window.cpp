@@ -4,6 +4,7 @@
 #include <QAbstractItemModelTester>
 #include <QMenuBar>
 #include <QMimeData>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QTest>
 
@@ -11,6 +12,7 @@
 #include "gui/compare_page.h"
 #include "gui/main_window.h"
 #include "gui/plot_style.h"
+#include "gui/post_mortem_page.h"
 #include "gui/runs_browser.h"
 #include "gui/segment_map_page.h"
 #include "gui/summary_page.h"
@@ -27,6 +29,7 @@ class TestMainWindow : public QObject {
   QString m_db;
   storage::RunId m_baseline, m_oom, m_expandable;
   std::vector<TraceEvent> m_baselineEvents;
+  std::optional<storage::RunId> m_imported;  // gpt_oom_cap, once importThroughDragAndDrop ran
 
   std::unique_ptr<MainWindow> openWindow() {
     auto window = std::make_unique<MainWindow>();
@@ -258,6 +261,8 @@ class TestMainWindow : public QObject {
     QCOMPARE(summaryPeak(record, "reserved"),
              record.summary["memory_stats"]["reserved_bytes.all.peak"].get<std::int64_t>());
     QCOMPARE(window->runsBrowser()->model()->rowOf(run) >= 0, true);
+    QCOMPARE(record.summary["allowed_bytes"].get<Bytes>(), 6 * kGiB);
+    m_imported = run;
 
     // A file that is not a snapshot is refused with its name in the message.
     const QString bogus = m_dir.filePath(QStringLiteral("bogus.pickle"));
@@ -270,6 +275,48 @@ class TestMainWindow : public QObject {
     QVERIFY(failed.wait(20000));
     QVERIFY2(failed.at(0).at(0).toString().contains(QStringLiteral("bogus.pickle")),
              qPrintable(failed.at(0).at(0).toString()));
+  }
+
+  void postMortemOfTheRealOom() {
+    if (!m_imported)
+      QSKIP("needs importThroughDragAndDrop");
+    auto window = openWindow();
+    QVERIFY(window);
+    PostMortemPage* page = window->postMortemPage();
+    QAbstractItemModelTester tester(page->model(),
+                                    QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QSignalSpy ready(page, &PostMortemPage::dataReady);
+    window->runsBrowser()->selectRuns({*m_imported});
+    QVERIFY(ready.wait(120000));
+    QVERIFY(window->showPage(QStringLiteral("postmortem")));
+    const PostMortemData& data = *page->data();
+    QCOMPARE(data.limit, std::optional<Bytes>(6 * kGiB));
+    QCOMPARE(data.postMortems.size(), 1u);
+    // PyTorch's message: "Tried to allocate 168.00 MiB ... 6.00 GiB allowed".
+    QCOMPARE(data.postMortems.front().segment_size, 168 * kMiB);
+    QVERIFY(data.whatIf);
+    QVERIFY(page->model()->rowCount() >= 5);
+    const analysis::WhatIfRow* baseline = data.whatIf->baseline();
+    QVERIFY(baseline);
+    QVERIFY2(!baseline->ok, "the baseline replay must hit the recorded OOM");
+    QVERIFY(page->table()->indexWidget(page->model()->index(0, WhatIfModel::ActionColumn)));
+
+    // The Run button of the best row stores a new simulated run and opens the comparison.
+    QSignalSpy stored(page, &PostMortemPage::mitigationStored);
+    QSignalSpy compared(window->comparePage(), &ComparePage::dataReady);
+    qobject_cast<QPushButton*>(
+        page->table()->indexWidget(page->model()->index(0, WhatIfModel::ActionColumn)))
+        ->click();
+    QVERIFY(stored.wait(120000));
+    const auto created = stored.at(0).at(1).value<storage::RunId>();
+    const storage::RunRecord replay = storage::RunStore(m_db.toStdString()).run(created);
+    QCOMPARE(replay.source, storage::RunSource::simulated);
+    QCOMPARE(replay.status,
+             data.whatIf->best()->ok ? storage::RunStatus::ok : storage::RunStatus::oom);
+    QCOMPARE(static_cast<Bytes>(summaryPeak(replay, "reserved")),
+             data.whatIf->best()->peak_reserved);
+    QVERIFY(compared.wait(60000));
+    QCOMPARE(window->comparePage()->data().runs.size(), 2u);
   }
 
   void cancellingAnImportWritesNothing() {

@@ -133,3 +133,28 @@ TEST(Writer, PythonWrittenPicklesOfEveryProtocolRead) {
 
 }  // namespace
 }  // namespace fragscope::snapshot::test
+
+namespace fragscope::snapshot::test {
+namespace {
+
+// The benchmark's generator writes a consistent snapshot: its replay lands on its segments.
+TEST(Generator, LargeSnapshotGeneratorIsSelfConsistent) {
+  if (!have_python())
+    GTEST_SKIP() << "python3 not available";
+  auto path = temp_dir() / "generated.pickle";
+  int status = 0;
+  std::string out = run_command("python3 " + std::string(FRAGSCOPE_SOURCE_DIR) +
+                                    "/tests/snapshot_tools/gen_large_snapshot.py " + path.string() +
+                                    " --entries 20000 --seed 3",
+                                status);
+  ASSERT_EQ(status, 0) << out;
+  Snapshot s = read_snapshot(path);
+  EXPECT_GE(s.device_traces.at(0).size(), 19990u);
+  Timeline tl = build_timeline(s, 0);
+  EXPECT_TRUE(tl.matches_final_segments) << tl.mismatch;
+  EXPECT_FALSE(tl.truncated);
+  EXPECT_GT(tl.peak.allocated, 0u);
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot::test

@@ -355,3 +355,44 @@ TEST(StepTime, RecomputeAndAccumulationRatios) {
 
 }  // namespace
 }  // namespace fragscope::workload
+
+namespace fragscope::workload {
+namespace {
+
+TEST(GeneratorFsdp, ShardsModelStatesAndGathersUnits) {
+  Workload w = point("gpt_fixedlen_default").workload;
+  w.training.steps = 2;
+  w.training.grad_accum = 2;
+  const auto measure = [](const Workload& x) {
+    const RequestStream s = generate(x);
+    std::map<Category, std::uint64_t> bytes;
+    std::map<std::uint64_t, int> state;
+    std::uint64_t gathers = 0;
+    for (const Request& r : s.requests) {
+      if (r.op == RequestOp::malloc) {
+        const RequestLabel& label = s.labels.at(r.label.value);
+        bytes[label.category] += r.size;
+        gathers += label.op == "fsdp.all_gather" ? 1 : 0;
+        EXPECT_EQ(state[r.tensor.value]++, 0);
+      } else if (r.op == RequestOp::free) {
+        EXPECT_EQ(state[r.tensor.value]++, 1);
+      }
+    }
+    return std::tuple(bytes, gathers, peak_allocated(s, s.requests.size()));
+  };
+  const auto [single, single_gathers, single_peak] = measure(w);
+  w.parallel.fsdp_shards = 8;
+  const auto [sharded, gathers, sharded_peak] = measure(w);
+  const std::uint64_t psi = parameter_count(w.model);
+  EXPECT_EQ(single_gathers, 0U);
+  // per micro-batch: the root once, every block in forward and again in backward
+  EXPECT_EQ(gathers, 2U * 2U * (1U + 2U * 8U));
+  // fp32 shards of ~Ψ/8 (per-unit rounding up), fp32 Adam state 8 B/param over 8 ranks
+  EXPECT_NEAR(static_cast<double>(sharded.at(Category::parameter)), 4.0 * psi / 8, 64.0);
+  EXPECT_NEAR(static_cast<double>(sharded.at(Category::optimizer_state)), 8.0 * psi / 8, 128.0);
+  EXPECT_EQ(single.at(Category::parameter), 4 * psi);
+  EXPECT_LT(sharded_peak, single_peak);
+}
+
+}  // namespace
+}  // namespace fragscope::workload
