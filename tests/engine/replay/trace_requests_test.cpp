@@ -1,0 +1,102 @@
+// requests_from_trace and the divergence report on small hand-made traces.
+#include <gtest/gtest.h>
+
+#include "engine/replay/replay.h"
+
+namespace fragscope::replay {
+namespace {
+
+using namespace fragscope::literals;
+
+TraceEvent ev(TraceAction action, std::uint64_t addr, Bytes size, std::uint64_t stream = 0) {
+  return TraceEvent{action, addr, size, StreamId{stream}, 0, FrameStackId{}};
+}
+
+nlohmann::json default_settings() {
+  nlohmann::json table = nlohmann::json::object();
+  for (int k = 1; k <= 32768; k *= 2)
+    table[std::to_string(k)] = 0;
+  return {{"PYTORCH_CUDA_ALLOC_CONF", ""},          {"max_split_size", -1},
+          {"garbage_collection_threshold", 0.0},    {"expandable_segments", false},
+          {"pinned_num_register_threads", 1},       {"release_lock_on_cudamalloc", false},
+          {"pinned_use_cuda_host_register", false}, {"graph_capture_record_stream_reuse", false},
+          {"roundup_power2_divisions", table}};
+}
+
+// What PyTorch records for: a = alloc(1000); b = alloc(3000) with b.record_stream(s);
+// del a; del b; c = alloc(512) (b's event completes inside this malloc).
+std::vector<TraceEvent> small_trace() {
+  const std::uint64_t seg = 0x7f0000000000;
+  return {ev(TraceAction::segment_alloc, seg, 2_MiB),
+          ev(TraceAction::alloc, seg, 1000),
+          ev(TraceAction::alloc, seg + 1024, 3000),
+          ev(TraceAction::free_requested, seg, 1000),
+          ev(TraceAction::free_completed, seg, 1000),
+          ev(TraceAction::free_requested, seg + 1024, 3000),
+          ev(TraceAction::free_completed, seg + 1024, 3000),
+          ev(TraceAction::alloc, seg, 512)};
+}
+
+TEST(TraceRequests, PendingFreesBecomeRecordStreamAndEventsReady) {
+  // b is freed first and waits for its event; a is freed at once; b's event completes inside
+  // the next malloc.
+  const std::uint64_t seg = 0x7f0000000000;
+  const std::vector<TraceEvent> trace = {ev(TraceAction::segment_alloc, seg, 2_MiB),
+                                         ev(TraceAction::alloc, seg, 1000),
+                                         ev(TraceAction::alloc, seg + 1024, 3000),
+                                         ev(TraceAction::free_requested, seg + 1024, 3000),
+                                         ev(TraceAction::free_requested, seg, 1000),
+                                         ev(TraceAction::free_completed, seg, 1000),
+                                         ev(TraceAction::free_completed, seg + 1024, 3000),
+                                         ev(TraceAction::alloc, seg, 512)};
+  const TraceRequests r = requests_from_trace(trace);
+  EXPECT_EQ(r.entries, 8u);
+  EXPECT_EQ(r.allocs, 3u);
+  ASSERT_EQ(r.segments.size(), 1u);
+  std::vector<RequestOp> ops;
+  for (const Request& q : r.requests.requests)
+    ops.push_back(q.op);
+  EXPECT_EQ(ops, (std::vector<RequestOp>{RequestOp::malloc, RequestOp::malloc,
+                                         RequestOp::record_stream, RequestOp::free, RequestOp::free,
+                                         RequestOp::events_ready, RequestOp::malloc}));
+  EXPECT_EQ(r.requests.requests[2].stream, StreamId{UINT64_MAX});  // one stream: synthetic
+  const ReplayResult result = replay_trace(trace, default_settings());
+  EXPECT_TRUE(result.compared);
+  EXPECT_FALSE(result.first_divergence.has_value()) << describe(*result.first_divergence);
+}
+
+TEST(TraceRequests, ImmediateFreesReplayExactly) {
+  const ReplayResult result = replay_trace(small_trace(), default_settings());
+  EXPECT_FALSE(result.first_divergence.has_value()) << describe(*result.first_divergence);
+  EXPECT_TRUE(result.segment_events_match);
+  EXPECT_TRUE(result.ooms_match);
+  EXPECT_EQ(result.allocs, 3u);
+}
+
+TEST(TraceRequests, FirstDivergenceNamesTheEntry) {
+  auto trace = small_trace();
+  trace[7].addr += 512;  // PyTorch would put c at the segment start, not 512 bytes in
+  const ReplayResult result = replay_trace(trace, default_settings());
+  ASSERT_TRUE(result.first_divergence.has_value());
+  EXPECT_EQ(result.first_divergence->trace_entry, 7u);
+  EXPECT_EQ(result.first_divergence->expected->addr, 0x7f0000000000u + 512);
+  EXPECT_EQ(result.first_divergence->got->addr, 0x7f0000000000u);
+  EXPECT_NE(describe(*result.first_divergence).find("trace entry 7"), std::string::npos);
+  EXPECT_TRUE(result.segment_events_match);
+}
+
+TEST(TraceRequests, AllocAtALiveAddressIsAnInputError) {
+  auto trace = small_trace();
+  trace[2].addr = trace[1].addr;
+  EXPECT_THROW(requests_from_trace(trace), InputError);
+}
+
+TEST(TraceRequests, BadSettingsAreInputErrors) {
+  auto settings = default_settings();
+  settings.erase("max_split_size");
+  EXPECT_THROW(config_from_settings(settings), InputError);
+  EXPECT_THROW(config_from_settings(nlohmann::json::array()), InputError);
+}
+
+}  // namespace
+}  // namespace fragscope::replay
