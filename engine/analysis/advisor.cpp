@@ -44,6 +44,23 @@ std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// "+3", "0", "-2". (Built with append: GCC 12 -O3 warns falsely on "+" + std::string.)
+std::string signed_count(std::int64_t value) {
+  std::string text = value > 0 ? std::string("+") : std::string();
+  text.append(std::to_string(value));
+  return text;
+}
+
+std::string outcome_of(const WhatIfRow& row) {
+  if (!row.error.empty())
+    return "error";
+  if (row.ok)
+    return "yes";
+  std::string text("OOM after ");
+  text.append(std::to_string(row.allocs_before_oom));
+  return text;
+}
+
 }  // namespace
 
 std::vector<StepStart> align_steps(const RequestStream& requests,
@@ -247,16 +264,11 @@ std::string to_text(const Advice& a) {
   out << pad("rank", 6) << pad("candidate", 36) << pad("ok", 18) << pad("peak reserved", 16)
       << pad("vs ideal", 10) << pad("device calls", 14) << pad("extra", 8) << "step time\n";
   for (const auto& row : a.table.rows) {
-    out << pad(std::to_string(row.rank), 6) << pad(row.name, 36)
-        << pad(row.error.empty()
-                   ? (row.ok ? "yes" : "OOM after " + std::to_string(row.allocs_before_oom))
-                   : "error",
-               18)
+    out << pad(std::to_string(row.rank), 6) << pad(row.name, 36) << pad(outcome_of(row), 18)
         << pad(format_size(row.peak_reserved), 16)
         << pad(fixed(row.distance_from_ideal(), 2) + "x", 10)
         << pad(std::to_string(row.device_calls()), 14)
-        << pad((row.extra_device_calls > 0 ? "+" : "") + std::to_string(row.extra_device_calls), 8)
-        << fixed(row.step_time_ratio, 2) << "\n";
+        << pad(signed_count(row.extra_device_calls), 8) << fixed(row.step_time_ratio, 2) << "\n";
   }
   if (const WhatIfRow* best = a.table.best())
     out << "best: " << best->name << " (PYTORCH_CUDA_ALLOC_CONF=\"" << best->alloc_conf << "\")\n";

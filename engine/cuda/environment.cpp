@@ -1,6 +1,9 @@
 #include "engine/cuda/environment.h"
 
+#include <dlfcn.h>
+
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -50,19 +53,44 @@ std::string uuid_text(const cudaUUID_t& uuid) {
   return text;
 }
 
-// "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..." -> "580.159.04".
+// The driver's version from NVML, loaded at run time like the driver itself (nothing links it).
+std::string nvml_driver_version() {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr)
+    return "";
+  using Init = int (*)();
+  using Version = int (*)(char*, unsigned int);
+  auto init = reinterpret_cast<Init>(dlsym(nvml, "nvmlInit_v2"));
+  auto version = reinterpret_cast<Version>(dlsym(nvml, "nvmlSystemGetDriverVersion"));
+  auto shutdown = reinterpret_cast<Init>(dlsym(nvml, "nvmlShutdown"));
+  std::array<char, 96> text{};
+  if (init != nullptr && version != nullptr && init() == 0) {
+    if (version(text.data(), static_cast<unsigned int>(text.size())) != 0)
+      text[0] = '\0';
+    if (shutdown != nullptr)
+      shutdown();
+  }
+  dlclose(nvml);
+  return text.data();
+}
+
+// "NVRM version: NVIDIA UNIX ... Kernel Module ... 580.159.04  ..." -> "580.159.04"; NVML
+// where that file is not there (some virtual machines).
 std::string driver_release() {
   std::ifstream file("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(file, line))
-    return "";
+    return nvml_driver_version();
   const auto module = line.find("Kernel Module");
   if (module == std::string::npos)
     return "";
+  // The version is the first word that starts with a digit: "Kernel Module  580.159.04" and
+  // "Open Kernel Module for x86_64  580.159.04" both occur.
   std::istringstream words(line.substr(module + 13));
-  std::string version;
-  words >> version;
-  return version;
+  for (std::string word; words >> word;)
+    if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos)
+      return word;
+  return nvml_driver_version();
 }
 
 }  // namespace

@@ -24,11 +24,11 @@ def steady(steps, key):
 
 def gpu_run(doc):
     env = doc["environment"]
-    out = [f"GPU: {env['gpu_name']}, {gib(env['total_memory'])} GiB, driver "
-           f"{env.get('driver_release') or env['driver_cuda_version']} (CUDA "
+    driver = env.get("driver_release") or "(release not reported)"
+    out = [f"GPU: {env['gpu_name']}, {gib(env['total_memory'])} GiB, driver {driver} (CUDA "
            f"{env['driver_cuda_version']}), runtime {env['runtime_cuda_version']}", ""]
     out.append("| point | allocator | outcome | peak allocated GiB | peak reserved GiB | "
-               "peak device used GiB | device calls | device call ms | mallocs | malloc mean us "
+               "device used at step ends, max GiB | device calls | device call ms | mallocs | malloc mean us "
                "| free mean us | median step ms (host / GPU) | empty_cache calls, total ms |")
     out.append("|" + "---|" * 13)
     for r in doc["runs"]:

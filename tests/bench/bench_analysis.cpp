@@ -1,0 +1,93 @@
+// What-if throughput: a 100-configuration sweep over a 100k-entry real PyTorch trace on two
+// threads (target < 2 s in Release), and the metrics pass over the same trace.
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/analysis/metrics.h"
+#include "engine/analysis/trace_requests.h"
+#include "engine/analysis/what_if.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace {
+
+using namespace fragscope;
+
+constexpr std::size_t kTraceEntries = 100'000;
+
+struct SweepInput {
+  std::vector<TraceEvent> events;  // the first kTraceEntries entries of gpt_ckpt_accum
+  analysis::TraceRequests requests;
+  alloc::AllocatorConfig config;
+};
+
+const SweepInput& input() {
+  static const SweepInput in = [] {
+    SweepInput s;
+    const auto snap =
+        snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/gpt_ckpt_accum.pickle.gz");
+    const auto& trace = snap.device_traces.at(0);
+    s.events.assign(trace.begin(), trace.begin() + static_cast<std::ptrdiff_t>(
+                                                       std::min(kTraceEntries, trace.size())));
+    s.requests = analysis::requests_from_trace(s.events, snapshot::SegmentState{});
+    s.config = analysis::config_from_settings(snap.allocator_settings);
+    return s;
+  }();
+  return in;
+}
+
+// 2 (expandable) x 5 (max_split_size_mb) x 5 (roundup_power2_divisions) x 2 (GC threshold).
+std::vector<analysis::Mitigation> hundred_configs() {
+  std::vector<analysis::Mitigation> out;
+  for (const char* expandable : {"False", "True"})
+    for (const char* split : {"", "64", "128", "256", "512"})
+      for (const char* divisions : {"", "2", "4", "8", "16"})
+        for (const char* gc : {"", "0.8"}) {
+          std::string conf = analysis::with_option("", "expandable_segments", expandable);
+          if (*split)
+            conf = analysis::with_option(conf, "max_split_size_mb", split);
+          if (*divisions)
+            conf = analysis::with_option(conf, "roundup_power2_divisions", divisions);
+          if (*gc)
+            conf = analysis::with_option(conf, "garbage_collection_threshold", gc);
+          analysis::Mitigation m;
+          m.name = conf;
+          m.alloc_conf = conf;
+          m.config = alloc::AllocatorConfig::parse(conf);
+          out.push_back(std::move(m));
+        }
+  return out;
+}
+
+void BM_WhatIfSweep100Configs(benchmark::State& state) {
+  const SweepInput& in = input();
+  const auto configs = hundred_configs();
+  analysis::WhatIfOptions options;
+  options.threads = static_cast<unsigned>(state.range(0));
+  options.capacity = Bytes{6} << 30;  // a limit, so the GC threshold takes part
+  std::size_t rows = 0;
+  for (auto _ : state) {
+    const auto table = analysis::run_what_if(in.requests.requests, configs, options);
+    rows += table.rows.size();
+    benchmark::DoNotOptimize(table.rows.data());
+  }
+  state.counters["configs"] = static_cast<double>(configs.size());
+  state.counters["trace_entries"] = static_cast<double>(in.events.size());
+  state.counters["requests"] = static_cast<double>(in.requests.requests.requests.size());
+  state.SetItemsProcessed(static_cast<std::int64_t>(rows * in.events.size()));
+}
+BENCHMARK(BM_WhatIfSweep100Configs)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_MetricsPass(benchmark::State& state) {
+  const SweepInput& in = input();
+  for (auto _ : state) {
+    const auto metrics = analysis::measure_trace(in.events, snapshot::SegmentState{},
+                                                 {.keep_samples = false, .buckets = 0});
+    benchmark::DoNotOptimize(metrics.peak.reserved);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * in.events.size()));
+}
+BENCHMARK(BM_MetricsPass)->Unit(benchmark::kMillisecond);
+
+}  // namespace
