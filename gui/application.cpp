@@ -83,6 +83,7 @@ std::optional<std::vector<storage::RunId>> parseRunList(const QString& text, QSt
 void initializeGuiLibrary() {
   initResources();
   qRegisterMetaType<storage::RunId>();
+  qRegisterMetaType<std::vector<storage::RunId>>();
   qRegisterMetaType<TimelineSlice>();
   qRegisterMetaType<RunOverview>();
   qRegisterMetaType<SegmentSnapshotAt>();

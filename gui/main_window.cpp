@@ -19,6 +19,7 @@
 #include "engine/core/error.h"
 #include "fragscope/version.h"
 #include "gui/compare_page.h"
+#include "gui/designer_page.h"
 #include "gui/post_mortem_page.h"
 #include "gui/report.h"
 #include "gui/runs_browser.h"
@@ -50,6 +51,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_summary(new SummaryPage(this)),
       m_compare(new ComparePage(this)),
       m_postMortem(new PostMortemPage(this)),
+      m_designer(new DesignerPage(this)),
       m_statusLabel(new QLabel(this)),
       m_progress(new QProgressBar(this)),
       m_cancelButton(new QPushButton(tr("Cancel"), this)) {
@@ -72,6 +74,7 @@ MainWindow::MainWindow(QWidget* parent)
   m_pages->addTab(m_summary, tr("Summary"));
   m_pages->addTab(m_postMortem, tr("OOM Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
+  m_pages->addTab(m_designer, tr("Experiment Designer"));
   m_pages->setDocumentMode(true);
   setCentralWidget(m_pages);
 
@@ -104,6 +107,21 @@ MainWindow::MainWindow(QWidget* parent)
             m_browser->selectRuns({original, created});
             compareRuns({original, created});
           });
+  connect(m_designer, &DesignerPage::experimentStored, this,
+          [this](const std::vector<storage::RunId>& runs) {
+            refreshRuns();
+            m_statusLabel->setText(
+                tr("Stored %n run(s) of the experiment.", nullptr, static_cast<int>(runs.size())));
+            if (runs.size() >= 2) {
+              m_browser->selectRuns(runs);
+              compareRuns(runs);
+            } else if (runs.size() == 1) {
+              m_browser->selectRuns(runs);
+              showPage(Page::run);
+            }
+          });
+  connect(m_designer, &DesignerPage::errorOccurred, this,
+          [this](const QString& message) { showError(tr("Experiment"), message); });
   connect(m_postMortem, &PostMortemPage::errorOccurred, this,
           [this](const QString& message) { showError(tr("Post-mortem"), message); });
   connect(m_timeline, &TimelinePage::cursorEventChanged, m_segments, &SegmentMapPage::setEvent);
@@ -163,7 +181,8 @@ void MainWindow::createActions() {
   const std::pair<QString, Page> pages[] = {{tr("&Timeline && Segments"), Page::run},
                                             {tr("&Summary"), Page::summary},
                                             {tr("OOM &Post-mortem"), Page::postMortem},
-                                            {tr("&Compare"), Page::compare}};
+                                            {tr("&Compare"), Page::compare},
+                                            {tr("&Experiment Designer"), Page::designer}};
   int key = Qt::Key_1;
   for (const auto& [name, page] : pages) {
     auto* action = view->addAction(name);
@@ -262,6 +281,7 @@ bool MainWindow::openDatabase(const QString& path) {
   m_segments->setDatabase(path);
   m_compare->setDatabase(path);
   m_postMortem->setDatabase(path);
+  m_designer->setDatabase(path);
   m_summary->clear();
   setWindowTitle(QStringLiteral("%1 — FragScope").arg(QFileInfo(path).fileName()));
   refreshRuns();
@@ -313,6 +333,9 @@ void MainWindow::showPage(Page page) {
     case Page::compare:
       m_pages->setCurrentWidget(m_compare);
       break;
+    case Page::designer:
+      m_pages->setCurrentWidget(m_designer);
+      break;
   }
 }
 
@@ -328,6 +351,8 @@ bool MainWindow::showPage(const QString& name) {
   } else if (page == QLatin1String("postmortem") || page == QLatin1String("post-mortem") ||
              page == QLatin1String("oom")) {
     showPage(Page::postMortem);
+  } else if (page == QLatin1String("designer")) {
+    showPage(Page::designer);
   } else if (page == QLatin1String("compare")) {
     showPage(Page::compare);
   } else {
@@ -338,7 +363,7 @@ bool MainWindow::showPage(const QString& name) {
 
 bool MainWindow::busy() const {
   return m_timeline->busy() || m_segments->busy() || m_compare->busy() || m_postMortem->busy() ||
-         importing() || m_exportJob.busy() || m_deleteJob.busy();
+         m_designer->busy() || importing() || m_exportJob.busy() || m_deleteJob.busy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {

@@ -29,11 +29,12 @@ class SegmentMapPage;
 class SummaryPage;
 class ComparePage;
 class PostMortemPage;
+class DesignerPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class Page { run, summary, postMortem, compare };
+  enum class Page { run, summary, postMortem, compare, designer };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -63,6 +64,7 @@ class MainWindow : public QMainWindow {
   SummaryPage* summaryPage() const { return m_summary; }
   ComparePage* comparePage() const { return m_compare; }
   PostMortemPage* postMortemPage() const { return m_postMortem; }
+  DesignerPage* designerPage() const { return m_designer; }
   QTabWidget* pages() const { return m_pages; }
   std::optional<storage::RunId> currentRun() const { return m_currentRun; }
 
@@ -108,6 +110,7 @@ class MainWindow : public QMainWindow {
   SummaryPage* m_summary;
   ComparePage* m_compare;
   PostMortemPage* m_postMortem;
+  DesignerPage* m_designer;
 
   QLabel* m_statusLabel;
   QProgressBar* m_progress;

@@ -93,8 +93,11 @@ storage::RunId runMitigation(const QString& databasePath, storage::RunId run,
   if (job && job->cancelled())
     throw InputError("cancelled");
   const std::optional<Bytes> limit = runLimit(loaded.record);
+  // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
+  // whole simulated device, the recording's segment addresses to break best-fit ties.
   const Bytes deviceMemory = std::max(analysis::kDefaultDeviceMemory, limit.value_or(0));
-  alloc::SimulatedDevice device(limit.value_or(deviceMemory), deviceMemory);
+  alloc::SimulatedDevice simulated(deviceMemory, deviceMemory);
+  alloc::RecordedAddressDevice device(loaded.requests.recorded_segments, simulated);
   alloc::TraceRecorder recorder;
   alloc::RunOptions options;
   options.allowed_memory = limit;

@@ -10,6 +10,7 @@
 
 #include "gui/application.h"
 #include "gui/compare_page.h"
+#include "gui/designer_page.h"
 #include "gui/main_window.h"
 #include "gui/plot_style.h"
 #include "gui/post_mortem_page.h"
@@ -70,7 +71,8 @@ class TestMainWindow : public QObject {
     QVERIFY(window->showPage(QStringLiteral("summary")));
     QCOMPARE(window->pages()->currentWidget(), window->summaryPage());
     QVERIFY(!window->showPage(QStringLiteral("nonsense")));
-    QVERIFY(!window->busy());
+    // The designer's live preview runs once at start; then nothing is loading.
+    QVERIFY(test::waitFor([&] { return !window->busy(); }, 60000));
   }
 
   void selectingARunShowsItsTimeline() {
@@ -317,6 +319,49 @@ class TestMainWindow : public QObject {
              data.whatIf->best()->peak_reserved);
     QVERIFY(compared.wait(60000));
     QCOMPARE(window->comparePage()->data().runs.size(), 2u);
+  }
+
+  void designerRunsASmallExperiment() {
+    auto window = openWindow();
+    QVERIFY(window);
+    DesignerPage* designer = window->designerPage();
+    nlohmann::json experiment = defaultExperiment();
+    experiment["name"] = "tiny";
+    experiment["model"]["layers"] = 2;
+    experiment["model"]["hidden"] = 128;
+    experiment["model"]["heads"] = 4;
+    experiment["training"]["steps"] = 2;
+    experiment["variants"] =
+        nlohmann::json::array({{{"name", "tiny-default"}, {"set", nlohmann::json::object()}},
+                               {{"name", "tiny-expandable"},
+                                {"set", {{"allocator.alloc_conf", "expandable_segments:True"}}}}});
+    QSignalSpy preview(designer, &DesignerPage::previewReady);
+    designer->setDocument(experiment);
+    QVERIFY2(designer->validationError().isEmpty(), qPrintable(designer->validationError()));
+    QCOMPARE(designer->histogramLengths().size(), 2u * 1u);  // steps x grad_accum micro-batches
+    QVERIFY(preview.wait(60000));
+    QVERIFY(designer->preview()->peakReserved > 0);
+    // A bad value is reported with its JSON path and disables Run.
+    nlohmann::json bad = experiment;
+    bad["training"]["batch_size"] = -4;
+    designer->setDocument(bad);
+    QVERIFY(designer->validationError().contains(QStringLiteral("batch_size")));
+    designer->setDocument(experiment);
+
+    QSignalSpy stored(designer, &DesignerPage::experimentStored);
+    QSignalSpy compared(window->comparePage(), &ComparePage::dataReady);
+    designer->runExperiment();
+    QVERIFY(designer->running());
+    QVERIFY(stored.wait(120000));
+    const auto runs = stored.at(0).at(0).value<std::vector<storage::RunId>>();
+    QCOMPARE(runs.size(), 2u);
+    // Its curves: the comparison of the two points opens with both runs plotted.
+    QVERIFY(compared.wait(60000));
+    QCOMPARE(window->comparePage()->data().runs.size(), 2u);
+    QVERIFY(window->comparePage()->overlayPlot()->graph(0)->dataCount() > 2);
+    const storage::RunRecord first = storage::RunStore(m_db.toStdString()).run(runs[0]);
+    QCOMPARE(first.name, std::string("tiny-default"));
+    QVERIFY(summaryPeak(first, "reserved") > 0);
   }
 
   void cancellingAnImportWritesNothing() {
