@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator/config.h"
 #include "engine/core/error.h"
 
 namespace fragscope::snapshot {
@@ -20,10 +21,24 @@ std::string hex(std::uint64_t v) {
 
 // ---- LayoutRules ------------------------------------------------------------------------------
 
-LayoutRules LayoutRules::from_allocator_settings(const nlohmann::json& settings) {
+LayoutRules LayoutRules::from_config(const alloc::AllocatorConfig& config) {
   LayoutRules r;
-  if (!settings.is_object())
-    return r;
+  r.max_split_size = config.max_split_size;
+  r.roundup_power2_divisions = config.roundup_power2_divisions;
+  r.expandable_segments = config.expandable_segments;
+  return r;
+}
+
+LayoutRules LayoutRules::from_allocator_settings(const nlohmann::json& settings) {
+  if (!settings.is_object() || settings.empty())
+    return LayoutRules{};  // PyTorch 2.0 snapshots record no settings: the defaults applied
+  try {
+    return from_config(alloc::config_from_allocator_settings(settings));
+  } catch (const alloc::AllocatorConfigError&) {
+    // Releases between 2.1 and 2.11 record fewer keys than the strict parser wants; the three
+    // that decide block sizes are read on their own below.
+  }
+  LayoutRules r;
   auto bad = [](const std::string& key, const char* expected) {
     throw InputError("allocator_settings: '" + key + "' must be " + expected);
   };

@@ -19,6 +19,10 @@
 #include "engine/core/units.h"
 #include "engine/snapshot/snapshot.h"
 
+namespace fragscope::alloc {
+struct AllocatorConfig;
+}  // namespace fragscope::alloc
+
 namespace fragscope::snapshot {
 
 // The part of the allocator configuration that decides block sizes.
@@ -27,8 +31,10 @@ struct LayoutRules {
   std::array<std::uint64_t, 16> roundup_power2_divisions{};
   bool expandable_segments = false;
 
-  // From a snapshot's allocator_settings (2.11 keys); missing keys keep PyTorch's defaults, and
-  // a value of the wrong type is an InputError naming the key.
+  static LayoutRules from_config(const alloc::AllocatorConfig& config);
+  // From a snapshot's allocator_settings via alloc::config_from_allocator_settings; a dict older
+  // releases wrote with fewer keys is read for just the keys above (missing ones keep PyTorch's
+  // defaults), and a value of the wrong type is an InputError naming the key.
   static LayoutRules from_allocator_settings(const nlohmann::json& settings);
   // round_size(n): the block size PyTorch uses for a request of n bytes.
   Bytes round_size(Bytes n) const;

@@ -274,8 +274,6 @@ class TraceSink : public pickle::ListSink {
     return true;
   }
 
-  std::vector<std::string> unknown_actions;
-
  private:
   bool is_trace_entry(Machine& vm, const Value& item) const {
     if (item.kind != Kind::dict)

@@ -107,7 +107,8 @@ struct Snapshot {
   FrameTable frames;
   SnapshotFormat format = SnapshotFormat::v2_1;
   int pickle_protocol = 4;
-  // Things read but not representable, e.g. trace actions newer than this build knows.
+  // Notes for the user about how this snapshot was made (e.g. an export from storage that had to
+  // approximate segments). Not written to the pickle; not part of equality.
   std::vector<std::string> warnings;
 
   std::size_t device_count() const;
