@@ -17,35 +17,13 @@
 #include "engine/workload/runner.h"
 #include "gui/format.h"
 #include "gui/plot_style.h"
+#include "storage/db/simulated_run.h"
 
 namespace fragscope::gui {
 
 namespace {
 constexpr int kPreviewSteps = 2;
 constexpr int kHistogramBins = 32;
-
-storage::RunId storePoint(storage::RunStore& store, storage::ExperimentId experiment,
-                          const workload::ExperimentPoint& point,
-                          const workload::PointResult& result) {
-  storage::RunRecord record;
-  record.experiment = experiment;
-  record.name = point.name;
-  record.source = storage::RunSource::simulated;
-  record.alloc_config = point.alloc_conf;
-  record.capacity = point.device.allowed > 0 ? point.device.allowed : point.device.capacity;
-  record.device_name = point.device.name;
-  record.environment = storage::Environment::current();
-  record.environment.gpu_name = point.device.name;
-  record.environment.gpu_memory = point.device.total_memory;
-  const storage::RunId id = store.begin_run(record);
-  store.set_labels(id, result.labels);
-  store.append_events(id, result.events, storage::EventColumns{{}, result.event_labels});
-  nlohmann::json summary = workload::to_json(result);
-  summary["config"] = point.config;
-  store.finish_run(id, result.oom ? storage::RunStatus::oom : storage::RunStatus::ok, summary,
-                   result.wall_seconds);
-  return id;
-}
 }  // namespace
 
 nlohmann::json defaultExperiment() {
@@ -387,7 +365,7 @@ void DesignerPage::runExperiment() {
           const workload::PointResult result = workload::run_point(experiment.points[i], true);
           if (job.cancelled())
             break;
-          runs.push_back(storePoint(store, id, experiment.points[i], result));
+          runs.push_back(storage::store_simulated_run(store, id, experiment.points[i], result));
           job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
         }
         return runs;

@@ -130,18 +130,6 @@ std::string hex_address(std::uint64_t address) {
 
 }  // namespace
 
-std::string_view to_string(BlockState state) {
-  switch (state) {
-    case BlockState::active_allocated:
-      return "active_allocated";
-    case BlockState::active_pending_free:
-      return "active_pending_free";
-    case BlockState::inactive:
-      return "inactive";
-  }
-  return "inactive";
-}
-
 struct CachingAllocator::Impl {
   AllocatorConfig config;
   Device& device;

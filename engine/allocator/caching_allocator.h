@@ -38,6 +38,7 @@
 #include "engine/allocator/event_sink.h"
 #include "engine/allocator/sizes.h"
 #include "engine/allocator/stats.h"
+#include "engine/core/block_state.h"
 #include "engine/core/error.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/units.h"
@@ -71,8 +72,7 @@ struct MallocResult {
   bool ok() const { return !oom.has_value(); }
 };
 
-enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };
-std::string_view to_string(BlockState state);  // PyTorch's snapshot strings
+using fragscope::BlockState;  // engine/core/block_state.h
 
 struct BlockInfo {
   std::uint64_t address = 0;

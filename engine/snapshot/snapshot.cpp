@@ -70,18 +70,6 @@ std::vector<Frame> FrameTable::stack_frames(FrameStackId id) const {
 
 // ---- enums ------------------------------------------------------------------------------------
 
-std::string_view to_string(BlockState state) {
-  switch (state) {
-    case BlockState::active_allocated:
-      return "active_allocated";
-    case BlockState::active_pending_free:
-      return "active_pending_free";
-    case BlockState::inactive:
-      return "inactive";
-  }
-  return "?";
-}
-
 std::string_view to_string(PoolKind pool) {
   return pool == PoolKind::small ? "small" : "large";
 }

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/block_state.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
 #include "engine/core/units.h"
@@ -62,8 +63,7 @@ class FrameTable {
   std::unordered_multimap<std::uint64_t, std::uint32_t> stack_index_;  // hash -> stack id
 };
 
-enum class BlockState : std::uint8_t { active_allocated, active_pending_free, inactive };
-std::string_view to_string(BlockState state);
+using fragscope::BlockState;  // engine/core/block_state.h
 
 enum class PoolKind : std::uint8_t { small, large };
 std::string_view to_string(PoolKind pool);

@@ -18,6 +18,7 @@
 #include "storage/cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
+#include "storage/db/simulated_run.h"
 
 namespace fragscope::cli {
 namespace {
@@ -81,31 +82,6 @@ class PointPool {
   std::vector<std::thread> workers_;
 };
 
-storage::RunId store_point(storage::RunStore& store, storage::ExperimentId experiment,
-                           const workload::ExperimentPoint& point,
-                           const workload::PointResult& result, const nlohmann::json& summary) {
-  storage::RunRecord record;
-  record.experiment = experiment;
-  record.name = point.name;
-  record.source = storage::RunSource::simulated;
-  record.alloc_config = point.alloc_conf;
-  record.capacity = point.device.allowed > 0 ? point.device.allowed : point.device.capacity;
-  record.device_name = point.device.name;
-  record.environment = storage::Environment::current();
-  record.environment.gpu_name = point.device.name;
-  record.environment.gpu_memory = point.device.total_memory;
-  const storage::RunId id = store.begin_run(record);
-  store.set_labels(id, result.labels);
-  store.append_events(id, result.events, storage::EventColumns{{}, result.event_labels});
-  if (result.oom && !result.events.empty())
-    store.add_oom_report(id, result.events.size() - 1, summary.at("oom"));
-  nlohmann::json stored = summary;
-  stored["config"] = point.config;
-  store.finish_run(id, result.oom ? storage::RunStatus::oom : storage::RunStatus::ok, stored,
-                   result.wall_seconds);
-  return id;
-}
-
 int run_experiment(const std::vector<std::string>& argv) {
   const Args args(argv, {"--no-store"}, {"--db", "--json", "--threads"});
   args.expect_positional(1, "one EXPERIMENT.json file");
@@ -138,7 +114,8 @@ int run_experiment(const std::vector<std::string>& argv) {
       if (store) {
         if (i == 0)
           experiment_id = store->create_experiment(experiment.name, experiment.definition);
-        summary["run_id"] = store_point(*store, experiment_id, point, result, summary).value;
+        summary["run_id"] =
+            storage::store_simulated_run(*store, experiment_id, point, result).value;
       }
       std::cerr << "run: " << (i + 1) << "/" << experiment.points.size() << " " << point.name
                 << ": " << (result.oom ? "oom" : "ok") << ", peak allocated "

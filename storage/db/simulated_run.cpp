@@ -1,0 +1,30 @@
+#include "storage/db/simulated_run.h"
+
+namespace fragscope::storage {
+
+RunId store_simulated_run(RunStore& store, ExperimentId experiment,
+                          const workload::ExperimentPoint& point,
+                          const workload::PointResult& result) {
+  RunRecord record;
+  record.experiment = experiment;
+  record.name = point.name;
+  record.source = RunSource::simulated;
+  record.alloc_config = point.alloc_conf;
+  record.capacity = point.device.allowed > 0 ? point.device.allowed : point.device.capacity;
+  record.device_name = point.device.name;
+  record.environment = Environment::current();
+  record.environment.gpu_name = point.device.name;
+  record.environment.gpu_memory = point.device.total_memory;
+  const RunId id = store.begin_run(record);
+  store.set_labels(id, result.labels);
+  store.append_events(id, result.events, EventColumns{{}, result.event_labels});
+  nlohmann::json summary = workload::to_json(result);
+  // The failed request is the last event the model recorded before the run stopped.
+  if (result.oom && !result.events.empty())
+    store.add_oom_report(id, result.events.size() - 1, summary.at("oom"));
+  summary["config"] = point.config;
+  store.finish_run(id, result.oom ? RunStatus::oom : RunStatus::ok, summary, result.wall_seconds);
+  return id;
+}
+
+}  // namespace fragscope::storage
