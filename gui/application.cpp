@@ -135,8 +135,6 @@ int runApplication(int argc, char** argv) {
                                    : QString::fromStdString(storage::default_database_path());
 
   if (parser.isSet(report)) {
-    if (!parser.isSet(db))
-      return fail(QObject::tr("--report needs --db FILE"));
     if (!QFileInfo::exists(databasePath))
       return fail(QObject::tr("%1: no such database").arg(databasePath));
     QString error;
