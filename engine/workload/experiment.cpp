@@ -526,4 +526,21 @@ Experiment load_experiment(const std::filesystem::path& path) {
   return parse_experiment(document, path.string());
 }
 
+std::vector<const ExperimentPoint*> select_points(const Experiment& experiment,
+                                                  const std::optional<std::string>& variant,
+                                                  std::string_view source) {
+  std::vector<const ExperimentPoint*> points;
+  for (const auto& point : experiment.points)
+    if (!variant || point.name == *variant)
+      points.push_back(&point);
+  if (points.empty()) {
+    std::string names;
+    for (const auto& point : experiment.points)
+      names += (names.empty() ? "" : ", ") + point.name;
+    throw InputError(std::string(source) + ": no point named '" + variant.value_or("") +
+                     "' (points: " + names + ")");
+  }
+  return points;
+}
+
 }  // namespace fragscope::workload

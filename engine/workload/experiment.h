@@ -8,6 +8,7 @@
 // value is a fragscope::InputError naming the file and the JSON path, e.g.
 //   "case.json: $.training.batch_size: expected an integer >= 1, got -4".
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,5 +60,11 @@ struct Experiment {
 Experiment parse_experiment(const nlohmann::json& document, std::string_view source);
 // Reads and parses a file; unreadable or malformed JSON is an InputError naming it.
 Experiment load_experiment(const std::filesystem::path& path);
+
+// The point named `variant`, or every point when no name is given (the CLI's --variant). An
+// unknown name is an InputError listing the points there are; `source` names the file.
+std::vector<const ExperimentPoint*> select_points(const Experiment& experiment,
+                                                  const std::optional<std::string>& variant,
+                                                  std::string_view source);
 
 }  // namespace fragscope::workload

@@ -83,18 +83,8 @@ int run_gpu_run(const std::vector<std::string>& argv) {
   args.expect_positional(1, "one EXPERIMENT.json");
   const auto allocators = allocators_of(args.option_or("--allocator", "model"));
   const workload::Experiment experiment = workload::load_experiment(args.positional()[0]);
-  std::vector<const workload::ExperimentPoint*> points;
-  const auto variant = args.option("--variant");
-  for (const auto& point : experiment.points)
-    if (!variant || point.name == *variant)
-      points.push_back(&point);
-  if (points.empty()) {
-    std::string names;
-    for (const auto& point : experiment.points)
-      names += (names.empty() ? "" : ", ") + point.name;
-    throw InputError(args.positional()[0] + ": no point named '" + variant.value_or("") +
-                     "' (points: " + names + ")");
-  }
+  const std::vector<const workload::ExperimentPoint*> points =
+      workload::select_points(experiment, args.option("--variant"), args.positional()[0]);
   const int device = static_cast<int>(args.uint_option("--device").value_or(0));
   if (auto reason = cuda::gpu_unavailable_reason(device))
     throw InputError("no GPU to run on: " + *reason);

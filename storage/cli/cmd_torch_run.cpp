@@ -151,18 +151,8 @@ int run_torch_run(const std::vector<std::string>& argv) {
   args.expect_positional(1, "one EXPERIMENT.json");
   const fs::path file = args.positional()[0];
   const workload::Experiment experiment = workload::load_experiment(file);
-  std::vector<const workload::ExperimentPoint*> points;
-  const auto variant = args.option("--variant");
-  for (const auto& point : experiment.points)
-    if (!variant || point.name == *variant)
-      points.push_back(&point);
-  if (points.empty()) {
-    std::string names;
-    for (const auto& point : experiment.points)
-      names += (names.empty() ? "" : ", ") + point.name;
-    throw InputError(file.string() + ": no point named '" + variant.value_or("") +
-                     "' (points: " + names + ")");
-  }
+  const std::vector<const workload::ExperimentPoint*> points =
+      workload::select_points(experiment, args.option("--variant"), file.string());
   const fs::path runner = args.option_or("--runner", default_runner().string());
   if (!fs::exists(runner))
     throw InputError(runner.string() + ": no torch runner there (give --runner PATH)");
