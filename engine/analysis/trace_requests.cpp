@@ -100,6 +100,13 @@ TraceRequests requests_from_trace(std::span<const TraceEvent> events,
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings) {
+  // A 2.11 snapshot carries every key, so the allocator's own parser gives the exact config (also
+  // max_non_split_rounding and large_segment_size, which the layout rules below do not know).
+  // Older layouts lack keys; for them only what the layout rules read is known.
+  try {
+    return alloc::config_from_allocator_settings(settings);
+  } catch (const alloc::AllocatorConfigError&) {
+  }
   const snapshot::LayoutRules rules = snapshot::LayoutRules::from_allocator_settings(settings);
   alloc::AllocatorConfig config;
   config.max_split_size = rules.max_split_size;
