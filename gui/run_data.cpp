@@ -25,6 +25,19 @@ TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std:
   return slice;
 }
 
+CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId run,
+                                   std::uint64_t first, std::uint64_t end, std::size_t buckets) {
+  auto store = openReader(databasePath);
+  CategorySlice slice;
+  slice.run = run;
+  slice.first = first;
+  slice.end = end;
+  slice.labelled = !store->labels(run).empty();
+  if (slice.labelled)
+    slice.buckets = store->category_timeline(run, first, end, std::max<std::size_t>(buckets, 1));
+  return slice;
+}
+
 RunOverview loadOverview(const QString& databasePath, storage::RunId run, const JobContext* job) {
   auto store = openReader(databasePath);
   RunOverview overview;

@@ -25,6 +25,17 @@ struct TimelineSlice {
   std::vector<storage::TimelineBucket> buckets;
 };
 
+// Memory by allocation category over events [first, end) of one run, for the timeline's stack.
+// `labelled` is false for a run without labels (an imported snapshot): it has no categories to
+// show, and `buckets` stays empty.
+struct CategorySlice {
+  storage::RunId run{};
+  std::uint64_t first = 0;
+  std::uint64_t end = 0;
+  bool labelled = false;
+  std::vector<storage::CategoryBucket> buckets;
+};
+
 // The run as a whole: its record, its length and where it ran out of memory.
 struct RunOverview {
   storage::RunRecord record;
@@ -49,6 +60,10 @@ struct SegmentSnapshotAt {
 
 TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std::uint64_t first,
                            std::uint64_t end, std::size_t buckets);
+// Reads the run's labels first and only computes the buckets when there are any (the category
+// timeline reads the run from event 0 up to `end`).
+CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId run,
+                                   std::uint64_t first, std::uint64_t end, std::size_t buckets);
 // Scans the run's events once for OOMs, in chunks, stopping early when cancelled.
 RunOverview loadOverview(const QString& databasePath, storage::RunId run,
                          const JobContext* job = nullptr);
@@ -63,4 +78,5 @@ std::unique_ptr<storage::RunStore> openReader(const QString& databasePath);
 
 Q_DECLARE_METATYPE(fragscope::gui::TimelineSlice)
 Q_DECLARE_METATYPE(fragscope::gui::RunOverview)
+Q_DECLARE_METATYPE(fragscope::gui::CategorySlice)
 Q_DECLARE_METATYPE(fragscope::gui::SegmentSnapshotAt)

@@ -2,6 +2,7 @@
 
 #include <QFile>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QSvgGenerator>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -23,18 +24,60 @@ void setBand(QCPGraph* max, const QVector<double>& keys, const QVector<double>& 
   max->setData(keys, maxValues, true);
   max->channelFillGraph()->setData(keys, minValues, true);
 }
+
+// Mid-tone colours that stay readable on the light and the dark plot background, distinct from
+// the allocated / reserved / active curves drawn over them.
+QColor categoryColor(Category category) {
+  switch (category) {
+    case Category::parameter:
+      return {0x6c, 0x7f, 0xa8};
+    case Category::optimizer_state:
+      return {0x8e, 0x6c, 0xc0};
+    case Category::gradient:
+      return {0x2a, 0xa1, 0x98};
+    case Category::activation:
+      return {0xc9, 0xa2, 0x27};
+    case Category::temporary:
+      return {0xd0, 0x67, 0x9a};
+    case Category::input:
+      return {0xa0, 0x78, 0x5a};
+    case Category::unknown:
+      break;
+  }
+  return {0x8a, 0x8f, 0x98};
+}
+
+std::int64_t categoryBytes(const storage::CategoryBucket& bucket, Category category) {
+  return bucket.bytes[static_cast<std::size_t>(category)];
+}
 }  // namespace
+
+const std::array<Category, storage::kCategoryCount>& TimelinePage::stackOrder() {
+  // What lives the whole run at the bottom, what comes and goes per step on top.
+  static const std::array<Category, storage::kCategoryCount> order{
+      Category::parameter, Category::optimizer_state, Category::gradient, Category::activation,
+      Category::temporary, Category::input,           Category::unknown};
+  return order;
+}
 
 TimelinePage::TimelinePage(QWidget* parent)
     : QWidget(parent),
       m_plot(new QCustomPlot(this)),
       m_header(new QLabel(this)),
+      m_categoriesToggle(new QCheckBox(tr("Categories"), this)),
       m_zoom(new ZoomStack(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   m_header->setTextFormat(Qt::RichText);
   m_header->setText(tr("<i>Select a run in the Runs browser.</i>"));
-  layout->addWidget(m_header);
+  auto* headerRow = new QHBoxLayout;
+  headerRow->addWidget(m_header, 1);
+  m_categoriesToggle->setChecked(true);
+  m_categoriesToggle->setEnabled(false);
+  m_categoriesToggle->setToolTip(
+      tr("Stack memory by allocation category (runs with labels: simulated workloads)"));
+  headerRow->addWidget(m_categoriesToggle);
+  layout->addLayout(headerRow);
   layout->addWidget(m_plot, 1);
   auto* hint =
       new QLabel(tr("Wheel: zoom · Drag: pan · Shift+drag: zoom to range · Click: set cursor · "
@@ -51,6 +94,34 @@ TimelinePage::TimelinePage(QWidget* parent)
   m_reserved = addBandSeries(m_plot, tr("reserved"), colors::reserved);
   m_active = addBandSeries(m_plot, tr("active"), colors::active);
   m_allocated = addBandSeries(m_plot, tr("allocated"), colors::allocated);
+  // The category stack lies on its own layer under the curves.
+  m_plot->addLayer(QStringLiteral("categories"), m_plot->layer(QStringLiteral("main")),
+                   QCustomPlot::limBelow);
+  for (std::size_t i = 0; i < stackOrder().size(); ++i) {
+    const Category category = stackOrder()[i];
+    QCPGraph* graph = m_plot->addGraph();
+    graph->setLayer(QStringLiteral("categories"));
+    graph->setName(
+        QString::fromUtf8(to_string(category)).replace(QLatin1Char('_'), QLatin1Char(' ')));
+    const QColor color = categoryColor(category);
+    graph->setPen(QPen(color.darker(115), 1));
+    QColor fill = color;
+    fill.setAlpha(140);
+    graph->setBrush(fill);
+    graph->setLineStyle(QCPGraph::lsStepLeft);
+    // Each band fills down to the one below it; the bottom one down to zero.
+    if (i > 0)
+      graph->setChannelFillGraph(m_categoryGraphs[i - 1]);
+    m_categoryGraphs[i] = graph;
+  }
+  updateCategoryVisibility();
+  connect(m_categoriesToggle, &QCheckBox::toggled, this, [this](bool on) {
+    updateCategoryVisibility();
+    const EventRange range = m_zoom->current();
+    if (on && (m_categorySlice.first != range.first || m_categorySlice.end != range.end))
+      requestCategories();
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+  });
   m_cursorLine = new QCPItemStraightLine(m_plot);
   m_cursorLine->setPen(QPen(colors::cursor, 1.5, Qt::SolidLine));
   m_cursorLine->setVisible(false);
@@ -103,12 +174,18 @@ void TimelinePage::setDatabase(const QString& databasePath) {
 void TimelinePage::clear() {
   m_overviewJob.cancel();
   m_timelineJob.cancel();
+  m_categoryJob.cancel();
   m_requery.stop();
   m_run.reset();
   m_overview.reset();
   m_slice = {};
+  m_categorySlice = {};
+  m_labelled.reset();
   for (QCPGraph* graph : {m_allocated, m_reserved, m_active})
     setBand(graph, {}, {}, {});
+  for (QCPGraph* graph : m_categoryGraphs)
+    graph->data()->clear();
+  updateCategoryVisibility();
   for (auto* line : m_oomLines)
     m_plot->removeItem(line);
   m_oomLines.clear();
@@ -180,6 +257,66 @@ void TimelinePage::requestBuckets() {
       },
       [this](TimelineSlice slice) { showSlice(std::move(slice)); },
       [this](const QString& message) { emit errorOccurred(message); });
+  requestCategories();
+}
+
+void TimelinePage::requestCategories() {
+  // Nothing to ask for a run known to have no labels, nor while the stack is switched off.
+  if (!m_run || !m_overview || m_labelled == false ||
+      (m_labelled == true && !m_categoriesToggle->isChecked()))
+    return;
+  const EventRange range = m_zoom->current();
+  const std::size_t buckets = static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
+  const QString path = m_databasePath;
+  const storage::RunId run = *m_run;
+  m_categoryJob.start(
+      [path, run, range, buckets](const JobContext&) {
+        return loadCategoryTimeline(path, run, range.first, range.end, buckets);
+      },
+      [this](CategorySlice slice) { showCategories(std::move(slice)); },
+      [this](const QString& message) { emit errorOccurred(message); });
+}
+
+void TimelinePage::showCategories(CategorySlice slice) {
+  m_categorySlice = std::move(slice);
+  m_labelled = m_categorySlice.labelled;
+  const std::size_t n = m_categorySlice.buckets.size();
+  QVector<double> keys;
+  keys.reserve(static_cast<qsizetype>(n + 1));
+  for (const storage::CategoryBucket& bucket : m_categorySlice.buckets)
+    keys.push_back(static_cast<double>(bucket.first_event));
+  if (n > 0)
+    keys.push_back(static_cast<double>(m_categorySlice.buckets.back().end_event));
+  QVector<double> runningSum(keys.size(), 0.0);
+  for (std::size_t i = 0; i < stackOrder().size(); ++i) {
+    for (std::size_t b = 0; b < n; ++b)
+      runningSum[static_cast<qsizetype>(b)] +=
+          static_cast<double>(categoryBytes(m_categorySlice.buckets[b], stackOrder()[i]));
+    // Close the last step at the end of its bucket.
+    if (n > 0)
+      runningSum.back() = runningSum[static_cast<qsizetype>(n - 1)];
+    m_categoryGraphs[i]->setData(keys, runningSum, true);
+  }
+  updateCategoryVisibility();
+  fitValueAxis(m_plot);
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  emit categoriesReady();
+}
+
+bool TimelinePage::categoriesShown() const {
+  return m_labelled == true && m_categoriesToggle->isChecked();
+}
+
+void TimelinePage::updateCategoryVisibility() {
+  m_categoriesToggle->setEnabled(m_labelled == true);
+  const bool shown = categoriesShown();
+  for (QCPGraph* graph : m_categoryGraphs) {
+    graph->setVisible(shown);
+    if (shown)
+      graph->addToLegend();
+    else
+      graph->removeFromLegend();
+  }
 }
 
 void TimelinePage::showSlice(TimelineSlice slice) {
@@ -269,6 +406,26 @@ void TimelinePage::showTooltip(const QPoint& position) {
                           formatBytes(static_cast<double>(b.min.reserved)),
                           formatBytes(static_cast<double>(b.max.active)),
                           formatBytes(static_cast<double>(b.min.active)));
+  if (categoriesShown()) {
+    const auto& categories = m_categorySlice.buckets;
+    const auto at = std::upper_bound(categories.begin(), categories.end(), key,
+                                     [](double k, const storage::CategoryBucket& c) {
+                                       return k < static_cast<double>(c.end_event);
+                                     });
+    if (at != categories.end() && key >= static_cast<double>(at->first_event)) {
+      text += tr("<b>by category</b> (at event %1)<table>").arg(formatCount(at->peak_event));
+      // Top of the stack first, as drawn.
+      for (auto category = stackOrder().rbegin(); category != stackOrder().rend(); ++category) {
+        const std::int64_t bytes = categoryBytes(*at, *category);
+        if (bytes != 0)
+          text += tr("<tr><td><span style='color:%1'>■</span> %2</td><td align=right>%3</td></tr>")
+                      .arg(categoryColor(*category).name(), QString::fromUtf8(to_string(*category)),
+                           formatBytes(static_cast<double>(bytes)));
+      }
+      text += tr("<tr><td>total</td><td align=right>%1</td></tr></table>")
+                  .arg(formatBytes(static_cast<double>(at->total())));
+    }
+  }
   if (b.t0_us != 0 && m_overview && m_overview->firstTimeUs != 0)
     text +=
         tr("t = %1 s").arg(static_cast<double>(b.t0_us - m_overview->firstTimeUs) / 1e6, 0, 'f', 3);

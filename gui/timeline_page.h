@@ -3,11 +3,14 @@
 // peak-preserving buckets (a max line over a faint max-to-min band) and re-queried at screen
 // resolution on every zoom, so a million-event run shows every peak at any zoom. Wheel zooms,
 // drag pans, Shift+drag zooms to a rubber band, a click sets the cursor that drives the segment
-// map; the ZoomStack keeps back/forward history.
+// map; the ZoomStack keeps back/forward history. A labelled (simulated workload) run also shows
+// its memory stacked by allocation category under the curves, toggled by "Categories".
+#include <QCheckBox>
 #include <QLabel>
 #include <QString>
 #include <QTimer>
 #include <QWidget>
+#include <array>
 #include <optional>
 
 #include "gui/job_tracker.h"
@@ -36,7 +39,23 @@ class TimelinePage : public QWidget {
   ZoomStack* zoomStack() const { return m_zoom; }
   QCustomPlot* plot() const { return m_plot; }
   std::uint64_t cursorEvent() const { return m_cursorEvent; }
-  bool busy() const { return m_overviewJob.busy() || m_timelineJob.busy() || m_requery.isActive(); }
+  bool busy() const {
+    return m_overviewJob.busy() || m_timelineJob.busy() || m_categoryJob.busy() ||
+           m_requery.isActive();
+  }
+
+  // The category stack: the buckets on screen (empty, with labelled false, for a run without
+  // labels), one graph per category holding the running sum from the bottom of the stack up to
+  // that category, and the toggle (enabled only for a labelled run).
+  const CategorySlice& categorySlice() const { return m_categorySlice; }
+  // The stack's graphs in drawing order, bottom first; stackOrder()[i] is graph i's category.
+  const std::array<QCPGraph*, storage::kCategoryCount>& categoryGraphs() const {
+    return m_categoryGraphs;
+  }
+  static const std::array<Category, storage::kCategoryCount>& stackOrder();
+  QCheckBox* categoriesToggle() const { return m_categoriesToggle; }
+  // The stack is drawn: the run has labels and the toggle is on.
+  bool categoriesShown() const;
 
   // The buckets on screen as CSV (one row per bucket, max and min of each series).
   QString timelineCsv() const;
@@ -51,6 +70,8 @@ class TimelinePage : public QWidget {
   void overviewReady(const fragscope::gui::RunOverview& overview);
   // Fresh buckets are on screen for the current zoom.
   void dataReady();
+  // Fresh category buckets (or the news that the run has none) for the current zoom.
+  void categoriesReady();
   void errorOccurred(const QString& message);
 
  protected:
@@ -59,6 +80,9 @@ class TimelinePage : public QWidget {
  private:
   void requestBuckets();
   void showSlice(TimelineSlice slice);
+  void requestCategories();
+  void showCategories(CategorySlice slice);
+  void updateCategoryVisibility();
   void showOverview(RunOverview overview);
   void onRangeChanged(double lower, double upper);
   void updateOomMarkers();
@@ -73,11 +97,17 @@ class TimelinePage : public QWidget {
   QCPGraph* m_allocated = nullptr;
   QCPGraph* m_reserved = nullptr;
   QCPGraph* m_active = nullptr;
+  std::array<QCPGraph*, storage::kCategoryCount> m_categoryGraphs{};
+  QCheckBox* m_categoriesToggle;
+  CategorySlice m_categorySlice;
+  // Unknown until the first category job answers; false stops further category queries.
+  std::optional<bool> m_labelled;
   QCPItemStraightLine* m_cursorLine = nullptr;
   std::vector<QCPItemStraightLine*> m_oomLines;
   ZoomStack* m_zoom;
   JobTracker m_overviewJob{this};
   JobTracker m_timelineJob{this};
+  JobTracker m_categoryJob{this};
   QTimer m_requery;
   QTimer m_gestureEnd;
   std::uint64_t m_cursorEvent = 0;

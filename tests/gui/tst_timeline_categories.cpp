@@ -1,0 +1,199 @@
+// The timeline's category stack, offscreen: a labelled run shows one stacked band per category
+// whose running sums are the store's category_timeline for the range on screen (re-queried on
+// zoom); an unlabelled run shows no stack and offers no toggle.
+#include <QSignalSpy>
+#include <QTest>
+
+#include "gui/application.h"
+#include "gui/plot_style.h"
+#include "gui/timeline_page.h"
+#include "gui_test_util.h"
+
+using namespace fragscope;
+using namespace fragscope::gui;
+
+namespace {
+
+// Categories given to allocations in turn, so every one of them appears in the run.
+constexpr std::array<Category, 5> kCycle{Category::parameter, Category::gradient,
+                                         Category::optimizer_state, Category::activation,
+                                         Category::temporary};
+
+// Stores `events` with a label table of one entry per category in kCycle (LabelId{0} is the
+// unlabelled entry) and labels allocations in turn; every eleventh stays unlabelled.
+storage::RunId addLabelledRun(storage::RunStore& store, const std::string& name,
+                              const std::vector<TraceEvent>& events) {
+  storage::RunRecord record;
+  record.name = name;
+  record.source = storage::RunSource::simulated;
+  record.device_name = "NVIDIA H200";
+  record.capacity = 140 * kGiB;
+  const storage::RunId run = store.begin_run(record);
+  std::vector<RequestLabel> labels{RequestLabel{}};
+  for (const Category category : kCycle)
+    labels.push_back({category, std::string(to_string(category)), -1});
+  store.set_labels(run, labels);
+  std::vector<LabelId> eventLabels(events.size(), LabelId{0});
+  std::uint32_t allocations = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].action != TraceAction::alloc)
+      continue;
+    ++allocations;
+    if (allocations % 11 != 0)
+      eventLabels[i] = LabelId{1 + allocations % static_cast<std::uint32_t>(kCycle.size())};
+  }
+  store.append_events(run, events, storage::EventColumns{{}, eventLabels});
+  return store.finish_run(run, storage::RunStatus::ok).id;
+}
+
+}  // namespace
+
+class TestTimelineCategories : public QObject {
+  Q_OBJECT
+ private:
+  QTemporaryDir m_dir;
+  QString m_db;
+  storage::RunId m_labelled, m_unlabelled;
+
+  // Waits until the page has the category answer for its current zoom and nothing is loading.
+  static bool waitForCategories(TimelinePage& page, QSignalSpy& spy) {
+    return test::waitFor([&] { return spy.count() > 0 && !page.busy(); });
+  }
+
+  // The page's stack against the store's category_timeline for the same range and bucket count.
+  static void compareStackWithStore(const TimelinePage& page, const QString& db,
+                                    storage::RunId run) {
+    const CategorySlice& slice = page.categorySlice();
+    QVERIFY(!slice.buckets.empty());
+    storage::RunStore store(db.toStdString(), storage::OpenMode::read_only);
+    const auto expected =
+        store.category_timeline(run, slice.first, slice.end, slice.buckets.size());
+    QCOMPARE(expected.size(), slice.buckets.size());
+    const auto& graphs = page.categoryGraphs();
+    const auto& order = TimelinePage::stackOrder();
+    std::size_t nonEmpty = 0;
+    for (std::size_t b = 0; b < expected.size(); ++b) {
+      QCOMPARE(slice.buckets[b].first_event, expected[b].first_event);
+      QCOMPARE(slice.buckets[b].end_event, expected[b].end_event);
+      double runningSum = 0;
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        runningSum += static_cast<double>(expected[b].bytes[static_cast<std::size_t>(order[i])]);
+        const auto point = graphs[i]->data()->at(static_cast<int>(b));
+        QCOMPARE(point->key, static_cast<double>(expected[b].first_event));
+        QCOMPARE(point->value, runningSum);
+      }
+      // The top of the stack is the sum over every category.
+      double sum = 0;
+      for (const std::int64_t bytes : expected[b].bytes)
+        sum += static_cast<double>(bytes);
+      QCOMPARE(graphs.back()->data()->at(static_cast<int>(b))->value, sum);
+      QCOMPARE(sum, static_cast<double>(expected[b].total()));
+      if (sum > 0)
+        ++nonEmpty;
+    }
+    QVERIFY(nonEmpty > expected.size() / 2);
+  }
+
+ private slots:
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
+    initializeGuiLibrary();
+    QVERIFY(m_dir.isValid());
+    m_db = m_dir.filePath(QStringLiteral("runs.db"));
+    storage::RunStore store(m_db.toStdString());
+    m_labelled = addLabelledRun(store, "labelled", test::wavyTrace(30000, 7, false));
+    m_unlabelled = test::addRun(store, "imported", test::wavyTrace(20000, 8, false));
+  }
+
+  void labelledRunShowsTheStoresCategoryStack() {
+    TimelinePage page;
+    page.resize(1000, 500);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    page.setDatabase(m_db);
+    QSignalSpy ready(&page, &TimelinePage::categoriesReady);
+    page.setRun(m_labelled);
+    QVERIFY(waitForCategories(page, ready));
+    QVERIFY(page.categorySlice().labelled);
+    QVERIFY(page.categoriesShown());
+    QVERIFY(page.categoriesToggle()->isEnabled());
+    QCOMPARE(page.categorySlice().first, std::uint64_t{0});
+    QCOMPARE(page.categorySlice().end, std::uint64_t{30000});
+    // Every category has its band, drawn and in the legend, under the memory curves.
+    for (QCPGraph* graph : page.categoryGraphs()) {
+      QVERIFY(graph->visible());
+      QVERIFY(page.plot()->legend->hasItemWithPlottable(graph));
+      QCOMPARE(graph->layer()->name(), QStringLiteral("categories"));
+      QCOMPARE(graph->data()->size(), static_cast<int>(page.categorySlice().buckets.size() + 1));
+    }
+    QVERIFY(page.plot()->layer(QStringLiteral("categories"))->index() <
+            page.plot()->layer(QStringLiteral("main"))->index());
+    compareStackWithStore(page, m_db, m_labelled);
+    // The labelled categories really are in the run: not everything landed in "unknown".
+    const auto& buckets = page.categorySlice().buckets;
+    const auto& middle = buckets[buckets.size() / 2];
+    for (const Category category : kCycle)
+      QVERIFY2(middle.bytes[static_cast<std::size_t>(category)] > 0, to_string(category).data());
+
+    // A zoom re-queries the stack for the new range.
+    ready.clear();
+    page.zoomStack()->zoomTo({10000, 12000});
+    QVERIFY(waitForCategories(page, ready));
+    QCOMPARE(page.categorySlice().first, std::uint64_t{10000});
+    QCOMPARE(page.categorySlice().end, std::uint64_t{12000});
+    compareStackWithStore(page, m_db, m_labelled);
+
+    // The toggle hides the stack and its legend entries.
+    page.categoriesToggle()->setChecked(false);
+    QVERIFY(!page.categoriesShown());
+    for (QCPGraph* graph : page.categoryGraphs()) {
+      QVERIFY(!graph->visible());
+      QVERIFY(!page.plot()->legend->hasItemWithPlottable(graph));
+    }
+    page.categoriesToggle()->setChecked(true);
+    QVERIFY(page.categoriesShown());
+  }
+
+  void unlabelledRunHasNoStack() {
+    TimelinePage page;
+    page.resize(1000, 500);
+    page.show();
+    page.setDatabase(m_db);
+    QSignalSpy ready(&page, &TimelinePage::categoriesReady);
+    QSignalSpy data(&page, &TimelinePage::dataReady);
+    page.setRun(m_unlabelled);
+    QVERIFY(waitForCategories(page, ready));
+    QVERIFY(data.count() > 0);
+    QVERIFY(!page.categorySlice().labelled);
+    QVERIFY(page.categorySlice().buckets.empty());
+    QVERIFY(!page.categoriesShown());
+    QVERIFY(!page.categoriesToggle()->isEnabled());
+    for (QCPGraph* graph : page.categoryGraphs()) {
+      QVERIFY(!graph->visible());
+      QVERIFY(graph->data()->isEmpty());
+      QVERIFY(!page.plot()->legend->hasItemWithPlottable(graph));
+    }
+    // The memory curves are still drawn.
+    QVERIFY(!page.slice().buckets.empty());
+  }
+
+  void switchingFromALabelledToAnUnlabelledRunDropsTheStack() {
+    TimelinePage page;
+    page.resize(1000, 500);
+    page.show();
+    page.setDatabase(m_db);
+    QSignalSpy ready(&page, &TimelinePage::categoriesReady);
+    page.setRun(m_labelled);
+    QVERIFY(waitForCategories(page, ready));
+    QVERIFY(page.categoriesShown());
+    ready.clear();
+    page.setRun(m_unlabelled);
+    QVERIFY(waitForCategories(page, ready));
+    QVERIFY(!page.categoriesShown());
+    for (QCPGraph* graph : page.categoryGraphs())
+      QVERIFY(graph->data()->isEmpty());
+  }
+};
+
+QTEST_MAIN(TestTimelineCategories)
+#include "tst_timeline_categories.moc"
