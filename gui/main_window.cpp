@@ -38,6 +38,10 @@ const QString kGeometryKey = QStringLiteral("ui/geometry");
 const QString kStateKey = QStringLiteral("ui/window_state");
 const QString kSplitterKey = QStringLiteral("ui/run_splitter");
 const QString kDarkKey = QStringLiteral("ui/dark_theme");
+// The bundled case study and the two of its variants the issue compares.
+constexpr const char* kCaseStudyExperiment = "case-study-1.2b-a100-40gb";
+constexpr const char* kCaseStudyBaseline = "baseline-bs16";
+constexpr const char* kCaseStudyMitigated = "mitigated";
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent)
@@ -145,6 +149,12 @@ void MainWindow::createActions() {
   auto* openDatabaseAction = new QAction(tr("Open &Database…"), this);
   openDatabaseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
   connect(openDatabaseAction, &QAction::triggered, this, &MainWindow::openDatabaseDialog);
+  auto* openCaseStudyAction = new QAction(tr("Open &Case Study"), this);
+  openCaseStudyAction->setObjectName(QStringLiteral("openCaseStudy"));
+  openCaseStudyAction->setStatusTip(
+      tr("Compare the bundled case study's %1 and %2 runs")
+          .arg(QLatin1String(kCaseStudyBaseline), QLatin1String(kCaseStudyMitigated)));
+  connect(openCaseStudyAction, &QAction::triggered, this, &MainWindow::openCaseStudy);
   auto* reportHtml = new QAction(QIcon::fromTheme(QStringLiteral("document-export")),
                                  tr("Report as &HTML…"), this);
   reportHtml->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
@@ -164,6 +174,7 @@ void MainWindow::createActions() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(openSnapshot);
   file->addAction(openDatabaseAction);
+  file->addAction(openCaseStudyAction);
   m_recentMenu = file->addMenu(tr("Open &Recent"));
   file->addSeparator();
   QMenu* exportMenu = file->addMenu(tr("&Export"));
@@ -226,6 +237,7 @@ void MainWindow::createActions() {
   });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(openCaseStudyAction);
   help->addAction(tr("&About FragScope"), this, [this] {
     QMessageBox::about(
         this, tr("About FragScope"),
@@ -308,6 +320,45 @@ void MainWindow::showRun(storage::RunId run) {
   m_timeline->setRun(run);
   if (m_pages->currentWidget() == m_compare)
     showPage(Page::run);
+}
+
+bool MainWindow::openCaseStudy() {
+  const auto fail = [this](const QString& message) {
+    showError(tr("Case study"), message);
+    return false;
+  };
+  if (!m_store)
+    return fail(tr("No database is open."));
+  // The newest copy: running the case study again stores a fresh experiment of the same name.
+  std::optional<storage::ExperimentRecord> experiment;
+  for (storage::ExperimentRecord& record : m_store->list_experiments())
+    if (record.name == kCaseStudyExperiment && (!experiment || record.id > experiment->id))
+      experiment = std::move(record);
+  const QString hint = tr("store it with `fragscope-cli run experiments/%1.json --db %2`")
+                           .arg(QLatin1String(kCaseStudyExperiment), m_databasePath);
+  if (!experiment)
+    return fail(tr("%1 holds no experiment \"%2\": %3")
+                    .arg(m_databasePath, QLatin1String(kCaseStudyExperiment), hint));
+  std::optional<storage::RunId> baseline, mitigated;
+  for (const storage::RunRecord& record : m_store->list_runs()) {
+    if (record.experiment != experiment->id)
+      continue;
+    if (record.name == kCaseStudyBaseline)
+      baseline = record.id;
+    else if (record.name == kCaseStudyMitigated)
+      mitigated = record.id;
+  }
+  for (const auto& [run, variant] :
+       {std::pair{baseline, kCaseStudyBaseline}, std::pair{mitigated, kCaseStudyMitigated}})
+    if (!run)
+      return fail(tr("The experiment \"%1\" in %2 has no run of its variant \"%3\": %4")
+                      .arg(QLatin1String(kCaseStudyExperiment), m_databasePath,
+                           QLatin1String(variant), hint));
+  m_statusLabel->setText(
+      tr("Case study: %1 vs %2")
+          .arg(QLatin1String(kCaseStudyBaseline), QLatin1String(kCaseStudyMitigated)));
+  compareRuns({*baseline, *mitigated});
+  return true;
 }
 
 void MainWindow::compareRuns(const std::vector<storage::RunId>& runs) {

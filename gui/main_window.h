@@ -49,6 +49,11 @@ class MainWindow : public QMainWindow {
   bool importing() const { return m_importJob.busy() || !m_importQueue.isEmpty(); }
 
   void showRun(storage::RunId run);
+  // The bundled case study (experiments/case-study-1.2b-a100-40gb.json, which the installer
+  // stores with `fragscope-cli run`): puts its baseline-bs16 and mitigated variants' runs, found
+  // by variant name in the newest stored copy of the experiment, on the Compare page. False,
+  // with the reason on the status bar, when the database does not hold them.
+  bool openCaseStudy();
   void compareRuns(const std::vector<storage::RunId>& runs);
   void showPage(Page page);
   // "timeline", "segments", "summary", "compare"; false for an unknown name.

@@ -7,6 +7,9 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTest>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "gui/application.h"
 #include "gui/compare_page.h"
@@ -32,10 +35,11 @@ class TestMainWindow : public QObject {
   std::vector<TraceEvent> m_baselineEvents;
   std::optional<storage::RunId> m_imported;  // gpt_oom_cap, once importThroughDragAndDrop ran
 
-  std::unique_ptr<MainWindow> openWindow() {
+  std::unique_ptr<MainWindow> openWindow() { return openWindow(m_db); }
+  std::unique_ptr<MainWindow> openWindow(const QString& db) {
     auto window = std::make_unique<MainWindow>();
     window->resize(1400, 900);
-    if (!window->openDatabase(m_db))
+    if (!window->openDatabase(db))
       return nullptr;
     window->show();
     return window;
@@ -362,6 +366,70 @@ class TestMainWindow : public QObject {
     const storage::RunRecord first = storage::RunStore(m_db.toStdString()).run(runs[0]);
     QCOMPARE(first.name, std::string("tiny-default"));
     QVERIFY(summaryPeak(first, "reserved") > 0);
+  }
+
+  // The bundled case study, stored twice (the newest copy counts) beside a decoy experiment
+  // whose runs carry the same variant names: the action compares the newest copy's
+  // baseline-bs16 and mitigated runs.
+  void openingTheCaseStudyComparesBaselineWithMitigated() {
+    std::ifstream file(FRAGSCOPE_FIXTURES "/../../../experiments/case-study-1.2b-a100-40gb.json");
+    QVERIFY(file.good());
+    const nlohmann::json definition = nlohmann::json::parse(file);
+    const std::string name = definition.at("name").get<std::string>();
+    const QString db = m_dir.filePath(QStringLiteral("case-study.db"));
+    std::optional<storage::RunId> baseline, mitigated;
+    {
+      storage::RunStore store(db.toStdString());
+      std::uint32_t seed = 100;
+      const auto storeExperiment = [&](const std::string& experimentName) {
+        const storage::ExperimentId experiment =
+            store.create_experiment(experimentName, definition);
+        std::map<std::string, storage::RunId> runs;
+        for (const auto& variant : definition.at("variants")) {
+          storage::RunRecord record;
+          record.experiment = experiment;
+          record.name = variant.at("name").get<std::string>();
+          record.device_name = "NVIDIA A100-SXM4-40GB";
+          const storage::RunId run = store.begin_run(record);
+          store.append_events(run, test::wavyTrace(3000, ++seed, false));
+          runs[record.name] = store.finish_run(run, storage::RunStatus::ok).id;
+        }
+        return runs;
+      };
+      storeExperiment("a-different-experiment");
+      storeExperiment(name);
+      const auto newest = storeExperiment(name);
+      baseline = newest.at("baseline-bs16");
+      mitigated = newest.at("mitigated");
+    }
+    auto window = openWindow(db);
+    QVERIFY(window);
+    auto* action = window->findChild<QAction*>(QStringLiteral("openCaseStudy"));
+    QVERIFY(action);
+    // Offered in the File and the Help menu.
+    int menus = 0;
+    for (QAction* menu : window->menuBar()->actions())
+      if (menu->menu() && menu->menu()->actions().contains(action))
+        ++menus;
+    QCOMPARE(menus, 2);
+    ComparePage* compare = window->comparePage();
+    QSignalSpy ready(compare, &ComparePage::dataReady);
+    action->trigger();
+    QVERIFY(ready.wait(20000));
+    QCOMPARE(window->pages()->currentWidget(), compare);
+    QCOMPARE(compare->data().runs.size(), 2u);
+    QCOMPARE(compare->data().runs[0].record.id, *baseline);
+    QCOMPARE(compare->data().runs[1].record.id, *mitigated);
+    QCOMPARE(compare->data().runs[0].record.name, std::string("baseline-bs16"));
+    QCOMPARE(compare->data().runs[1].record.name, std::string("mitigated"));
+    QVERIFY(test::waitFor([&] { return !window->busy(); }, 60000));
+
+    // A database without the case study says so and leaves the Compare page alone.
+    auto plain = openWindow();
+    QVERIFY(plain);
+    QVERIFY(!plain->openCaseStudy());
+    QVERIFY(plain->comparePage()->data().runs.empty());
+    QVERIFY(test::waitFor([&] { return !plain->busy(); }, 60000));
   }
 
   void cancellingAnImportWritesNothing() {
