@@ -291,6 +291,7 @@ bool MainWindow::openDatabase(const QString& path) {
   m_currentRun.reset();
   m_timeline->setDatabase(path);
   m_segments->setDatabase(path);
+  m_summary->setDatabase(path);
   m_compare->setDatabase(path);
   m_postMortem->setDatabase(path);
   m_designer->setDatabase(path);

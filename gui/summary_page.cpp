@@ -1,11 +1,15 @@
 #include "gui/summary_page.h"
 
 #include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QScrollBar>
 #include <QVBoxLayout>
 
+#include "engine/allocator/summary.h"
 #include "gui/format.h"
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -94,19 +98,53 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
   return text;
 }
 
-SummaryPage::SummaryPage(QWidget* parent) : QWidget(parent), m_text(new QPlainTextEdit(this)) {
+PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
+                                    std::uint64_t eventIndex) {
+  auto store = openReader(databasePath);
+  const storage::MemoryStatsAt state = storage::memory_stats_at(*store, run, eventIndex);
+  PyTorchSummaryAt out;
+  out.run = run;
+  out.eventIndex = state.event_index;
+  out.eventCount = state.event_count;
+  out.full = QString::fromStdString(alloc::memory_summary(state.stats, 0, false));
+  out.abbreviated = QString::fromStdString(alloc::memory_summary(state.stats, 0, true));
+  out.config = QString::fromStdString(state.config);
+  for (const auto& caveat : state.caveats)
+    out.caveats << QString::fromStdString(caveat);
+  return out;
+}
+
+SummaryPage::SummaryPage(QWidget* parent)
+    : QWidget(parent),
+      m_abbreviated(new QCheckBox(tr("Abbreviated"), this)),
+      m_status(new QLabel(this)),
+      m_text(new QPlainTextEdit(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
+  auto* bar = new QHBoxLayout;
+  m_abbreviated->setToolTip(
+      tr("memory_summary(abbreviated=True): only the totals, without the pool rows"));
+  bar->addWidget(m_abbreviated);
+  bar->addWidget(m_status, 1);
+  layout->addLayout(bar);
   m_text->setReadOnly(true);
   m_text->setLineWrapMode(QPlainTextEdit::NoWrap);
   m_text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   layout->addWidget(m_text);
+  m_debounce.setSingleShot(true);
+  m_debounce.setInterval(120);
+  connect(&m_debounce, &QTimer::timeout, this, &SummaryPage::requestReplay);
+  connect(m_abbreviated, &QCheckBox::toggled, this, &SummaryPage::refresh);
   clear();
 }
 
 void SummaryPage::setRun(const storage::RunRecord& run) {
   m_run = run;
   m_state.reset();
+  m_pytorch.reset();
+  m_replayError.clear();
+  m_replay.cancel();
+  m_debounce.start();
   refresh();
 }
 
@@ -119,6 +157,7 @@ void SummaryPage::setState(const SegmentSnapshotAt& state) {
     figures.eventCount = state.eventCount;
     figures.summary = state.summary;
     m_state = std::move(figures);
+    m_debounce.start();
     refresh();
   }
 }
@@ -126,13 +165,58 @@ void SummaryPage::setState(const SegmentSnapshotAt& state) {
 void SummaryPage::clear() {
   m_run.reset();
   m_state.reset();
+  m_pytorch.reset();
+  m_replay.cancel();
+  m_debounce.stop();
+  m_status->clear();
   m_text->setPlainText(tr("Select a run to see its summary."));
+}
+
+void SummaryPage::requestReplay() {
+  if (!m_run || m_databasePath.isEmpty())
+    return;
+  const storage::RunId run = m_run->id;
+  const std::uint64_t eventIndex = m_state ? m_state->eventIndex : m_run->event_count;
+  m_status->setText(tr("Replaying %1 events…").arg(formatCount(eventIndex)));
+  const QString database = m_databasePath;
+  m_replay.start([database, run, eventIndex](
+                     const JobContext&) { return loadPyTorchSummary(database, run, eventIndex); },
+                 [this](PyTorchSummaryAt summary) {
+                   m_pytorch = std::move(summary);
+                   m_replayError.clear();
+                   refresh();
+                   emit pytorchSummaryReady();
+                 },
+                 [this](const QString& message) {
+                   m_pytorch.reset();
+                   m_replayError = message;
+                   refresh();
+                 });
 }
 
 void SummaryPage::refresh() {
   if (!m_run)
     return;
-  m_text->setPlainText(stateSummaryText(*m_run, m_state ? &*m_state : nullptr));
+  QString text;
+  if (m_pytorch && m_pytorch->run == m_run->id) {
+    m_status->setText(
+        tr("torch.cuda.memory_summary() after event %1 of %2, replayed under \"%3\"")
+            .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
+                 m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config));
+    for (const QString& caveat : m_pytorch->caveats)
+      text += tr("Note: %1.").arg(caveat) + QLatin1Char('\n');
+    if (!m_pytorch->caveats.isEmpty())
+      text += QLatin1Char('\n');
+    text += m_abbreviated->isChecked() ? m_pytorch->abbreviated : m_pytorch->full;
+    text += QLatin1Char('\n');
+  } else if (!m_replayError.isEmpty()) {
+    m_status->setText(tr("memory_summary() could not be computed: %1").arg(m_replayError));
+  }
+  text += stateSummaryText(*m_run, m_state ? &*m_state : nullptr);
+  // Keep the reader's place while stepping through events.
+  const int scroll = m_text->verticalScrollBar()->value();
+  m_text->setPlainText(text);
+  m_text->verticalScrollBar()->setValue(scroll);
 }
 
 }  // namespace fragscope::gui

@@ -1,32 +1,69 @@
 #pragma once
-// Summary: the allocator state at the cursor as text (memory_summary()'s layout: one line per
-// quantity, current values at the cursor and the run's peaks), plus the run's record —
-// environment, config, and the memory_stats() PyTorch recorded when the run has them.
+// Summary: the allocator state at the cursor as PyTorch prints it — torch.cuda.memory_summary() of
+// the run replayed through the model up to the cursor event (storage::memory_stats_at, off the GUI
+// thread, a newer cursor superseding the older replay) — then FragScope's own figures at the
+// cursor (fragmentation, largest free block) and the run's record: environment, config, and the
+// memory_stats() PyTorch recorded when the run has them.
+#include <QCheckBox>
+#include <QLabel>
 #include <QPlainTextEdit>
+#include <QTimer>
 #include <QWidget>
 #include <optional>
 
+#include "gui/job_tracker.h"
 #include "gui/run_data.h"
 
 namespace fragscope::gui {
 
-// The text shown on the page; also used by the reports.
+// The text shown on the page under PyTorch's summary; also used by the reports.
 QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state);
+
+// PyTorch's memory_summary() after the first `eventIndex` events of a run, with how it was
+// obtained; loaded off the GUI thread.
+struct PyTorchSummaryAt {
+  storage::RunId run{};
+  std::uint64_t eventIndex = 0;  // events replayed (the end of the allocator call at the cursor)
+  std::uint64_t eventCount = 0;
+  QString full;
+  QString abbreviated;
+  QString config;
+  QStringList caveats;
+};
+PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
+                                    std::uint64_t eventIndex);
 
 class SummaryPage : public QWidget {
   Q_OBJECT
  public:
   explicit SummaryPage(QWidget* parent = nullptr);
+  void setDatabase(const QString& databasePath) { m_databasePath = databasePath; }
   void setRun(const storage::RunRecord& run);
   void setState(const SegmentSnapshotAt& state);
   void clear();
   QString text() const { return m_text->toPlainText(); }
+  // PyTorch's summary on screen, empty while none is loaded.
+  const std::optional<PyTorchSummaryAt>& pytorchSummary() const { return m_pytorch; }
+  bool busy() const { return m_replay.busy() || m_debounce.isActive(); }
+
+ signals:
+  // PyTorch's summary for the current cursor is on screen.
+  void pytorchSummaryReady();
 
  private:
+  void requestReplay();
   void refresh();
+  QString m_databasePath;
   std::optional<storage::RunRecord> m_run;
   std::optional<SegmentSnapshotAt> m_state;
+  std::optional<PyTorchSummaryAt> m_pytorch;
+  QString m_replayError;
+  QCheckBox* m_abbreviated;
+  QLabel* m_status;
   QPlainTextEdit* m_text;
+  // Arrow-key stepping moves the cursor many times a second: replay once it rests.
+  QTimer m_debounce;
+  JobTracker m_replay{this};
 };
 
 }  // namespace fragscope::gui

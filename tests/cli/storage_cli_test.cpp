@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_process.h"
@@ -224,6 +226,32 @@ TEST_F(StorageCli, ExportSnapshotErrors) {
       run_cli({"export-snapshot", "--db", db, "--run", "1", "-o", "/nonexistent-dir/x.pickle"});
   EXPECT_EQ(unwritable.exit_code, 2) << unwritable.err;
   EXPECT_NE(unwritable.err.find("/nonexistent-dir/x.pickle"), std::string::npos) << unwritable.err;
+}
+
+// `summary` prints PyTorch's own memory_summary() of the recording at its end, and of any event
+// before it; a cursor past the run is a usage error naming the run's length.
+TEST_F(StorageCli, SummaryPrintsPyTorchsMemorySummaryAtAnEvent) {
+  ASSERT_EQ(run_cli({"import", fixture("random_default.pickle.gz"), "--db", db}).exit_code, 0);
+  const auto end = run_cli({"summary", "--run", "1", "--db", db});
+  ASSERT_EQ(end.exit_code, 0) << end.err;
+  std::ifstream expected_file(fixture("random_default.summary.txt"), std::ios::binary);
+  const std::string expected((std::istreambuf_iterator<char>(expected_file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(end.out, expected);
+  EXPECT_TRUE(end.err.empty()) << end.err;
+
+  const auto early = run_cli({"summary", "--run", "1", "--db", db, "--at", "100"});
+  ASSERT_EQ(early.exit_code, 0) << early.err;
+  EXPECT_NE(early.out, end.out);
+  EXPECT_NE(early.out.find("PyTorch CUDA memory summary, device ID 0"), std::string::npos);
+
+  const auto abbreviated = run_cli({"summary", "--run", "1", "--db", db, "--abbreviated"});
+  ASSERT_EQ(abbreviated.exit_code, 0);
+  EXPECT_LT(abbreviated.out.size(), end.out.size());
+
+  const auto past = run_cli({"summary", "--run", "1", "--db", db, "--at", "99999999"});
+  EXPECT_EQ(past.exit_code, 2);
+  EXPECT_NE(past.err.find("99999999"), std::string::npos) << past.err;
 }
 
 }  // namespace

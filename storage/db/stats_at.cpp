@@ -1,0 +1,116 @@
+#include "storage/db/stats_at.h"
+
+#include <algorithm>
+
+#include "engine/allocator/config.h"
+#include "engine/core/error.h"
+#include "engine/replay/replay.h"
+
+#include <nlohmann/json.hpp>
+
+namespace fragscope::storage {
+
+namespace {
+
+std::string run_name(RunId run) {
+  return "run " + std::to_string(run.value);
+}
+
+std::optional<Bytes> summary_bytes(const RunRecord& record, const char* key) {
+  const auto found = record.summary.find(key);
+  if (found != record.summary.end() && found->is_number_unsigned())
+    return found->get<Bytes>();
+  return std::nullopt;
+}
+
+bool is_segment_event(TraceAction action) {
+  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
+         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
+}
+
+// How far past a cut the events of one allocator call may reach (its segment events are few).
+constexpr std::uint64_t kCallLookahead = 4096;
+
+// One malloc()/free() of PyTorch's writes several trace entries (cudaMalloc, cache release and
+// unmap before the alloc or oom entry; free_requested then free_completed), and the model can
+// only stop between calls: a cut inside a call moves to the call's end.
+std::uint64_t end_of_allocator_call(const std::vector<TraceEvent>& events, std::uint64_t cut) {
+  if (cut == 0 || cut >= events.size())
+    return std::min<std::uint64_t>(cut, events.size());
+  const TraceEvent& last = events[cut - 1];
+  if (last.action == TraceAction::free_requested) {
+    const TraceEvent& next = events[cut];
+    return next.action == TraceAction::free_completed && next.addr == last.addr ? cut + 1 : cut;
+  }
+  if (!is_segment_event(last.action))
+    return cut;
+  std::uint64_t end = cut;
+  while (end < events.size() && is_segment_event(events[end].action))
+    ++end;
+  // Segment events the trace ends on, or that a free follows (torch.cuda.empty_cache()), close
+  // no malloc: the cut stays.
+  if (end < events.size() &&
+      (events[end].action == TraceAction::alloc || events[end].action == TraceAction::oom))
+    return end + 1;
+  return cut;
+}
+
+}  // namespace
+
+MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index) {
+  const RunRecord record = store.run(run);
+  MemoryStatsAt out;
+  out.event_count = record.event_count;
+  const std::uint64_t asked = std::min(event_index, record.event_count);
+  std::vector<TraceEvent> events =
+      store.events(run, 0, std::min(record.event_count, asked + kCallLookahead));
+  out.event_index = end_of_allocator_call(events, asked);
+  events.resize(out.event_index);
+
+  replay::ReplayOptions options;
+  const auto settings = record.summary.find("allocator_settings");
+  const bool recorded = settings != record.summary.end() && settings->is_object();
+  alloc::AllocatorConfig config;
+  try {
+    config = recorded ? alloc::config_from_allocator_settings(*settings)
+                      : alloc::AllocatorConfig::parse(record.alloc_config);
+  } catch (const alloc::AllocatorConfigError& error) {
+    throw InputError(run_name(run) + ": its allocator config \"" + record.alloc_config +
+                     "\" does not parse: " + error.what());
+  }
+  try {
+    out.config = alloc::to_alloc_conf_string(config);
+  } catch (const alloc::AllocatorConfigError&) {
+    out.config = record.alloc_config;  // a recorded value no string expresses: show the raw one
+  }
+  // A recording is replayed under its own settings (and compared with itself); any other run
+  // under the config it was simulated with.
+  if (!recorded)
+    options.config = config;
+  const std::optional<Bytes> limit = record.capacity > 0 ? std::optional<Bytes>(record.capacity)
+                                                         : summary_bytes(record, "allowed_bytes");
+  options.allowed_memory = limit;
+  if (record.environment.gpu_memory > 0)
+    options.total_memory = record.environment.gpu_memory;
+
+  const bool has_oom = std::any_of(events.begin(), events.end(), [](const TraceEvent& event) {
+    return event.action == TraceAction::oom;
+  });
+  const replay::ReplayResult result =
+      replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options);
+  out.stats = result.run.stats;
+
+  const SegmentStateAt initial = store.segment_state(run, 0);
+  if (!initial.state.segments().empty())
+    out.caveats.push_back(
+        "the trace starts mid-run: memory allocated before its first event is not counted");
+  if (has_oom && !limit)
+    out.caveats.push_back(
+        "the run's device limit is unknown, so the model could not fail the recorded OOM");
+  if (result.compared && result.first_divergence)
+    out.caveats.push_back("the model diverged from the recording: " +
+                          replay::describe(*result.first_divergence));
+  return out;
+}
+
+}  // namespace fragscope::storage

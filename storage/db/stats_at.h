@@ -1,0 +1,34 @@
+#pragma once
+// memory_stats() at any event of a stored run: the run's events up to that point replayed through
+// the allocator model, so the summary page and `fragscope-cli summary` can print PyTorch's
+// memory_summary() of the state at a cursor, not only at the run's end. The model reproduces
+// complete recordings exactly (tests/engine/replay), so for those the figures are what PyTorch's
+// own counters said at that moment; `caveats` says when they cannot be.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/allocator/stats.h"
+#include "storage/db/run_store.h"
+
+namespace fragscope::storage {
+
+struct MemoryStatsAt {
+  alloc::DeviceStats stats;
+  // Events replayed: the asked index clamped to the run, moved to the end of the allocator call
+  // when it falls inside one (between a segment_alloc and the alloc it serves, say).
+  std::uint64_t event_index = 0;
+  std::uint64_t event_count = 0;  // events in the run
+  std::string config;             // the allocator config replayed, as PYTORCH_CUDA_ALLOC_CONF
+  // Why the figures may differ from what PyTorch printed at that moment (a trace that starts
+  // mid-run, an OOM whose device limit is unknown, a model that diverged from the recording).
+  std::vector<std::string> caveats;
+};
+
+// The state after the first `event_index` events. The config is the recorded allocator_settings
+// for imported snapshots, else the run's PYTORCH_CUDA_ALLOC_CONF; the device limit is the run's
+// capacity or summary["allowed_bytes"]. A config that does not parse is an InputError naming the
+// run.
+MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index);
+
+}  // namespace fragscope::storage

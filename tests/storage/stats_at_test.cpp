@@ -1,0 +1,147 @@
+// memory_stats() at an event of a stored run, against what PyTorch itself reported: at the end of
+// every real recording the replayed state prints PyTorch's memory_summary() byte for byte, and at
+// any event its current bytes are the stored series (computed from the trace's layout, not from
+// the model).
+#include "storage/db/stats_at.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/summary.h"
+#include "engine/snapshot/snapshot.h"
+#include "storage/db/snapshot_import.h"
+#include "storage_test_util.h"
+
+namespace fragscope::storage {
+namespace {
+
+std::string fixture(const std::string& name, const std::string& suffix) {
+  return std::string(FRAGSCOPE_FIXTURES) + "/" + name + suffix;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Imports a fixture the way the GUI does with its *.stats.json beside it: the device's memory and
+// the recording's per-process cap.
+RunId import_fixture(RunStore& store, const std::string& name) {
+  const nlohmann::json stats = nlohmann::json::parse(read_text(fixture(name, ".stats.json")));
+  ImportOptions options = test::import_options(name);
+  Environment environment;
+  environment.gpu_memory = stats.at("total_memory").get<Bytes>();
+  options.environment = environment;
+  const RunId run =
+      import_snapshot(store, snapshot::read_snapshot(fixture(name, ".pickle.gz")), options).run;
+  const auto& params = stats.at("params");
+  if (params.contains("cap_gib")) {
+    nlohmann::json summary = store.run(run).summary;
+    summary["allowed_bytes"] = params.at("cap_gib").get<Bytes>() << 30;
+    store.update_summary(run, summary);
+  }
+  return run;
+}
+
+SeriesPoint series_after(RunStore& store, RunId run, std::uint64_t events) {
+  if (events == 0)
+    return {};
+  const auto buckets = store.timeline(run, events - 1, events, 1);
+  EXPECT_EQ(buckets.size(), 1u);
+  return buckets.empty() ? SeriesPoint{} : buckets.front().max;
+}
+
+class StatsAtFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StatsAtFixture, EndOfRunPrintsPyTorchsOwnSummary) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, GetParam());
+  const std::uint64_t count = store.run(run).event_count;
+  const MemoryStatsAt state = memory_stats_at(store, run, count);
+  EXPECT_EQ(state.event_index, count);
+  EXPECT_TRUE(state.caveats.empty()) << state.caveats.front();
+  EXPECT_EQ(alloc::memory_summary(state.stats, 0, false),
+            read_text(fixture(GetParam(), ".summary.txt")));
+}
+
+TEST_P(StatsAtFixture, CurrentBytesAtAnyEventAreTheStoredSeries) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, GetParam());
+  const std::uint64_t count = store.run(run).event_count;
+  for (const std::uint64_t at :
+       {std::uint64_t{0}, std::uint64_t{1}, count / 7, count / 3, count / 2, count - 1}) {
+    SCOPED_TRACE("after " + std::to_string(at) + " events");
+    const MemoryStatsAt state = memory_stats_at(store, run, at);
+    EXPECT_GE(state.event_index, at);
+    EXPECT_LE(state.event_index, at + 64) << "a cut moves only to the end of its allocator call";
+    const SeriesPoint expected = series_after(store, run, state.event_index);
+    using alloc::StatType;
+    EXPECT_EQ(state.stats.allocated_bytes[StatType::aggregate].current, expected.allocated);
+    EXPECT_EQ(state.stats.reserved_bytes[StatType::aggregate].current, expected.reserved);
+    EXPECT_EQ(state.stats.active_bytes[StatType::aggregate].current, expected.active);
+    EXPECT_EQ(state.stats.requested_bytes[StatType::aggregate].current, expected.requested);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TorchRecordings, StatsAtFixture,
+                         ::testing::Values("gpt_ckpt_accum", "gpt_fixedlen_default", "gpt_oom_cap",
+                                           "gpt_varlen_default", "gpt_varlen_expandable",
+                                           "random_default", "random_split64_round4",
+                                           "streams_default"));
+
+TEST(StatsAt, ACutInsideAnAllocatorCallMovesToItsEnd) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, "gpt_fixedlen_default");
+  const auto events = store.events(run, 0, 2);
+  ASSERT_EQ(events[0].action, TraceAction::segment_alloc);  // the first malloc's cudaMalloc
+  ASSERT_EQ(events[1].action, TraceAction::alloc);
+  EXPECT_EQ(memory_stats_at(store, run, 1).event_index, 2u);
+  EXPECT_EQ(memory_stats_at(store, run, 2).event_index, 2u);
+}
+
+TEST(StatsAt, RecordedOomWithoutKnownLimitSaysSo) {
+  RunStore store(":memory:");
+  const RunId run =
+      import_snapshot(store, snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz")),
+                      test::import_options("gpt_oom_cap"))
+          .run;
+  const MemoryStatsAt state = memory_stats_at(store, run, store.run(run).event_count);
+  ASSERT_FALSE(state.caveats.empty());
+  EXPECT_NE(state.caveats.front().find("device limit is unknown"), std::string::npos);
+}
+
+TEST(StatsAt, ClampsToTheRunAndStartsEmpty) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, "random_default");
+  const MemoryStatsAt empty = memory_stats_at(store, run, 0);
+  EXPECT_EQ(empty.stats.reserved_bytes[alloc::StatType::aggregate].current, 0);
+  EXPECT_EQ(empty.stats.num_device_alloc, 0);
+  const MemoryStatsAt past = memory_stats_at(store, run, 1u << 30);
+  EXPECT_EQ(past.event_index, store.run(run).event_count);
+}
+
+TEST(StatsAt, UnparsableConfigNamesTheRun) {
+  RunStore store(":memory:");
+  RunRecord record;
+  record.name = "broken";
+  record.alloc_config = "max_split_size_mb:banana";
+  const RunId run = store.begin_run(record);
+  store.finish_run(run, RunStatus::ok, nlohmann::json::object());
+  try {
+    memory_stats_at(store, run, 0);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("run " + std::to_string(run.value)),
+              std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("banana"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::storage
