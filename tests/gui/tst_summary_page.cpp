@@ -1,0 +1,104 @@
+// The summary page, offscreen: PyTorch's memory_summary() at the cursor. A real recording at its
+// end prints exactly what PyTorch printed (the fixture's summary.txt); an earlier cursor prints
+// the state there, replayed off the GUI thread, and a newer cursor supersedes an older one.
+#include <QFile>
+#include <QSignalSpy>
+#include <QTest>
+
+#include "engine/allocator/summary.h"
+#include "engine/snapshot/snapshot.h"
+#include "gui/summary_page.h"
+#include "gui_test_util.h"
+#include "storage/db/snapshot_import.h"
+#include "storage/db/stats_at.h"
+
+using namespace fragscope;
+using namespace fragscope::gui;
+
+class TestSummaryPage : public QObject {
+  Q_OBJECT
+ private:
+  QTemporaryDir m_dir;
+  QString m_db;
+  storage::RunId m_run;
+
+  static QString fixture(const QString& name) {
+    return QStringLiteral(FRAGSCOPE_FIXTURES "/") + name;
+  }
+  static QString readText(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+      return {};
+    return QString::fromUtf8(file.readAll());
+  }
+  static SegmentSnapshotAt cursorAt(storage::RunId run, std::uint64_t event, std::uint64_t count) {
+    SegmentSnapshotAt state;
+    state.run = run;
+    state.eventIndex = event;
+    state.eventCount = count;
+    return state;
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    m_db = m_dir.filePath(QStringLiteral("summary.db"));
+    storage::RunStore store(m_db.toStdString());
+    storage::ImportOptions options;
+    options.name = "random_default";
+    m_run = storage::import_snapshot(
+                store,
+                snapshot::read_snapshot(
+                    fixture(QStringLiteral("random_default.pickle.gz")).toStdString()),
+                options)
+                .run;
+  }
+
+  void endOfRunIsPyTorchsOwnSummary() {
+    SummaryPage page;
+    page.setDatabase(m_db);
+    QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
+    storage::RunStore store(m_db.toStdString(), storage::OpenMode::read_only);
+    const storage::RunRecord record = store.run(m_run);
+    page.setRun(record);
+    QVERIFY(test::waitFor([&] { return ready.count() > 0 && !page.busy(); }));
+    QVERIFY(page.pytorchSummary().has_value());
+    QCOMPARE(page.pytorchSummary()->eventIndex, record.event_count);
+    const QString expected = readText(fixture(QStringLiteral("random_default.summary.txt")));
+    QVERIFY(!expected.isEmpty());
+    QCOMPARE(page.pytorchSummary()->full, expected);
+    QVERIFY(page.text().contains(expected));
+    QVERIFY(page.pytorchSummary()->caveats.isEmpty());
+  }
+
+  void cursorShowsTheStateThereAndTheNewestCursorWins() {
+    SummaryPage page;
+    page.setDatabase(m_db);
+    QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
+    storage::RunStore store(m_db.toStdString(), storage::OpenMode::read_only);
+    const storage::RunRecord record = store.run(m_run);
+    page.setRun(record);
+    // Steps faster than the debounce: only the last cursor is replayed and shown.
+    for (std::uint64_t event : {10u, 500u, 2000u})
+      page.setState(cursorAt(m_run, event, record.event_count));
+    const std::uint64_t last = record.event_count / 2;
+    page.setState(cursorAt(m_run, last, record.event_count));
+    QVERIFY(test::waitFor([&] { return ready.count() > 0 && !page.busy(); }));
+    QCOMPARE(ready.count(), 1);
+    const auto& shown = *page.pytorchSummary();
+    QVERIFY(shown.eventIndex >= last && shown.eventIndex <= last + 64);
+    const storage::MemoryStatsAt expected = storage::memory_stats_at(store, m_run, last);
+    QCOMPARE(shown.full, QString::fromStdString(alloc::memory_summary(expected.stats, 0, false)));
+    QVERIFY(shown.full != readText(fixture(QStringLiteral("random_default.summary.txt"))));
+
+    // The abbreviated form is the same state without the pool rows.
+    auto* abbreviated = page.findChild<QCheckBox*>();
+    QVERIFY(abbreviated);
+    abbreviated->setChecked(true);
+    QVERIFY(page.text().contains(shown.abbreviated));
+    QVERIFY(!page.text().contains(shown.full));
+  }
+};
+
+QTEST_MAIN(TestSummaryPage)
+#include "tst_summary_page.moc"
