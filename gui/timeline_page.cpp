@@ -119,7 +119,7 @@ TimelinePage::TimelinePage(QWidget* parent)
     updateCategoryVisibility();
     const EventRange range = m_zoom->current();
     if (on && (m_categorySlice.first != range.first || m_categorySlice.end != range.end))
-      requestCategories();
+      m_categoryRequery.start();
     m_plot->replot(QCustomPlot::rpQueuedReplot);
   });
   m_cursorLine = new QCPItemStraightLine(m_plot);
@@ -130,6 +130,9 @@ TimelinePage::TimelinePage(QWidget* parent)
   m_requery.setSingleShot(true);
   m_requery.setInterval(40);
   connect(&m_requery, &QTimer::timeout, this, &TimelinePage::requestBuckets);
+  m_categoryRequery.setSingleShot(true);
+  m_categoryRequery.setInterval(250);
+  connect(&m_categoryRequery, &QTimer::timeout, this, &TimelinePage::requestCategories);
   m_gestureEnd.setSingleShot(true);
   m_gestureEnd.setInterval(400);
   connect(&m_gestureEnd, &QTimer::timeout, m_zoom, &ZoomStack::endGesture);
@@ -176,6 +179,7 @@ void TimelinePage::clear() {
   m_timelineJob.cancel();
   m_categoryJob.cancel();
   m_requery.stop();
+  m_categoryRequery.stop();
   m_run.reset();
   m_overview.reset();
   m_slice = {};
@@ -257,7 +261,7 @@ void TimelinePage::requestBuckets() {
       },
       [this](TimelineSlice slice) { showSlice(std::move(slice)); },
       [this](const QString& message) { emit errorOccurred(message); });
-  requestCategories();
+  m_categoryRequery.start();
 }
 
 void TimelinePage::requestCategories() {

@@ -41,7 +41,7 @@ class TimelinePage : public QWidget {
   std::uint64_t cursorEvent() const { return m_cursorEvent; }
   bool busy() const {
     return m_overviewJob.busy() || m_timelineJob.busy() || m_categoryJob.busy() ||
-           m_requery.isActive();
+           m_requery.isActive() || m_categoryRequery.isActive();
   }
 
   // The category stack: the buckets on screen (empty, with labelled false, for a run without
@@ -109,6 +109,10 @@ class TimelinePage : public QWidget {
   JobTracker m_timelineJob{this};
   JobTracker m_categoryJob{this};
   QTimer m_requery;
+  // The category stack replays the run from event 0 (about 0.2-0.5 s on a 1.2M-event run) and a
+  // superseded job still runs to its end, so it waits for the zoom to settle longer than the
+  // curves do.
+  QTimer m_categoryRequery;
   QTimer m_gestureEnd;
   std::uint64_t m_cursorEvent = 0;
   bool m_settingRange = false;

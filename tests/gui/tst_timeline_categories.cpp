@@ -143,6 +143,16 @@ class TestTimelineCategories : public QObject {
     QCOMPARE(page.categorySlice().end, std::uint64_t{12000});
     compareStackWithStore(page, m_db, m_labelled);
 
+    // Zooms in quick succession: the newest range is what the stack shows.
+    ready.clear();
+    page.zoomStack()->zoomTo({2000, 9000});
+    QTest::qWait(5);
+    page.zoomStack()->zoomTo({20000, 29000});
+    QVERIFY(waitForCategories(page, ready));
+    QCOMPARE(page.categorySlice().first, std::uint64_t{20000});
+    QCOMPARE(page.categorySlice().end, std::uint64_t{29000});
+    compareStackWithStore(page, m_db, m_labelled);
+
     // The toggle hides the stack and its legend entries.
     page.categoriesToggle()->setChecked(false);
     QVERIFY(!page.categoriesShown());
