@@ -414,8 +414,9 @@ bool MainWindow::showPage(const QString& name) {
 }
 
 bool MainWindow::busy() const {
-  return m_timeline->busy() || m_segments->busy() || m_compare->busy() || m_postMortem->busy() ||
-         m_designer->busy() || importing() || m_exportJob.busy() || m_deleteJob.busy();
+  return m_timeline->busy() || m_segments->busy() || m_summary->busy() || m_compare->busy() ||
+         m_postMortem->busy() || m_designer->busy() || importing() || m_exportJob.busy() ||
+         m_deleteJob.busy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {

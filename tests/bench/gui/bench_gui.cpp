@@ -1,0 +1,130 @@
+// fragscope-gui-bench: the GUI's speed targets on a 1.2M-event run (issue #8), offscreen.
+//   BM_OpenRunShowsTimeline  open the run in the main window until its timeline is drawn (< 1 s)
+//   BM_ZoomReplot            one wheel-zoom step: new range plus a full replot (< 16 ms)
+//   BM_SegmentMapAtEvent     the segment map at an event, loaded and laid out (< 30 ms)
+// Run it from a Release build: build/release/bin/fragscope-gui-bench.
+#include <benchmark/benchmark.h>
+
+#include <qcustomplot.h>
+#include <QApplication>
+#include <QSignalSpy>
+#include <random>
+
+#include "gui/application.h"
+#include "gui/main_window.h"
+#include "gui/run_data.h"
+#include "gui/segment_map_page.h"
+#include "gui/timeline_page.h"
+#include "gui_test_util.h"
+
+using namespace fragscope;
+using namespace fragscope::gui;
+
+namespace {
+
+constexpr std::size_t kEvents = 1'200'000;
+
+// One database with the 1.2M-event run (and a small second run to switch away to), made once.
+struct BigRun {
+  QTemporaryDir dir;
+  QString db;
+  storage::RunId run;
+  storage::RunId small;
+  BigRun() {
+    db = dir.filePath(QStringLiteral("bench.db"));
+    storage::RunStore store(db.toStdString());
+    run = test::addRun(store, "1.2M events", test::wavyTrace(kEvents, 7, true), {},
+                       storage::RunStatus::oom);
+    small = test::addRun(store, "small", test::wavyTrace(2000, 3, false));
+  }
+};
+
+BigRun& bigRun() {
+  static BigRun instance;
+  return instance;
+}
+
+// The main window as a user sees it, with the database open.
+MainWindow& window() {
+  static MainWindow* instance = [] {
+    auto* w = new MainWindow;
+    w->resize(1400, 900);
+    w->openDatabase(bigRun().db);
+    w->show();
+    return w;
+  }();
+  return *instance;
+}
+
+bool timelineShows(TimelinePage* timeline, storage::RunId run) {
+  return timeline->run() == run && timeline->overview() && !timeline->busy() &&
+         timeline->slice().run == run && !timeline->slice().buckets.empty();
+}
+
+void BM_OpenRunShowsTimeline(benchmark::State& state) {
+  MainWindow& w = window();
+  TimelinePage* timeline = w.timelinePage();
+  for (auto _ : state) {
+    state.PauseTiming();
+    w.showRun(bigRun().small);
+    test::waitFor([&] { return timelineShows(timeline, bigRun().small) && !w.busy(); }, 120000);
+    state.ResumeTiming();
+    w.showRun(bigRun().run);
+    if (!test::waitFor([&] { return timelineShows(timeline, bigRun().run); }, 120000))
+      state.SkipWithError("the timeline did not appear");
+    state.PauseTiming();
+    // Let the segment map and summary finish so they do not run into the next iteration.
+    test::waitFor([&] { return !w.busy(); }, 120000);
+    state.ResumeTiming();
+  }
+  state.counters["events"] = static_cast<double>(kEvents);
+}
+BENCHMARK(BM_OpenRunShowsTimeline)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+
+void BM_ZoomReplot(benchmark::State& state) {
+  MainWindow& w = window();
+  TimelinePage* timeline = w.timelinePage();
+  w.showRun(bigRun().run);
+  test::waitFor([&] { return timelineShows(timeline, bigRun().run) && !w.busy(); }, 120000);
+  QCustomPlot* plot = timeline->plot();
+  const double full = static_cast<double>(kEvents);
+  double width = full;
+  for (auto _ : state) {
+    // Zoom in by the wheel's factor until 1k events are on screen, then start over.
+    width = width < 1000 ? full : width * 0.85;
+    const double centre = full * 0.4;
+    plot->xAxis->setRange(centre - width / 2, centre + width / 2);
+    plot->replot(QCustomPlot::rpImmediateRefresh);
+  }
+  state.counters["buckets_on_screen"] = static_cast<double>(timeline->slice().buckets.size());
+}
+BENCHMARK(BM_ZoomReplot)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SegmentMapAtEvent(benchmark::State& state) {
+  std::mt19937_64 random(5);
+  std::size_t views = 0;
+  for (auto _ : state) {
+    const std::uint64_t event = random() % kEvents;
+    const SegmentSnapshotAt snapshot = loadSegmentSnapshot(bigRun().db, bigRun().run, event);
+    const SegmentLayout layout = layoutSegments(snapshot.views, QSizeF(1000, 600));
+    views += snapshot.views.size();
+    benchmark::DoNotOptimize(layout.rows);
+  }
+  state.counters["segments_per_map"] =
+      static_cast<double>(views) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_SegmentMapAtEvent)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  qputenv("QT_QPA_PLATFORM",
+          qgetenv("QT_QPA_PLATFORM").isEmpty() ? "offscreen" : qgetenv("QT_QPA_PLATFORM"));
+  QApplication app(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
