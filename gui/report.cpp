@@ -130,6 +130,11 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
       finding.largestFree = summary.largestFree;
       run.ooms.push_back(finding);
     }
+    if (!overview.oomEvents.empty()) {
+      if (job && job->cancelled())
+        return data;
+      run.postMortem = loadPostMortem(databasePath, compared.record.id, false, job);
+    }
     data.runs.push_back(std::move(run));
   }
   return data;
@@ -148,6 +153,60 @@ std::vector<QImage> renderReportPlots(const ReportData& data) {
   }
   return plots;
 }
+
+namespace {
+
+// The engine's verdict per OOM (analysis::diagnose through the post-mortem page's loader) and
+// the what-if table, so the report says what the OOM post-mortem page says.
+QString postMortemHtml(const PostMortemData& data) {
+  const auto bytes = [](Bytes value) { return formatBytes(static_cast<double>(value)); };
+  QString html;
+  for (const analysis::OomPostMortem& oom : data.postMortems) {
+    html += QStringLiteral("<p><b>%1</b> ")
+                .arg(QObject::tr("Event %1: %2")
+                         .arg(formatCount(oom.event_index),
+                              QString::fromUtf8(
+                                  analysis::to_string(oom.cause).data(),
+                                  static_cast<qsizetype>(analysis::to_string(oom.cause).size()))));
+    html += QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped() +
+            QStringLiteral("</p>\n<ul>\n");
+    for (const std::string& sentence : oom.evidence)
+      html += QStringLiteral("<li>%1</li>\n").arg(QString::fromStdString(sentence).toHtmlEscaped());
+    html += QStringLiteral("</ul>\n");
+  }
+  if (!data.whatIfError.isEmpty())
+    html += QStringLiteral("<p>%1</p>\n")
+                .arg(QObject::tr("The what-if table could not be computed: %1")
+                         .arg(data.whatIfError.toHtmlEscaped()));
+  if (!data.whatIf)
+    return html;
+  const analysis::WhatIfRow* baseline = data.whatIf->baseline();
+  html += QStringLiteral(
+              "<h4>%1</h4>\n<table><tr><th>%2</th><th>%3</th><th>%4</th><th>%5</th><th>%6</th>"
+              "</tr>\n")
+              .arg(QObject::tr("What if (the same requests, replayed)"), QObject::tr("Mitigation"),
+                   QObject::tr("PYTORCH_CUDA_ALLOC_CONF"), QObject::tr("Outcome"),
+                   QObject::tr("Peak reserved"), QObject::tr("vs. as recorded"));
+  for (const analysis::WhatIfRow& row : data.whatIf->rows) {
+    const double delta = baseline ? static_cast<double>(row.peak_reserved) -
+                                        static_cast<double>(baseline->peak_reserved)
+                                  : 0.0;
+    const QString outcome = !row.error.empty()
+                                ? QObject::tr("error: %1").arg(QString::fromStdString(row.error))
+                                : (row.ok ? QObject::tr("avoids the OOM") : QObject::tr("OOM"));
+    html += QStringLiteral(
+                "<tr><td>%1</td><td><code>%2</code></td><td>%3</td><td class=num>%4</td>"
+                "<td class=num>%5</td></tr>\n")
+                .arg(QString::fromStdString(row.name).toHtmlEscaped(),
+                     QString::fromStdString(row.alloc_conf).toHtmlEscaped(),
+                     outcome.toHtmlEscaped(), bytes(row.peak_reserved),
+                     (delta > 0 ? QStringLiteral("+") : QString()) + formatBytes(delta));
+  }
+  html += QStringLiteral("</table>\n");
+  return html;
+}
+
+}  // namespace
 
 QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, bool embedImages) {
   QString html;
@@ -258,31 +317,8 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
                      bytes(static_cast<double>(oom.largestFree)));
       }
       html += QStringLiteral("</table>\n");
-      const OomFinding& first = run.ooms.front();
-      if (first.freeCached >= first.request && first.largestFree < first.request)
-        html +=
-            QStringLiteral("<p>") +
-            QObject::tr(
-                "At event %1 the cache held %2 free, more than the %3 requested, but "
-                "no free block was large enough (the largest was %4): this OOM is "
-                "fragmentation. Options that reduce it: "
-                "<code>expandable_segments:True</code>, "
-                "<code>max_split_size_mb</code>, or freeing the cache before the "
-                "peak.")
-                .arg(formatCount(first.eventIndex), bytes(static_cast<double>(first.freeCached)),
-                     bytes(static_cast<double>(first.request)),
-                     bytes(static_cast<double>(first.largestFree))) +
-            QStringLiteral("</p>\n");
-      else
-        html +=
-            QStringLiteral("<p>") +
-            QObject::tr(
-                "At event %1 the free cached memory (%2) was less than the request "
-                "(%3): the workload needs more memory than the device has, whatever "
-                "the allocator does.")
-                .arg(formatCount(first.eventIndex), bytes(static_cast<double>(first.freeCached)),
-                     bytes(static_cast<double>(first.request))) +
-            QStringLiteral("</p>\n");
+      if (run.postMortem)
+        html += postMortemHtml(*run.postMortem);
     }
   }
   html += QStringLiteral("</body></html>\n");

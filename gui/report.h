@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gui/compare_page.h"
+#include "gui/post_mortem_page.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::gui {
@@ -28,6 +29,9 @@ struct OomFinding {
 struct ReportRun {
   ComparedRun run;
   std::vector<OomFinding> ooms;  // at most the first few
+  // The engine's analysis of the run's OOMs (classification, evidence, PyTorch's figures) and
+  // its what-if table, as the post-mortem page shows them; unset for runs without an OOM.
+  std::optional<PostMortemData> postMortem;
 };
 
 struct ReportData {
@@ -42,7 +46,8 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
                           const JobContext* job = nullptr);
 // One plot per run plus, for two or more runs, an overlay. GUI thread only.
 std::vector<QImage> renderReportPlots(const ReportData& data);
-// `imageSource(i)` is what <img src> gets for plot i.
+// `embedImages`: plots as PNG data URIs (one self-contained file), else <img src="plotN.png">
+// for a caller that writes the images beside the HTML (the PDF path renders them itself).
 QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, bool embedImages);
 // Writes the report; false with `error` set when the file cannot be written.
 bool writeReport(const QString& path, ReportFormat format, const ReportData& data,

@@ -85,6 +85,17 @@ class TestReport : public QObject {
     QCOMPARE(html.count(QStringLiteral("data:image/png;base64,")), 3);  // two runs + overlay
     QVERIFY(!html.contains(QStringLiteral("src=\"plot")));
     QVERIFY(html.contains(QStringLiteral("Out-of-memory post-mortem")));
+    // The engine's own verdict and what-if table, as the post-mortem page shows them.
+    const PostMortemData postMortem = loadPostMortem(m_db, m_oom);
+    QVERIFY(!postMortem.postMortems.empty());
+    for (const auto& oom : postMortem.postMortems) {
+      QVERIFY(html.contains(QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped()));
+      for (const auto& sentence : oom.evidence)
+        QVERIFY(html.contains(QString::fromStdString(sentence).toHtmlEscaped()));
+    }
+    QVERIFY(postMortem.whatIf.has_value());
+    for (const auto& row : postMortem.whatIf->rows)
+      QVERIFY2(html.contains(QString::fromStdString(row.name).toHtmlEscaped()), row.name.c_str());
     QVERIFY(html.contains(QStringLiteral("max_split_size_mb:64")));  // config mismatch warning
     QVERIFY(html.contains(QStringLiteral("PyTorch")) || html.contains(QStringLiteral("Device")));
     keepArtifact(path);
