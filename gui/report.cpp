@@ -133,7 +133,11 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
     if (!overview.oomEvents.empty()) {
       if (job && job->cancelled())
         return data;
-      run.postMortem = loadPostMortem(databasePath, compared.record.id, false, job);
+      try {
+        run.postMortem = loadPostMortem(databasePath, compared.record.id, false, job);
+      } catch (const std::exception& error) {
+        run.postMortemError = QString::fromUtf8(error.what());
+      }
     }
     data.runs.push_back(std::move(run));
   }
@@ -319,6 +323,10 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
       html += QStringLiteral("</table>\n");
       if (run.postMortem)
         html += postMortemHtml(*run.postMortem);
+      else if (!run.postMortemError.isEmpty())
+        html += QStringLiteral("<p>%1</p>\n")
+                    .arg(QObject::tr("The engine could not analyse this run's OOM: %1")
+                             .arg(run.postMortemError.toHtmlEscaped()));
     }
   }
   html += QStringLiteral("</body></html>\n");

@@ -32,6 +32,7 @@ struct ReportRun {
   // The engine's analysis of the run's OOMs (classification, evidence, PyTorch's figures) and
   // its what-if table, as the post-mortem page shows them; unset for runs without an OOM.
   std::optional<PostMortemData> postMortem;
+  QString postMortemError;  // why the engine could not analyse the run (the report still goes on)
 };
 
 struct ReportData {

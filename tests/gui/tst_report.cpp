@@ -7,11 +7,13 @@
 #include <QRegularExpression>
 #include <QTest>
 
+#include "engine/snapshot/snapshot.h"
 #include "gui/application.h"
 #include "gui/format.h"
 #include "gui/report.h"
 #include "gui/runs_model.h"
 #include "gui_test_util.h"
+#include "storage/db/snapshot_import.h"
 
 using namespace fragscope;
 using namespace fragscope::gui;
@@ -21,7 +23,7 @@ class TestReport : public QObject {
  private:
   QTemporaryDir m_dir;
   QString m_db;
-  storage::RunId m_ok, m_oom;
+  storage::RunId m_ok, m_oom, m_real;
 
   static QByteArray readAll(const QString& path) {
     QFile file(path);
@@ -66,6 +68,12 @@ class TestReport : public QObject {
     m_ok = test::addRun(store, "steady", test::wavyTrace(8000, 4, false));
     m_oom = test::addRun(store, "capped", test::wavyTrace(6000, 5, true), "max_split_size_mb:64",
                          storage::RunStatus::oom);
+    storage::ImportOptions options;
+    options.name = "gpt_oom_cap";
+    m_real =
+        storage::import_snapshot(
+            store, snapshot::read_snapshot(FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz"), options)
+            .run;
   }
 
   void htmlContainsThePeaks() {
@@ -85,20 +93,32 @@ class TestReport : public QObject {
     QCOMPARE(html.count(QStringLiteral("data:image/png;base64,")), 3);  // two runs + overlay
     QVERIFY(!html.contains(QStringLiteral("src=\"plot")));
     QVERIFY(html.contains(QStringLiteral("Out-of-memory post-mortem")));
-    // The engine's own verdict and what-if table, as the post-mortem page shows them.
-    const PostMortemData postMortem = loadPostMortem(m_db, m_oom);
-    QVERIFY(!postMortem.postMortems.empty());
-    for (const auto& oom : postMortem.postMortems) {
-      QVERIFY(html.contains(QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped()));
-      for (const auto& sentence : oom.evidence)
-        QVERIFY(html.contains(QString::fromStdString(sentence).toHtmlEscaped()));
-    }
-    QVERIFY(postMortem.whatIf.has_value());
-    for (const auto& row : postMortem.whatIf->rows)
-      QVERIFY2(html.contains(QString::fromStdString(row.name).toHtmlEscaped()), row.name.c_str());
+    // A trace the allocator's layout rules cannot explain still reports, saying why.
+    QVERIFY(html.contains(QStringLiteral("The engine could not analyse this run")));
     QVERIFY(html.contains(QStringLiteral("max_split_size_mb:64")));  // config mismatch warning
     QVERIFY(html.contains(QStringLiteral("PyTorch")) || html.contains(QStringLiteral("Device")));
     keepArtifact(path);
+  }
+
+  // A real recording's OOM: the report carries the engine's verdict and what-if table, exactly as
+  // the post-mortem page computes them.
+  void htmlCarriesTheEnginesPostMortem() {
+    const QString path = m_dir.filePath(QStringLiteral("real.html"));
+    QString error;
+    QVERIFY2(exportReport(m_db, {m_real}, path, &error), qPrintable(error));
+    const QString html = QString::fromUtf8(readAll(path));
+    const PostMortemData postMortem = loadPostMortem(m_db, m_real);
+    QCOMPARE(postMortem.postMortems.size(), std::size_t{1});
+    const auto& oom = postMortem.postMortems.front();
+    QVERIFY(html.contains(QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped()));
+    QVERIFY(!oom.evidence.empty());
+    for (const auto& sentence : oom.evidence)
+      QVERIFY(html.contains(QString::fromStdString(sentence).toHtmlEscaped()));
+    QVERIFY(postMortem.whatIf.has_value());
+    QVERIFY(postMortem.whatIf->rows.size() > 1);
+    for (const auto& row : postMortem.whatIf->rows)
+      QVERIFY2(html.contains(QString::fromStdString(row.name).toHtmlEscaped()), row.name.c_str());
+    QVERIFY(!html.contains(QStringLiteral("could not analyse")));
   }
 
   void pdfHasPages() {
