@@ -314,12 +314,17 @@ bool TimelinePage::categoriesShown() const {
 void TimelinePage::updateCategoryVisibility() {
   m_categoriesToggle->setEnabled(m_labelled == true);
   const bool shown = categoriesShown();
-  for (QCPGraph* graph : m_categoryGraphs) {
+  for (std::size_t i = 0; i < m_categoryGraphs.size(); ++i) {
+    QCPGraph* graph = m_categoryGraphs[i];
     graph->setVisible(shown);
-    if (shown)
+    // A category the range never holds (e.g. "input" in a training run) keeps out of the legend.
+    const Category category = stackOrder()[i];
+    const bool present = std::any_of(
+        m_categorySlice.buckets.begin(), m_categorySlice.buckets.end(),
+        [category](const storage::CategoryBucket& b) { return categoryBytes(b, category) != 0; });
+    graph->removeFromLegend();
+    if (shown && present)
       graph->addToLegend();
-    else
-      graph->removeFromLegend();
   }
 }
 
