@@ -30,23 +30,14 @@ std::string read_text(const std::string& path) {
   return buffer.str();
 }
 
-// Imports a fixture the way the GUI does with its *.stats.json beside it: the device's memory and
-// the recording's per-process cap.
+// Imports a fixture as `fragscope-cli import` and File > Open do: with its NAME.stats.json (the
+// device's memory and the recording's per-process cap).
 RunId import_fixture(RunStore& store, const std::string& name) {
-  const nlohmann::json stats = nlohmann::json::parse(read_text(fixture(name, ".stats.json")));
+  const std::string path = fixture(name, ".pickle.gz");
   ImportOptions options = test::import_options(name);
-  Environment environment;
-  environment.gpu_memory = stats.at("total_memory").get<Bytes>();
-  options.environment = environment;
-  const RunId run =
-      import_snapshot(store, snapshot::read_snapshot(fixture(name, ".pickle.gz")), options).run;
-  const auto& params = stats.at("params");
-  if (params.contains("cap_gib")) {
-    nlohmann::json summary = store.run(run).summary;
-    summary["allowed_bytes"] = params.at("cap_gib").get<Bytes>() << 30;
-    store.update_summary(run, summary);
-  }
-  return run;
+  options.recorded_stats = read_companion_stats(path);
+  EXPECT_TRUE(options.recorded_stats.has_value());
+  return import_snapshot(store, snapshot::read_snapshot(path), options).run;
 }
 
 SeriesPoint series_after(RunStore& store, RunId run, std::uint64_t events) {
@@ -113,7 +104,7 @@ TEST(StatsAt, RecordedOomWithoutKnownLimitSaysSo) {
           .run;
   const MemoryStatsAt state = memory_stats_at(store, run, store.run(run).event_count);
   ASSERT_FALSE(state.caveats.empty());
-  EXPECT_NE(state.caveats.front().find("device limit is unknown"), std::string::npos);
+  EXPECT_NE(state.caveats.front().find("device limit that was not recorded"), std::string::npos);
 }
 
 TEST(StatsAt, ClampsToTheRunAndStartsEmpty) {
