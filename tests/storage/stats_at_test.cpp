@@ -13,6 +13,8 @@
 
 #include "engine/allocator/summary.h"
 #include "engine/snapshot/snapshot.h"
+#include "engine/workload/experiment.h"
+#include "storage/db/simulated_run.h"
 #include "storage/db/snapshot_import.h"
 #include "storage_test_util.h"
 
@@ -85,6 +87,30 @@ INSTANTIATE_TEST_SUITE_P(TorchRecordings, StatsAtFixture,
                                            "gpt_varlen_default", "gpt_varlen_expandable",
                                            "random_default", "random_split64_round4",
                                            "streams_default"));
+
+// A simulated run stores only the model's trace; replaying it gives back the memory_stats() the
+// model ended with, OOM, retries and all: the summary of a designer or `run` run is its own.
+TEST(StatsAt, SimulatedRunsReplayToTheirOwnStats) {
+  const workload::Experiment experiment = workload::load_experiment(
+      std::string(FRAGSCOPE_SOURCE_DIR) + "/experiments/case-study-1.2b-a100-40gb.json");
+  RunStore store(":memory:");
+  const ExperimentId id = store.create_experiment(experiment.name, experiment.definition);
+  int checked = 0;
+  for (const workload::ExperimentPoint& point : experiment.points) {
+    if (point.name != "baseline-bs16" && point.name != "mitigated")
+      continue;
+    SCOPED_TRACE(point.name);
+    const workload::PointResult result = workload::run_point(point, true);
+    const RunId run = store_simulated_run(store, id, point, result);
+    const MemoryStatsAt state = memory_stats_at(store, run, store.run(run).event_count);
+    EXPECT_TRUE(state.caveats.empty()) << state.caveats.front();
+    EXPECT_EQ(alloc::memory_summary(state.stats, 0, false),
+              alloc::memory_summary(result.stats, 0, false));
+    EXPECT_EQ(state.stats, result.stats);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
 
 TEST(StatsAt, ACutInsideAnAllocatorCallMovesToItsEnd) {
   RunStore store(":memory:");
