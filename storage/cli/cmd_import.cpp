@@ -1,9 +1,12 @@
 // fragscope-cli import: stores a PyTorch memory snapshot as a run.
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "storage/cli/command.h"
 #include "storage/db/data_location.h"
@@ -13,20 +16,35 @@ namespace fragscope::cli {
 namespace {
 
 int run_import(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--db", "--name", "--json", "--device"});
+  const Args args(argv, {}, {"--db", "--name", "--json", "--device", "--stats"});
   args.expect_positional(1, "one SNAPSHOT file");
   const std::filesystem::path file = args.positional()[0];
   // Read the whole snapshot before touching the database, so a bad file writes nothing.
   const snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  // The recording's own memory_stats() and cap: --stats FILE, else NAME.stats.json beside it.
+  std::optional<nlohmann::json> recorded_stats;
+  std::string stats_file;
+  if (const auto explicit_stats = args.option("--stats")) {
+    std::ifstream in(*explicit_stats, std::ios::binary);
+    if (!in)
+      throw InputError(*explicit_stats + ": cannot open the stats file");
+    try {
+      recorded_stats = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& error) {
+      throw InputError(*explicit_stats + ": not valid JSON: " + error.what());
+    }
+    if (!recorded_stats->is_object())
+      throw InputError(*explicit_stats + ": expected a JSON object (the recording's memory_stats)");
+    stats_file = *explicit_stats;
+  } else if ((recorded_stats = storage::read_companion_stats(file.string()))) {
+    stats_file =
+        (file.parent_path() / (storage::run_name_for(file.string()) + ".stats.json")).string();
+  }
 
   storage::ImportOptions options;
   options.source_file = file.string();
-  std::string default_name = file.filename().string();
-  for (const char* suffix : {".gz", ".pickle"}) {
-    if (default_name.size() > std::string(suffix).size() && default_name.ends_with(suffix))
-      default_name.resize(default_name.size() - std::string(suffix).size());
-  }
-  options.name = args.option_or("--name", default_name);
+  options.name = args.option_or("--name", storage::run_name_for(file.string()));
+  options.recorded_stats = recorded_stats;
   if (const auto device = args.uint_option("--device"))
     options.device = static_cast<std::size_t>(*device);
 
@@ -37,7 +55,9 @@ int run_import(const std::vector<std::string>& argv) {
                               {"events", result.events},
                               {"segments", result.segments},
                               {"truncated", result.truncated},
-                              {"ooms", result.ooms}};
+                              {"ooms", result.ooms},
+                              {"recorded_stats", stats_file.empty() ? nlohmann::json(nullptr)
+                                                                    : nlohmann::json(stats_file)}};
   if (auto target = args.option("--json")) {
     write_json(out, *target);
     return 0;
@@ -45,15 +65,19 @@ int run_import(const std::vector<std::string>& argv) {
   std::cout << "imported " << file.string() << " as run " << result.run.value << " ("
             << options.name << "): " << result.events << " events, " << result.segments
             << " segments, " << result.ooms << " OOM(s)"
-            << (result.truncated ? ", trace truncated" : "") << "\n";
+            << (result.truncated ? ", trace truncated" : "")
+            << (stats_file.empty() ? "" : ", with the recording's stats from " + stats_file)
+            << "\n";
   return 0;
 }
 
 }  // namespace
 
-FRAGSCOPE_CLI_COMMAND({"import",
-                       "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--json FILE|-]",
-                       "Store a PyTorch memory snapshot (.pickle or .pickle.gz) as a run",
-                       run_import});
+FRAGSCOPE_CLI_COMMAND(
+    {"import",
+     "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--stats FILE] [--json FILE|-]",
+     "Store a PyTorch memory snapshot (.pickle or .pickle.gz) as a run, with the recording's "
+     "NAME.stats.json (memory_stats, cap) when it is beside it or given",
+     run_import});
 
 }  // namespace fragscope::cli

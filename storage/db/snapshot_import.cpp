@@ -1,7 +1,11 @@
 #include "storage/db/snapshot_import.h"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
 
+#include "engine/core/error.h"
 #include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
 
@@ -57,6 +61,71 @@ SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device
   return map;
 }
 
+namespace {
+
+std::string string_field(const nlohmann::json& json, const char* key) {
+  const auto it = json.find(key);
+  return it != json.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Environment recorded_environment(const nlohmann::json& stats) {
+  Environment environment = Environment::current();
+  environment.torch_version = string_field(stats, "torch");
+  environment.cuda_version = string_field(stats, "cuda");
+  environment.gpu_name = string_field(stats, "device");
+  if (const auto total = stats.find("total_memory");
+      total != stats.end() && total->is_number_unsigned())
+    environment.gpu_memory = total->get<Bytes>();
+  return environment;
+}
+
+void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
+  // What PyTorch itself reported after the run, shown beside FragScope's figures.
+  if (const auto it = stats.find("memory_stats"); it != stats.end() && it->is_object())
+    summary["memory_stats"] = *it;
+  if (const auto it = stats.find("outcome"); it != stats.end())
+    summary["recorded_outcome"] = *it;
+  if (const auto it = stats.find("alloc_conf"); it != stats.end())
+    summary["recorded_alloc_conf"] = *it;
+  // record_torch_traces.py's cap: set_per_process_memory_fraction to exactly cap_gib GiB.
+  const auto params = stats.find("params");
+  if (params != stats.end() && params->is_object()) {
+    const auto cap = params->find("cap_gib");
+    if (cap != params->end() && cap->is_number() && cap->get<double>() > 0)
+      summary["allowed_bytes"] = static_cast<Bytes>(cap->get<double>() * static_cast<double>(kGiB));
+  }
+}
+
+}  // namespace
+
+std::string run_name_for(const std::string& snapshot_path) {
+  std::string name = std::filesystem::path(snapshot_path).filename().string();
+  for (const std::string suffix : {".pickle.gz", ".pickle", ".pkl.gz", ".pkl"}) {
+    if (name.size() > suffix.size() &&
+        std::equal(suffix.rbegin(), suffix.rend(), name.rbegin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); }))
+      return name.substr(0, name.size() - suffix.size());
+  }
+  return name;
+}
+
+std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path) {
+  const std::filesystem::path stats = std::filesystem::path(snapshot_path).parent_path() /
+                                      (run_name_for(snapshot_path) + ".stats.json");
+  std::ifstream in(stats, std::ios::binary);
+  if (!in)
+    return std::nullopt;
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(stats.string() + ": not valid JSON: " + error.what());
+  }
+  if (!json.is_object())
+    throw InputError(stats.string() + ": expected a JSON object (the recording's memory_stats)");
+  return json;
+}
+
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
                              const ImportOptions& options) {
   const std::size_t device_count = std::max<std::size_t>(snapshot.device_traces.size(), 1);
@@ -78,6 +147,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   record.source = options.source;
   if (options.environment)
     record.environment = *options.environment;
+  else if (options.recorded_stats && options.recorded_stats->is_object())
+    record.environment = recorded_environment(*options.recorded_stats);
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
       conf != snapshot.allocator_settings.end() && conf->is_string())
     record.alloc_config = conf->get<std::string>();
@@ -155,6 +226,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"external_annotations", snapshot.external_annotations.size()},
         {"series", series_info},
     };
+    if (options.recorded_stats && options.recorded_stats->is_object())
+      add_recorded_stats(*options.recorded_stats, summary);
     store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary);
   } catch (...) {
     if (store.ingesting())

@@ -4,6 +4,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/snapshot/snapshot.h"
 #include "storage/db/run_store.h"
 
@@ -18,7 +20,19 @@ struct ImportOptions {
   // environment the runner reported; fragscope's version and revision are always this build's.
   RunSource source = RunSource::imported;
   std::optional<Environment> environment;
+  // What the recording script wrote beside the snapshot (NAME.stats.json: the real
+  // memory_stats(), outcome, PYTORCH_CUDA_ALLOC_CONF, device and per-process cap). Stored in the
+  // same transaction: the environment when `environment` is unset, summary["memory_stats"],
+  // ["recorded_outcome"], ["recorded_alloc_conf"] and ["allowed_bytes"] (the cap, which a replay
+  // needs to fail where the recording failed).
+  std::optional<nlohmann::json> recorded_stats;
 };
+
+// NAME.stats.json beside NAME.pickle[.gz] (or NAME.pkl[.gz]); nullopt when there is none, an
+// InputError naming the file when it is not a JSON object.
+std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path);
+// The run name a snapshot file gives: its file name without .pickle[.gz] / .pkl[.gz].
+std::string run_name_for(const std::string& snapshot_path);
 
 struct ImportResult {
   RunId run{};

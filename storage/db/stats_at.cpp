@@ -93,9 +93,8 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
   if (record.environment.gpu_memory > 0)
     options.total_memory = record.environment.gpu_memory;
 
-  const bool has_oom = std::any_of(events.begin(), events.end(), [](const TraceEvent& event) {
-    return event.action == TraceAction::oom;
-  });
+  // Even before its OOM, a capped run's cache releases depend on the cap.
+  const bool has_oom = record.status == RunStatus::oom;
   const replay::ReplayResult result =
       replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options);
   out.stats = result.run.stats;
@@ -106,7 +105,8 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
         "the trace starts mid-run: memory allocated before its first event is not counted");
   if (has_oom && !limit)
     out.caveats.push_back(
-        "the run's device limit is unknown, so the model could not fail the recorded OOM");
+        "the run ran out of memory under a device limit that was not recorded (import it with its "
+        "NAME.stats.json), so the model cannot release and fail where the recording did");
   if (result.compared && result.first_divergence)
     out.caveats.push_back("the model diverged from the recording: " +
                           replay::describe(*result.first_divergence));

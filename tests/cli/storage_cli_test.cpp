@@ -252,6 +252,32 @@ TEST_F(StorageCli, SummaryPrintsPyTorchsMemorySummaryAtAnEvent) {
   const auto past = run_cli({"summary", "--run", "1", "--db", db, "--at", "99999999"});
   EXPECT_EQ(past.exit_code, 2);
   EXPECT_NE(past.err.find("99999999"), std::string::npos) << past.err;
+
+  // A capped recording fails where PyTorch failed only with its cap, which the import takes from
+  // the NAME.stats.json beside the snapshot.
+  const auto imported =
+      run_cli({"import", fixture("gpt_oom_cap.pickle.gz"), "--db", db, "--json", "-"});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(nlohmann::json::parse(imported.out)["recorded_stats"].get<std::string>().find(
+                "gpt_oom_cap.stats.json"),
+            std::string::npos);
+  const auto capped = run_cli({"summary", "--run", "2", "--db", db});
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  std::ifstream capped_file(fixture("gpt_oom_cap.summary.txt"), std::ios::binary);
+  EXPECT_EQ(capped.out, std::string((std::istreambuf_iterator<char>(capped_file)),
+                                    std::istreambuf_iterator<char>()));
+  EXPECT_TRUE(capped.err.empty()) << capped.err;
+
+  // --stats FILE names the recording's stats explicitly; a broken one is refused by name and
+  // nothing is stored.
+  const std::string broken = dir.file("broken.stats.json");
+  std::ofstream(broken) << "{ nope";
+  const auto refused =
+      run_cli({"import", fixture("random_default.pickle.gz"), "--db", db, "--stats", broken});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("broken.stats.json"), std::string::npos) << refused.err;
+  const auto runs = nlohmann::json::parse(run_cli({"runs", "--db", db, "--json", "-"}).out);
+  EXPECT_EQ(runs.size(), 2u);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// The GUI thread never blocks for more than 100 ms while a million-event run loads, zooms and
-// moves its cursor. Two measures: the longest single event delivery on the GUI thread (timed in
-// QApplication::notify, naming the culprit when it fails) and the longest gap between the ticks
-// of a 5 ms timer (which also counts time the thread was merely descheduled on a busy machine).
+// The GUI thread never blocks for more than 100 ms while a 1.2M-event run (the size) loads,
+// zooms and moves its cursor. Two measures: the longest single event delivery on the GUI thread
+// (timed in QApplication::notify, naming the culprit when it fails) and the longest gap between the
+// ticks of a 5 ms timer (which also counts time the thread was merely descheduled on a busy
+// machine).
 #include <time.h>
 
 #include <QApplication>
@@ -95,7 +96,7 @@ class TestResponsiveness : public QObject {
   void millionEventRunNeverStallsTheEventLoop() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("big.db"));
-    constexpr std::size_t kEvents = 1'000'000;
+    constexpr std::size_t kEvents = 1'200'000;
     storage::RunId run;
     {
       storage::RunStore store(db.toStdString());
@@ -134,7 +135,7 @@ class TestResponsiveness : public QObject {
     QVERIFY(test::waitFor([&] { return !window.busy(); }, 60000));
     app->measuring = false;
     qInfo(
-        "1M-event run: loaded in %lld ms; longest GUI-thread event %.1f ms CPU (%s), %lld ms "
+        "1.2M-event run: loaded in %lld ms; longest GUI-thread event %.1f ms CPU (%s), %lld ms "
         "wall; longest timer gap %lld ms",
         loadMs, app->longestCpuMs, qPrintable(app->longestCpuWhat), app->longestWallMs,
         meter.maxGapMs());

@@ -21,6 +21,7 @@ class TestSummaryPage : public QObject {
   QTemporaryDir m_dir;
   QString m_db;
   storage::RunId m_run;
+  storage::RunRecord m_record;
 
   static QString fixture(const QString& name) {
     return QStringLiteral(FRAGSCOPE_FIXTURES "/") + name;
@@ -52,14 +53,14 @@ class TestSummaryPage : public QObject {
                     fixture(QStringLiteral("random_default.pickle.gz")).toStdString()),
                 options)
                 .run;
+    m_record = store.run(m_run);
   }
 
   void endOfRunIsPyTorchsOwnSummary() {
     SummaryPage page;
     page.setDatabase(m_db);
     QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
-    storage::RunStore store(m_db.toStdString(), storage::OpenMode::read_only);
-    const storage::RunRecord record = store.run(m_run);
+    const storage::RunRecord& record = m_record;
     page.setRun(record);
     QVERIFY(test::waitFor([&] { return ready.count() > 0 && !page.busy(); }));
     QVERIFY(page.pytorchSummary().has_value());
@@ -75,8 +76,7 @@ class TestSummaryPage : public QObject {
     SummaryPage page;
     page.setDatabase(m_db);
     QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
-    storage::RunStore store(m_db.toStdString(), storage::OpenMode::read_only);
-    const storage::RunRecord record = store.run(m_run);
+    const storage::RunRecord& record = m_record;
     page.setRun(record);
     // Steps faster than the debounce: only the last cursor is replayed and shown.
     for (std::uint64_t event : {10u, 500u, 2000u})
@@ -87,6 +87,7 @@ class TestSummaryPage : public QObject {
     QCOMPARE(ready.count(), 1);
     const auto& shown = *page.pytorchSummary();
     QVERIFY(shown.eventIndex >= last && shown.eventIndex <= last + 64);
+    storage::RunStore store(m_db.toStdString(), storage::OpenMode::read_only);
     const storage::MemoryStatsAt expected = storage::memory_stats_at(store, m_run, last);
     QCOMPARE(shown.full, QString::fromStdString(alloc::memory_summary(expected.stats, 0, false)));
     QVERIFY(shown.full != readText(fixture(QStringLiteral("random_default.summary.txt"))));

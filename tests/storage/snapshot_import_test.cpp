@@ -132,3 +132,44 @@ TEST(Import, ATraceThatStartsLateIsMarkedTruncated) {
 
 }  // namespace
 }  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+// NAME.stats.json beside a snapshot goes in with the run, in the same transaction.
+TEST(CompanionStats, AreStoredWithTheRun) {
+  const std::string path = fixture("gpt_oom_cap", ".pickle.gz");
+  EXPECT_EQ(run_name_for(path), "gpt_oom_cap");
+  EXPECT_EQ(run_name_for("/x/A.PKL.GZ"), "A");
+  const auto stats = read_companion_stats(path);
+  ASSERT_TRUE(stats.has_value());
+  RunStore store(":memory:");
+  ImportOptions options = test::import_options("gpt_oom_cap");
+  options.recorded_stats = stats;
+  const RunRecord run =
+      store.run(import_snapshot(store, snapshot::read_snapshot(path), options).run);
+  EXPECT_EQ(run.summary.at("allowed_bytes").get<Bytes>(), (*stats)["params"]["cap_gib"].get<Bytes>()
+                                                              << 30);
+  EXPECT_EQ(run.summary.at("memory_stats"), (*stats)["memory_stats"]);
+  EXPECT_EQ(run.summary.at("recorded_outcome"), (*stats)["outcome"]);
+  EXPECT_EQ(run.environment.gpu_memory, (*stats)["total_memory"].get<Bytes>());
+}
+
+TEST(CompanionStats, AbsentIsNoneAndBrokenNamesTheFile) {
+  test::TempDir dir;
+  const std::string snapshot = dir.file("lonely.pickle.gz");
+  EXPECT_FALSE(read_companion_stats(snapshot).has_value());
+  for (const std::string& content : {std::string("{ not json"), std::string("[1, 2]")}) {
+    std::ofstream(dir.file("lonely.stats.json")) << content;
+    try {
+      read_companion_stats(snapshot);
+      ADD_FAILURE() << "expected an InputError for " << content;
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find("lonely.stats.json"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::storage

@@ -13,6 +13,8 @@
 
 #include "engine/allocator/summary.h"
 #include "engine/snapshot/snapshot.h"
+#include "engine/workload/experiment.h"
+#include "storage/db/simulated_run.h"
 #include "storage/db/snapshot_import.h"
 #include "storage_test_util.h"
 
@@ -30,23 +32,14 @@ std::string read_text(const std::string& path) {
   return buffer.str();
 }
 
-// Imports a fixture the way the GUI does with its *.stats.json beside it: the device's memory and
-// the recording's per-process cap.
+// Imports a fixture as `fragscope-cli import` and File > Open do: with its NAME.stats.json (the
+// device's memory and the recording's per-process cap).
 RunId import_fixture(RunStore& store, const std::string& name) {
-  const nlohmann::json stats = nlohmann::json::parse(read_text(fixture(name, ".stats.json")));
+  const std::string path = fixture(name, ".pickle.gz");
   ImportOptions options = test::import_options(name);
-  Environment environment;
-  environment.gpu_memory = stats.at("total_memory").get<Bytes>();
-  options.environment = environment;
-  const RunId run =
-      import_snapshot(store, snapshot::read_snapshot(fixture(name, ".pickle.gz")), options).run;
-  const auto& params = stats.at("params");
-  if (params.contains("cap_gib")) {
-    nlohmann::json summary = store.run(run).summary;
-    summary["allowed_bytes"] = params.at("cap_gib").get<Bytes>() << 30;
-    store.update_summary(run, summary);
-  }
-  return run;
+  options.recorded_stats = read_companion_stats(path);
+  EXPECT_TRUE(options.recorded_stats.has_value());
+  return import_snapshot(store, snapshot::read_snapshot(path), options).run;
 }
 
 SeriesPoint series_after(RunStore& store, RunId run, std::uint64_t events) {
@@ -95,6 +88,30 @@ INSTANTIATE_TEST_SUITE_P(TorchRecordings, StatsAtFixture,
                                            "random_default", "random_split64_round4",
                                            "streams_default"));
 
+// A simulated run stores only the model's trace; replaying it gives back the memory_stats() the
+// model ended with, OOM, retries and all: the summary of a designer or `run` run is its own.
+TEST(StatsAt, SimulatedRunsReplayToTheirOwnStats) {
+  const workload::Experiment experiment = workload::load_experiment(
+      std::string(FRAGSCOPE_SOURCE_DIR) + "/experiments/case-study-1.2b-a100-40gb.json");
+  RunStore store(":memory:");
+  const ExperimentId id = store.create_experiment(experiment.name, experiment.definition);
+  int checked = 0;
+  for (const workload::ExperimentPoint& point : experiment.points) {
+    if (point.name != "baseline-bs16" && point.name != "mitigated")
+      continue;
+    SCOPED_TRACE(point.name);
+    const workload::PointResult result = workload::run_point(point, true);
+    const RunId run = store_simulated_run(store, id, point, result);
+    const MemoryStatsAt state = memory_stats_at(store, run, store.run(run).event_count);
+    EXPECT_TRUE(state.caveats.empty()) << state.caveats.front();
+    EXPECT_EQ(alloc::memory_summary(state.stats, 0, false),
+              alloc::memory_summary(result.stats, 0, false));
+    EXPECT_EQ(state.stats, result.stats);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(StatsAt, ACutInsideAnAllocatorCallMovesToItsEnd) {
   RunStore store(":memory:");
   const RunId run = import_fixture(store, "gpt_fixedlen_default");
@@ -113,7 +130,7 @@ TEST(StatsAt, RecordedOomWithoutKnownLimitSaysSo) {
           .run;
   const MemoryStatsAt state = memory_stats_at(store, run, store.run(run).event_count);
   ASSERT_FALSE(state.caveats.empty());
-  EXPECT_NE(state.caveats.front().find("device limit is unknown"), std::string::npos);
+  EXPECT_NE(state.caveats.front().find("device limit that was not recorded"), std::string::npos);
 }
 
 TEST(StatsAt, ClampsToTheRunAndStartsEmpty) {
