@@ -87,6 +87,12 @@ TimelinePage::TimelinePage(QWidget* parent)
   layout->addWidget(hint);
 
   setUpMemoryPlot(m_plot);
+  // With the category stack the legend has up to eleven rows: beside the plot, not over the data.
+  if (m_plot->axisRect()->insetLayout()->take(m_plot->legend)) {
+    m_plot->plotLayout()->addElement(0, 1, m_plot->legend);
+    m_plot->plotLayout()->setColumnStretchFactor(1, 0.001);
+    m_plot->legend->setMargins(QMargins(6, 4, 6, 4));
+  }
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
   m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
