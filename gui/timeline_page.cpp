@@ -91,7 +91,9 @@ TimelinePage::TimelinePage(QWidget* parent)
   if (m_plot->axisRect()->insetLayout()->take(m_plot->legend)) {
     m_plot->plotLayout()->addElement(0, 1, m_plot->legend);
     m_plot->plotLayout()->setColumnStretchFactor(1, 0.001);
-    m_plot->legend->setMargins(QMargins(6, 4, 6, 4));
+    m_plot->legend->setMargins(QMargins(6, 2, 6, 2));
+    m_plot->legend->setRowSpacing(0);
+    m_plot->legend->setIconSize(16, 9);
   }
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
