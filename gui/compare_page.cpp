@@ -1,9 +1,12 @@
 #include "gui/compare_page.h"
 
+#include <QHBoxLayout>
 #include <QHeaderView>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QVBoxLayout>
 #include <cmath>
+#include <limits>
 
 #include "gui/format.h"
 #include "gui/plot_style.h"
@@ -21,16 +24,17 @@ bool differs(double baseline, double value) {
   return scale > 0 && std::fabs(value - baseline) / scale > kDifferenceTolerance;
 }
 
+// `keyScale` maps event indices onto the x axis (1, or 100 / events for "% of the run").
 void plotRun(QCustomPlot* plot, const ComparedRun& run, const QColor& color, bool withAllocated,
-             const QString& prefix) {
+             const QString& prefix, double keyScale = 1.0) {
   QVector<double> keys, reserved, allocated;
   for (const auto& bucket : run.timeline) {
-    keys.push_back(static_cast<double>(bucket.first_event));
+    keys.push_back(static_cast<double>(bucket.first_event) * keyScale);
     reserved.push_back(static_cast<double>(bucket.max.reserved));
     allocated.push_back(static_cast<double>(bucket.max.allocated));
   }
   if (!run.timeline.empty()) {
-    keys.push_back(static_cast<double>(run.timeline.back().end_event));
+    keys.push_back(static_cast<double>(run.timeline.back().end_event) * keyScale);
     reserved.push_back(reserved.back());
     allocated.push_back(allocated.back());
   }
@@ -199,7 +203,8 @@ ComparePage::ComparePage(QWidget* parent)
       m_multiples(new QWidget(this)),
       m_multiplesLayout(new QGridLayout(m_multiples)),
       m_model(new ComparisonModel(this)),
-      m_table(new QTableView(this)) {
+      m_table(new QTableView(this)),
+      m_overlayAxis(new QComboBox(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   m_header->setTextFormat(Qt::RichText);
@@ -211,7 +216,17 @@ ComparePage::ComparePage(QWidget* parent)
   m_warning->hide();
   layout->addWidget(m_warning);
   auto* splitter = new QSplitter(Qt::Vertical, this);
+  m_overlayAxis->addItem(tr("Overlay by event index"));
+  m_overlayAxis->addItem(tr("Overlay by share of each run"));
+  m_overlayAxis->setToolTip(
+      tr("Runs of different lengths line up better by the share of their own events"));
+  connect(m_overlayAxis, &QComboBox::currentIndexChanged, this, [this] { plotOverlay(); });
+  auto* bar = new QHBoxLayout;
+  bar->addStretch(1);
+  bar->addWidget(m_overlayAxis);
+  layout->addLayout(bar);
   setUpMemoryPlot(m_overlay);
+  placeLegendBeside(m_overlay);  // four entries a run: over the data they would hide a short run
   m_overlay->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_overlay->axisRect()->setRangeDrag(Qt::Horizontal);
   m_overlay->axisRect()->setRangeZoom(Qt::Horizontal);
@@ -281,16 +296,19 @@ void ComparePage::showData(ComparisonData data) {
 
   double top = 0;
   std::uint64_t longest = 1;
+  std::uint64_t shortest = std::numeric_limits<std::uint64_t>::max();
   for (const ComparedRun& run : m_data.runs) {
     top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
     longest = std::max(longest, run.record.event_count);
+    shortest = std::min(shortest, run.record.event_count);
   }
-  for (std::size_t i = 0; i < m_data.runs.size(); ++i)
-    plotRun(m_overlay, m_data.runs[i], colors::run(static_cast<int>(i)), true,
-            QString::fromStdString(m_data.runs[i].record.name) + QStringLiteral(" · "));
-  m_overlay->xAxis->setRange(0, static_cast<double>(longest));
-  m_overlay->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
-  m_overlay->replot(QCustomPlot::rpQueuedReplot);
+  // Runs of very different lengths (one that stops at its OOM beside one that trains to the
+  // end) overlay by share of their own run; the user can switch back to event indices.
+  {
+    const QSignalBlocker blocker(m_overlayAxis);
+    m_overlayAxis->setCurrentIndex(shortest > 0 && longest > 2 * shortest ? 1 : 0);
+  }
+  plotOverlay();
 
   const int columns = m_data.runs.size() <= 2 ? 2 : 3;
   for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
@@ -311,6 +329,34 @@ void ComparePage::showData(ComparisonData data) {
                                  static_cast<int>(i) % columns);
   }
   emit dataReady();
+}
+
+bool ComparePage::overlayByShare() const {
+  return m_overlayAxis->currentIndex() == 1;
+}
+
+void ComparePage::plotOverlay() {
+  m_overlay->clearGraphs();
+  const bool share = overlayByShare();
+  double top = 0;
+  std::uint64_t longest = 1;
+  for (const ComparedRun& run : m_data.runs) {
+    top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
+    longest = std::max(longest, run.record.event_count);
+  }
+  for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
+    const auto events =
+        static_cast<double>(std::max<std::uint64_t>(m_data.runs[i].record.event_count, 1));
+    plotRun(m_overlay, m_data.runs[i], colors::run(static_cast<int>(i)), true,
+            QString::fromStdString(m_data.runs[i].record.name) + QStringLiteral(" · "),
+            share ? 100.0 / events : 1.0);
+  }
+  m_overlay->xAxis->setTicker(share ? QSharedPointer<QCPAxisTicker>::create()
+                                    : QSharedPointer<QCPAxisTicker>(new EventTicker));
+  m_overlay->xAxis->setLabel(share ? tr("% of each run's events") : tr("event"));
+  m_overlay->xAxis->setRange(0, share ? 100.0 : static_cast<double>(longest));
+  m_overlay->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
+  m_overlay->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void ComparePage::changeEvent(QEvent* event) {

@@ -4,6 +4,7 @@
 // differs from the first (baseline) run highlighted. A banner warns when the runs differ in
 // environment or allocator config, because then a difference may not be the workload's.
 #include <QAbstractTableModel>
+#include <QComboBox>
 #include <QGridLayout>
 #include <QLabel>
 #include <QTableView>
@@ -68,6 +69,9 @@ class ComparePage : public QWidget {
   const ComparisonData& data() const { return m_data; }
   ComparisonModel* model() const { return m_model; }
   QCustomPlot* overlayPlot() const { return m_overlay; }
+  // The overlay's x axis: each run's share of its own events (0-100 %) rather than event indices.
+  bool overlayByShare() const;
+  QComboBox* overlayAxisChoice() const { return m_overlayAxis; }
   bool busy() const { return m_job.busy(); }
 
  signals:
@@ -79,6 +83,7 @@ class ComparePage : public QWidget {
 
  private:
   void showData(ComparisonData data);
+  void plotOverlay();
 
   QString m_databasePath;
   ComparisonData m_data;
@@ -89,6 +94,7 @@ class ComparePage : public QWidget {
   QGridLayout* m_multiplesLayout;
   ComparisonModel* m_model;
   QTableView* m_table;
+  QComboBox* m_overlayAxis;
   JobTracker m_job{this};
 };
 

@@ -71,6 +71,23 @@ void setUpMemoryPlot(QCustomPlot* plot) {
   applyPlotPalette(plot, plot->palette());
 }
 
+void placeLegendBeside(QCustomPlot* plot) {
+  if (!plot->axisRect()->insetLayout()->take(plot->legend))
+    return;
+  // A column of its own: the legend at the top, an empty element below taking the rest, so the
+  // entries stay together instead of spreading over the plot's height.
+  auto* side = new QCPLayoutGrid;
+  plot->plotLayout()->addElement(0, 1, side);
+  plot->plotLayout()->setColumnStretchFactor(1, 0.001);
+  side->addElement(0, 0, plot->legend);
+  side->addElement(1, 0, new QCPLayoutElement(plot));
+  side->setRowStretchFactor(0, 0.001);
+  side->setRowStretchFactor(1, 1);
+  plot->legend->setMargins(QMargins(6, 2, 6, 2));
+  plot->legend->setRowSpacing(0);
+  plot->legend->setIconSize(16, 9);
+}
+
 QCPGraph* addBandSeries(QCustomPlot* plot, const QString& name, const QColor& color) {
   QCPGraph* max = plot->addGraph();
   max->setName(name);

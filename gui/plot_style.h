@@ -30,6 +30,8 @@ void applyPlotPalette(QCustomPlot* plot, const QPalette& palette);
 void setUpMemoryPlot(QCustomPlot* plot);
 // Adds a max/min band for one series (max drawn as a line, the area down to min filled faintly).
 // Returns the max graph; its valueAxis is the plot's yAxis.
+// Moves the legend out of the axis rect into a column at the plot's right, entries at the top.
+void placeLegendBeside(QCustomPlot* plot);
 QCPGraph* addBandSeries(QCustomPlot* plot, const QString& name, const QColor& color);
 // Fits the y axis to the visible data, starting at zero, with headroom.
 void fitValueAxis(QCustomPlot* plot);

@@ -88,20 +88,7 @@ TimelinePage::TimelinePage(QWidget* parent)
 
   setUpMemoryPlot(m_plot);
   // With the category stack the legend has up to eleven rows: beside the plot, not over the data.
-  if (m_plot->axisRect()->insetLayout()->take(m_plot->legend)) {
-    // A column of its own: the legend at the top, an empty element below taking the rest, so
-    // the entries stay together instead of spreading over the plot's height.
-    auto* side = new QCPLayoutGrid;
-    m_plot->plotLayout()->addElement(0, 1, side);
-    m_plot->plotLayout()->setColumnStretchFactor(1, 0.001);
-    side->addElement(0, 0, m_plot->legend);
-    side->addElement(1, 0, new QCPLayoutElement(m_plot));
-    side->setRowStretchFactor(0, 0.001);
-    side->setRowStretchFactor(1, 1);
-    m_plot->legend->setMargins(QMargins(6, 2, 6, 2));
-    m_plot->legend->setRowSpacing(0);
-    m_plot->legend->setIconSize(16, 9);
-  }
+  placeLegendBeside(m_plot);
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
   m_plot->axisRect()->setRangeZoom(Qt::Horizontal);

@@ -432,6 +432,45 @@ class TestMainWindow : public QObject {
     QVERIFY(test::waitFor([&] { return !plain->busy(); }, 60000));
   }
 
+  // A run that stops at its OOM beside one that trains to the end: the overlay lines them up by
+  // the share of each run's own events (each curve ends at 100 %); the user can switch back.
+  void compareOverlaysRunsOfDifferentLengthsByShare() {
+    const QString db = m_dir.filePath(QStringLiteral("lengths.db"));
+    std::vector<storage::RunId> runs;
+    {
+      storage::RunStore store(db.toStdString());
+      runs.push_back(test::addRun(store, "short", test::wavyTrace(1000, 61, true), {},
+                                  storage::RunStatus::oom));
+      runs.push_back(test::addRun(store, "long", test::wavyTrace(9000, 62, false)));
+    }
+    ComparePage page;
+    page.setDatabase(db);
+    QSignalSpy ready(&page, &ComparePage::dataReady);
+    page.setRuns(runs);
+    QVERIFY(ready.wait(20000));
+    QVERIFY(page.overlayByShare());
+    const auto lastKey = [&](int graph) {
+      const auto* data = page.overlayPlot()->graph(graph)->data().data();
+      return data->isEmpty() ? -1.0 : (data->constEnd() - 1)->key;
+    };
+    QCOMPARE(page.overlayPlot()->xAxis->range().upper, 100.0);
+    QCOMPARE(page.overlayPlot()->graphCount(), 4);  // reserved and allocated of each run
+    for (int graph = 0; graph < 4; ++graph)
+      QCOMPARE(lastKey(graph), 100.0);
+
+    page.overlayAxisChoice()->setCurrentIndex(0);
+    QVERIFY(!page.overlayByShare());
+    QCOMPARE(page.overlayPlot()->xAxis->range().upper, 9000.0);
+    QCOMPARE(lastKey(0), 1000.0);
+    QCOMPARE(lastKey(2), 9000.0);
+
+    // Runs of similar length keep event indices.
+    ready.clear();
+    page.setRuns({runs[1], runs[1]});
+    QVERIFY(ready.wait(20000));
+    QVERIFY(!page.overlayByShare());
+  }
+
   void cancellingAnImportWritesNothing() {
     auto window = openWindow();
     QVERIFY(window);
