@@ -139,6 +139,8 @@ QVariant ComparisonModel::data(const QModelIndex& index, int role) const {
     case Qt::TextAlignmentRole:
       return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
     case Qt::BackgroundRole:
+      if (different && !metric.lowerIsBetter)
+        return QColor(0xf2, 0xc1, 0x4e, 60);
       if (different)
         return QColor(value > baseline ? QColor(0xe8, 0x6a, 0x5c, 70)
                                        : QColor(0x3b, 0xa5, 0x5c, 70));
@@ -169,7 +171,7 @@ void ComparisonModel::resetData(const ComparisonData& data) {
                  {tr("Peak active"), true, {}},
                  {tr("Final reserved"), true, {}},
                  {tr("Reserved − allocated at peak"), true, {}},
-                 {tr("Events"), false, {}},
+                 {tr("Events"), false, {}, false},
                  {tr("OOM events"), false, {}}};
     for (const ComparedRun& run : data.runs) {
       m_runNames.push_back(QString::fromStdString(run.record.name));

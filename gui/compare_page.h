@@ -54,6 +54,9 @@ class ComparisonModel : public QAbstractTableModel {
     QString name;
     bool isBytes = false;
     std::vector<double> values;
+    // Less is better (memory, OOMs): differences are green or red. Otherwise (event counts: a
+    // run that did not stop at an OOM has more) they are only marked as different.
+    bool lowerIsBetter = true;
   };
   std::vector<QString> m_runNames;
   std::vector<Metric> m_metrics;

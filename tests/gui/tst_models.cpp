@@ -92,6 +92,7 @@ class TestModels : public QObject {
     data.runs.push_back({record(2, "b", storage::RunStatus::ok, 4 * kGiB), {}, 0});
     data.runs.push_back(
         {record(3, "c", storage::RunStatus::oom, 5 * kGiB, "max_split_size_mb:64"), {}, 2});
+    data.runs[1].record.event_count = data.runs[0].record.event_count + 500;
     model.resetData(data);
     QCOMPARE(model.columnCount(), 3);
     QVERIFY(model.rowCount() >= 5);
@@ -101,6 +102,21 @@ class TestModels : public QObject {
     QVERIFY(model.index(0, 2).data(ComparisonModel::DiffersRole).toBool());
     QVERIFY(model.index(0, 2).data(Qt::BackgroundRole).isValid());
     QVERIFY(model.index(0, 2).data().toString().contains(QStringLiteral("+1.00 GiB")));
+    // More memory is worse (red); more events is only different (a run that did not stop at an
+    // OOM has more), so it is marked in neither red nor green.
+    const QColor worse = model.index(0, 2).data(Qt::BackgroundRole).value<QColor>();
+    QVERIFY(worse.red() > worse.green());
+    int eventsRow = -1;
+    for (int row = 0; row < model.rowCount(); ++row)
+      if (model.headerData(row, Qt::Vertical).toString() == QStringLiteral("Events"))
+        eventsRow = row;
+    QVERIFY(eventsRow >= 0);
+    QVERIFY(model.index(eventsRow, 1).data(ComparisonModel::DiffersRole).toBool());
+    const QColor events = model.index(eventsRow, 1).data(Qt::BackgroundRole).value<QColor>();
+    QVERIFY(events.isValid());
+    QVERIFY(events != worse);
+    QVERIFY(events != model.index(0, 0).data(Qt::BackgroundRole).value<QColor>());
+    QCOMPARE(events, QColor(0xf2, 0xc1, 0x4e, 60));
     const QStringList warnings = comparisonWarnings(data);
     QCOMPARE(warnings.size(), 1);
     QVERIFY(warnings.front().contains(QStringLiteral("max_split_size_mb:64")));
