@@ -51,6 +51,22 @@ void plotRun(QCustomPlot* plot, const ComparedRun& run, const QColor& color, boo
     allocatedGraph->setData(keys, allocated, true);
   }
 }
+// What the plots' axes must hold: the highest reserved peak and the run lengths.
+struct Extent {
+  double topReserved = 0;
+  std::uint64_t longest = 1;
+  std::uint64_t shortest = std::numeric_limits<std::uint64_t>::max();
+};
+Extent extentOf(const ComparisonData& data) {
+  Extent extent;
+  for (const ComparedRun& run : data.runs) {
+    extent.topReserved =
+        std::max(extent.topReserved, static_cast<double>(summaryPeak(run.record, "reserved")));
+    extent.longest = std::max(extent.longest, run.record.event_count);
+    extent.shortest = std::min(extent.shortest, run.record.event_count);
+  }
+  return extent;
+}
 }  // namespace
 
 ComparisonData loadComparison(const QString& databasePath, const std::vector<storage::RunId>& runs,
@@ -296,19 +312,14 @@ void ComparePage::showData(ComparisonData data) {
                            .toHtmlEscaped()
                            .replace(QStringLiteral("&lt;br&gt;"), QStringLiteral("<br>")));
 
-  double top = 0;
-  std::uint64_t longest = 1;
-  std::uint64_t shortest = std::numeric_limits<std::uint64_t>::max();
-  for (const ComparedRun& run : m_data.runs) {
-    top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
-    longest = std::max(longest, run.record.event_count);
-    shortest = std::min(shortest, run.record.event_count);
-  }
+  const Extent extent = extentOf(m_data);
+  const double top = extent.topReserved;
   // Runs of very different lengths (one that stops at its OOM beside one that trains to the
   // end) overlay by share of their own run; the user can switch back to event indices.
   {
     const QSignalBlocker blocker(m_overlayAxis);
-    m_overlayAxis->setCurrentIndex(shortest > 0 && longest > 2 * shortest ? 1 : 0);
+    m_overlayAxis->setCurrentIndex(extent.shortest > 0 && extent.longest > 2 * extent.shortest ? 1
+                                                                                               : 0);
   }
   plotOverlay();
 
@@ -340,12 +351,8 @@ bool ComparePage::overlayByShare() const {
 void ComparePage::plotOverlay() {
   m_overlay->clearGraphs();
   const bool share = overlayByShare();
-  double top = 0;
-  std::uint64_t longest = 1;
-  for (const ComparedRun& run : m_data.runs) {
-    top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
-    longest = std::max(longest, run.record.event_count);
-  }
+  const Extent extent = extentOf(m_data);
+  const double top = extent.topReserved;
   for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
     const auto events =
         static_cast<double>(std::max<std::uint64_t>(m_data.runs[i].record.event_count, 1));
@@ -356,7 +363,7 @@ void ComparePage::plotOverlay() {
   m_overlay->xAxis->setTicker(share ? QSharedPointer<QCPAxisTicker>::create()
                                     : QSharedPointer<QCPAxisTicker>(new EventTicker));
   m_overlay->xAxis->setLabel(share ? tr("% of each run's events") : tr("event"));
-  m_overlay->xAxis->setRange(0, share ? 100.0 : static_cast<double>(longest));
+  m_overlay->xAxis->setRange(0, share ? 100.0 : static_cast<double>(extent.longest));
   m_overlay->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
   m_overlay->replot(QCustomPlot::rpQueuedReplot);
 }

@@ -47,6 +47,26 @@ QColor run(int index) {
                                                 QColor(0x8c, 0x6d, 0x31), QColor(0x6c, 0x75, 0x7d)};
   return kRunColors[static_cast<std::size_t>(index) % kRunColors.size()];
 }
+
+QColor category(Category kind) {
+  switch (kind) {
+    case Category::parameter:
+      return {0x6c, 0x7f, 0xa8};
+    case Category::optimizer_state:
+      return {0x8e, 0x6c, 0xc0};
+    case Category::gradient:
+      return {0x2a, 0xa1, 0x98};
+    case Category::activation:
+      return {0xc9, 0xa2, 0x27};
+    case Category::temporary:
+      return {0xd0, 0x67, 0x9a};
+    case Category::input:
+      return {0xa0, 0x78, 0x5a};
+    case Category::unknown:
+      break;
+  }
+  return {0x8a, 0x8f, 0x98};
+}
 }  // namespace colors
 
 }  // namespace fragscope::gui

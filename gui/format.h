@@ -5,6 +5,8 @@
 #include <QString>
 #include <cstdint>
 
+#include "engine/core/request.h"
+
 namespace fragscope::gui {
 
 // "1.50 GiB", "20.0 MiB", "512 B": binary units, three significant digits.
@@ -28,6 +30,9 @@ inline const QColor freeInSplitSegment{0xe8, 0x6a, 0x5c};
 inline const QColor freeWholeSegment{0xa8, 0xb3, 0xbd};
 // Colour of the n-th run in comparison overlays.
 QColor run(int index);
+// The timeline's category stack: mid-tones that stay readable on the light and the dark plot
+// background, distinct from the allocated / reserved / active curves drawn over them.
+QColor category(Category kind);
 }  // namespace colors
 
 }  // namespace fragscope::gui

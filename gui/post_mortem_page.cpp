@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "gui/format.h"
 #include "gui/run_data.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -47,21 +48,12 @@ analysis::WhatIfOptions whatIfOptions(const RunRequests& loaded, std::optional<B
 }
 }  // namespace
 
-std::optional<Bytes> runLimit(const storage::RunRecord& record) {
-  if (record.capacity > 0)
-    return record.capacity;
-  const auto allowed = record.summary.find("allowed_bytes");
-  if (allowed != record.summary.end() && allowed->is_number_unsigned())
-    return allowed->get<Bytes>();
-  return std::nullopt;
-}
-
 PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run, bool alwaysWhatIf,
                               const JobContext* job) {
   PostMortemData data;
   RunRequests loaded = loadRequests(databasePath, run);
   data.record = loaded.record;
-  data.limit = runLimit(loaded.record);
+  data.limit = storage::run_memory_limit(loaded.record);
   data.postMortems = analysis::trace_post_mortems(loaded.events, snapshot::SegmentState{},
                                                   loaded.config, data.limit);
   if (job && job->cancelled())
@@ -92,7 +84,7 @@ storage::RunId runMitigation(const QString& databasePath, storage::RunId run,
                      "\"");
   if (job && job->cancelled())
     throw InputError("cancelled");
-  const std::optional<Bytes> limit = runLimit(loaded.record);
+  const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
   // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
   // whole simulated device, the recording's segment addresses to break best-fit ties.
   const Bytes deviceMemory = std::max(analysis::kDefaultDeviceMemory, limit.value_or(0));

@@ -27,9 +27,6 @@ struct PostMortemData {
   QString whatIfError;
 };
 
-// The per-process limit of a run: RunRecord::capacity when set, else the recorder's
-// summary["allowed_bytes"] (imports of tests/fixtures recordings with a cap).
-std::optional<Bytes> runLimit(const storage::RunRecord& record);
 // Loads the run's events, diagnoses every OOM and (when there is one, or `alwaysWhatIf`) runs
 // the what-if table. Runs in a job; checks `job` between the stages.
 PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,

@@ -1,10 +1,6 @@
 #include "gui/snapshot_import.h"
 
-#include <QDir>
-#include <QFile>
 #include <QFileInfo>
-#include <algorithm>
-#include <fstream>
 
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"

@@ -25,28 +25,6 @@ void setBand(QCPGraph* max, const QVector<double>& keys, const QVector<double>& 
   max->channelFillGraph()->setData(keys, minValues, true);
 }
 
-// Mid-tone colours that stay readable on the light and the dark plot background, distinct from
-// the allocated / reserved / active curves drawn over them.
-QColor categoryColor(Category category) {
-  switch (category) {
-    case Category::parameter:
-      return {0x6c, 0x7f, 0xa8};
-    case Category::optimizer_state:
-      return {0x8e, 0x6c, 0xc0};
-    case Category::gradient:
-      return {0x2a, 0xa1, 0x98};
-    case Category::activation:
-      return {0xc9, 0xa2, 0x27};
-    case Category::temporary:
-      return {0xd0, 0x67, 0x9a};
-    case Category::input:
-      return {0xa0, 0x78, 0x5a};
-    case Category::unknown:
-      break;
-  }
-  return {0x8a, 0x8f, 0x98};
-}
-
 std::int64_t categoryBytes(const storage::CategoryBucket& bucket, Category category) {
   return bucket.bytes[static_cast<std::size_t>(category)];
 }
@@ -105,7 +83,7 @@ TimelinePage::TimelinePage(QWidget* parent)
     graph->setLayer(QStringLiteral("categories"));
     graph->setName(
         QString::fromUtf8(to_string(category)).replace(QLatin1Char('_'), QLatin1Char(' ')));
-    const QColor color = categoryColor(category);
+    const QColor color = colors::category(category);
     graph->setPen(QPen(color.darker(115), 1));
     QColor fill = color;
     fill.setAlpha(140);
@@ -429,9 +407,10 @@ void TimelinePage::showTooltip(const QPoint& position) {
       for (auto category = stackOrder().rbegin(); category != stackOrder().rend(); ++category) {
         const std::int64_t bytes = categoryBytes(*at, *category);
         if (bytes != 0)
-          text += tr("<tr><td><span style='color:%1'>■</span> %2</td><td align=right>%3</td></tr>")
-                      .arg(categoryColor(*category).name(), QString::fromUtf8(to_string(*category)),
-                           formatBytes(static_cast<double>(bytes)));
+          text +=
+              tr("<tr><td><span style='color:%1'>■</span> %2</td><td align=right>%3</td></tr>")
+                  .arg(colors::category(*category).name(), QString::fromUtf8(to_string(*category)),
+                       formatBytes(static_cast<double>(bytes)));
       }
       text += tr("<tr><td>total</td><td align=right>%1</td></tr></table>")
                   .arg(formatBytes(static_cast<double>(at->total())));

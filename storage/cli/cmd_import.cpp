@@ -1,12 +1,10 @@
 // fragscope-cli import: stores a PyTorch memory snapshot as a run.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "storage/cli/command.h"
 #include "storage/db/data_location.h"
@@ -25,20 +23,10 @@ int run_import(const std::vector<std::string>& argv) {
   std::optional<nlohmann::json> recorded_stats;
   std::string stats_file;
   if (const auto explicit_stats = args.option("--stats")) {
-    std::ifstream in(*explicit_stats, std::ios::binary);
-    if (!in)
-      throw InputError(*explicit_stats + ": cannot open the stats file");
-    try {
-      recorded_stats = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& error) {
-      throw InputError(*explicit_stats + ": not valid JSON: " + error.what());
-    }
-    if (!recorded_stats->is_object())
-      throw InputError(*explicit_stats + ": expected a JSON object (the recording's memory_stats)");
     stats_file = *explicit_stats;
+    recorded_stats = storage::read_recording_stats(stats_file);
   } else if ((recorded_stats = storage::read_companion_stats(file.string()))) {
-    stats_file =
-        (file.parent_path() / (storage::run_name_for(file.string()) + ".stats.json")).string();
+    stats_file = storage::companion_stats_path(file.string());
   }
 
   storage::ImportOptions options;

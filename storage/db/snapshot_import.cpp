@@ -109,21 +109,39 @@ std::string run_name_for(const std::string& snapshot_path) {
   return name;
 }
 
-std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path) {
-  const std::filesystem::path stats = std::filesystem::path(snapshot_path).parent_path() /
-                                      (run_name_for(snapshot_path) + ".stats.json");
-  std::ifstream in(stats, std::ios::binary);
-  if (!in)
-    return std::nullopt;
+namespace {
+nlohmann::json parse_recording_stats(std::istream& in, const std::string& stats_path) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& error) {
-    throw InputError(stats.string() + ": not valid JSON: " + error.what());
+    throw InputError(stats_path + ": not valid JSON: " + error.what());
   }
   if (!json.is_object())
-    throw InputError(stats.string() + ": expected a JSON object (the recording's memory_stats)");
+    throw InputError(stats_path + ": expected a JSON object (the recording's memory_stats)");
   return json;
+}
+}  // namespace
+
+nlohmann::json read_recording_stats(const std::string& stats_path) {
+  std::ifstream in(stats_path, std::ios::binary);
+  if (!in)
+    throw InputError(stats_path + ": cannot open the stats file");
+  return parse_recording_stats(in, stats_path);
+}
+
+std::string companion_stats_path(const std::string& snapshot_path) {
+  return (std::filesystem::path(snapshot_path).parent_path() /
+          (run_name_for(snapshot_path) + ".stats.json"))
+      .string();
+}
+
+std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path) {
+  const std::string stats = companion_stats_path(snapshot_path);
+  std::ifstream in(stats, std::ios::binary);
+  if (!in)
+    return std::nullopt;  // no recording stats beside the snapshot
+  return parse_recording_stats(in, stats);
 }
 
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,

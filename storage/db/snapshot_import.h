@@ -28,8 +28,12 @@ struct ImportOptions {
   std::optional<nlohmann::json> recorded_stats;
 };
 
-// NAME.stats.json beside NAME.pickle[.gz] (or NAME.pkl[.gz]); nullopt when there is none, an
-// InputError naming the file when it is not a JSON object.
+// A recording's stats file (NAME.stats.json, or any file given for it): an InputError naming the
+// file when it cannot be read or is not a JSON object.
+nlohmann::json read_recording_stats(const std::string& stats_path);
+// Where the stats of a snapshot file lie: NAME.stats.json beside NAME.pickle[.gz] / .pkl[.gz].
+std::string companion_stats_path(const std::string& snapshot_path);
+// read_recording_stats of the companion file; nullopt when there is none.
 std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path);
 // The run name a snapshot file gives: its file name without .pickle[.gz] / .pkl[.gz].
 std::string run_name_for(const std::string& snapshot_path);

@@ -16,13 +16,6 @@ std::string run_name(RunId run) {
   return "run " + std::to_string(run.value);
 }
 
-std::optional<Bytes> summary_bytes(const RunRecord& record, const char* key) {
-  const auto found = record.summary.find(key);
-  if (found != record.summary.end() && found->is_number_unsigned())
-    return found->get<Bytes>();
-  return std::nullopt;
-}
-
 bool is_segment_event(TraceAction action) {
   return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
          action == TraceAction::segment_map || action == TraceAction::segment_unmap;
@@ -57,6 +50,15 @@ std::uint64_t end_of_allocator_call(const std::vector<TraceEvent>& events, std::
 
 }  // namespace
 
+std::optional<Bytes> run_memory_limit(const RunRecord& record) {
+  if (record.capacity > 0)
+    return record.capacity;
+  const auto allowed = record.summary.find("allowed_bytes");
+  if (allowed != record.summary.end() && allowed->is_number_unsigned())
+    return allowed->get<Bytes>();
+  return std::nullopt;
+}
+
 MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index) {
   const RunRecord record = store.run(run);
   MemoryStatsAt out;
@@ -87,8 +89,7 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
   // under the config it was simulated with.
   if (!recorded)
     options.config = config;
-  const std::optional<Bytes> limit = record.capacity > 0 ? std::optional<Bytes>(record.capacity)
-                                                         : summary_bytes(record, "allowed_bytes");
+  const std::optional<Bytes> limit = run_memory_limit(record);
   options.allowed_memory = limit;
   if (record.environment.gpu_memory > 0)
     options.total_memory = record.environment.gpu_memory;

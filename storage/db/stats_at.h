@@ -5,6 +5,7 @@
 // complete recordings exactly (tests/engine/replay), so for those the figures are what PyTorch's
 // own counters said at that moment; `caveats` says when they cannot be.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct MemoryStatsAt {
   // mid-run, an OOM whose device limit is unknown, a model that diverged from the recording).
   std::vector<std::string> caveats;
 };
+
+// The per-process memory limit a run had: RunRecord::capacity when set, else
+// summary["allowed_bytes"] (the cap of a recording imported with its NAME.stats.json); nullopt
+// when it is not known.
+std::optional<Bytes> run_memory_limit(const RunRecord& record);
 
 // The state after the first `event_index` events. The config is the recorded allocator_settings
 // for imported snapshots, else the run's PYTORCH_CUDA_ALLOC_CONF; the device limit is the run's

@@ -12,15 +12,8 @@
 namespace fragscope::storage {
 namespace {
 
+using test::fixture;
 using test::import_options;
-
-const char* const kFixtures[] = {"gpt_ckpt_accum",        "gpt_fixedlen_default",  "gpt_oom_cap",
-                                 "gpt_varlen_default",    "gpt_varlen_expandable", "random_default",
-                                 "random_split64_round4", "streams_default"};
-
-std::string fixture(const std::string& name, const std::string& suffix) {
-  return std::string(FRAGSCOPE_FIXTURES) + "/" + name + suffix;
-}
 
 nlohmann::json memory_stats(const std::string& name) {
   std::ifstream in(fixture(name, ".stats.json"));
@@ -88,7 +81,7 @@ TEST_P(ImportFixture, AgreesWithPyTorchsOwnNumbers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Torch211H200, ImportFixture, ::testing::ValuesIn(kFixtures));
+INSTANTIATE_TEST_SUITE_P(Torch211H200, ImportFixture, ::testing::ValuesIn(test::kTorchRecordings));
 
 TEST(Import, OomReportsRecordTheFailingRequest) {
   const auto snapshot = snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz"));

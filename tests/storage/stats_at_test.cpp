@@ -6,9 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/allocator/summary.h"
@@ -21,16 +18,8 @@
 namespace fragscope::storage {
 namespace {
 
-std::string fixture(const std::string& name, const std::string& suffix) {
-  return std::string(FRAGSCOPE_FIXTURES) + "/" + name + suffix;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using test::fixture;
+using test::read_file;
 
 // Imports a fixture as `fragscope-cli import` and File > Open do: with its NAME.stats.json (the
 // device's memory and the recording's per-process cap).
@@ -60,7 +49,7 @@ TEST_P(StatsAtFixture, EndOfRunPrintsPyTorchsOwnSummary) {
   EXPECT_EQ(state.event_index, count);
   EXPECT_TRUE(state.caveats.empty()) << state.caveats.front();
   EXPECT_EQ(alloc::memory_summary(state.stats, 0, false),
-            read_text(fixture(GetParam(), ".summary.txt")));
+            read_file(fixture(GetParam(), ".summary.txt")));
 }
 
 TEST_P(StatsAtFixture, CurrentBytesAtAnyEventAreTheStoredSeries) {
@@ -83,10 +72,7 @@ TEST_P(StatsAtFixture, CurrentBytesAtAnyEventAreTheStoredSeries) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchRecordings, StatsAtFixture,
-                         ::testing::Values("gpt_ckpt_accum", "gpt_fixedlen_default", "gpt_oom_cap",
-                                           "gpt_varlen_default", "gpt_varlen_expandable",
-                                           "random_default", "random_split64_round4",
-                                           "streams_default"));
+                         ::testing::ValuesIn(test::kTorchRecordings));
 
 // A simulated run stores only the model's trace; replaying it gives back the memory_stats() the
 // model ended with, OOM, retries and all: the summary of a designer or `run` run is its own.

@@ -108,6 +108,16 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 
 namespace fragscope::storage::test {
 
+// The real PyTorch 2.11 recordings under tests/fixtures/torch-2.11-h200 (FRAGSCOPE_FIXTURES).
+inline const char* const kTorchRecordings[] = {
+    "gpt_ckpt_accum",        "gpt_fixedlen_default", "gpt_oom_cap",           "gpt_varlen_default",
+    "gpt_varlen_expandable", "random_default",       "random_split64_round4", "streams_default"};
+
+// A recording's file: fixture("gpt_oom_cap", ".pickle.gz").
+inline std::string fixture(const std::string& name, const std::string& suffix) {
+  return std::string(FRAGSCOPE_FIXTURES) + "/" + name + suffix;
+}
+
 // Import options naming the run (and the source file) `name`.
 inline ImportOptions import_options(const std::string& name,
                                     std::optional<std::size_t> device = std::nullopt) {
