@@ -1,3 +1,7 @@
+# ../shared/fixtures beside the checkout, where CI and developers have it; overridable.
+get_filename_component(_fragscope_shared "${CMAKE_SOURCE_DIR}/../shared/fixtures" ABSOLUTE)
+set(FRAGSCOPE_SHARED_FIXTURES "${_fragscope_shared}" CACHE PATH "shared fixtures folder (may be absent)")
+
 # Warnings as errors on our own code only (third-party headers come in as SYSTEM).
 function(fragscope_target_warnings target)
   target_compile_options(${target} PRIVATE
@@ -14,13 +18,16 @@ function(fragscope_target_warnings target)
 endfunction()
 
 # fragscope_add_test(NAME SOURCES... LIBS ...): one GoogleTest binary, discovered by ctest.
-# FRAGSCOPE_FIXTURES points at the real PyTorch recordings shipped in tests/fixtures.
+# FRAGSCOPE_FIXTURES points at the real PyTorch recordings shipped in tests/fixtures;
+# FRAGSCOPE_SHARED_FIXTURES at ../shared/fixtures beside the checkout (third-party snapshots and
+# the developer recordings), which tests must skip cleanly without.
 function(fragscope_add_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE
     FRAGSCOPE_FIXTURES="${CMAKE_SOURCE_DIR}/tests/fixtures/torch-2.11-h200"
+    FRAGSCOPE_SHARED_FIXTURES="${FRAGSCOPE_SHARED_FIXTURES}"
     FRAGSCOPE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
     FRAGSCOPE_BINARY_DIR="${CMAKE_BINARY_DIR}")
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
