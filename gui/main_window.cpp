@@ -442,7 +442,9 @@ void MainWindow::startNextImport() {
   addRecentFile(path);
   setProgress(tr("Importing %1…").arg(QFileInfo(path).fileName()), 0);
   m_importJob.start(
-      [database, path](const JobContext& job) { return importSnapshotFile(database, path, &job); },
+      [database, path, picker = dialogDevicePicker(this)](const JobContext& job) {
+        return importSnapshotFile(database, path, &job, picker);
+      },
       [this](ImportResult result) {
         refreshRuns();
         m_statusLabel->setText(tr("Imported %1: %2 events%3")

@@ -1,6 +1,12 @@
 #include "gui/snapshot_import.h"
 
+#include <QApplication>
 #include <QFileInfo>
+#include <QInputDialog>
+#include <QLocale>
+#include <QPointer>
+#include <QThread>
+#include <QWidget>
 
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
@@ -21,8 +27,58 @@ QString runNameFor(const QString& filePath) {
 }
 }  // namespace
 
+std::vector<DeviceChoice> deviceChoices(const snapshot::Snapshot& snapshot) {
+  std::vector<DeviceChoice> choices;
+  for (std::size_t device = 0; device < snapshot.device_count(); ++device) {
+    DeviceChoice choice;
+    choice.device = device;
+    if (device < snapshot.device_traces.size())
+      choice.entries = snapshot.device_traces[device].size();
+    for (const auto& segment : snapshot.segments)
+      choice.segments += segment.device == static_cast<int>(device) ? 1 : 0;
+    if (choice.entries == 0 && choice.segments == 0)
+      continue;
+    const QLocale locale;
+    choice.label = QObject::tr("cuda:%1: %2 trace entries, %3 segments")
+                       .arg(device)
+                       .arg(locale.toString(static_cast<qulonglong>(choice.entries)))
+                       .arg(choice.segments);
+    if (choice.entries == 0)
+      choice.label += QObject::tr(" (state only)");
+    choices.push_back(choice);
+  }
+  return choices;
+}
+
+DevicePicker dialogDevicePicker(QWidget* parent) {
+  QPointer<QWidget> owner = parent;
+  return [owner](const std::vector<DeviceChoice>& choices,
+                 const QString& fileName) -> std::optional<std::size_t> {
+    std::optional<std::size_t> picked;
+    const auto ask = [&] {
+      QStringList labels;
+      for (const DeviceChoice& choice : choices)
+        labels << choice.label;
+      bool ok = false;
+      const QString label = QInputDialog::getItem(
+          owner.data(), QObject::tr("Pick a device"),
+          QObject::tr("%1 holds several devices. Import which one?").arg(fileName), labels, 0,
+          false, &ok);
+      if (ok && labels.contains(label))
+        picked = choices[static_cast<std::size_t>(labels.indexOf(label))].device;
+    };
+    if (owner.isNull())
+      return std::nullopt;
+    if (QThread::currentThread() == owner->thread())
+      ask();
+    else
+      QMetaObject::invokeMethod(owner.data(), ask, Qt::BlockingQueuedConnection);
+    return picked;
+  };
+}
+
 ImportResult importSnapshotFile(const QString& databasePath, const QString& filePath,
-                                const JobContext* job) {
+                                const JobContext* job, const DevicePicker& picker) {
   const auto cancelled = [&] {
     if (job && job->cancelled())
       throw InputError("import of " + filePath.toStdString() + " cancelled");
@@ -48,6 +104,14 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   options.source_file = QFileInfo(filePath).absoluteFilePath().toStdString();
   // The recording's own memory_stats() and cap go in with the run, in the same transaction.
   options.recorded_stats = stats;
+  if (const std::vector<DeviceChoice> choices = deviceChoices(snap); picker && choices.size() > 1) {
+    options.device = picker(choices, QFileInfo(filePath).fileName());
+    if (!options.device)
+      throw InputError("import of " + filePath.toStdString() + " cancelled");
+    result.name += QStringLiteral(" (cuda:%1)").arg(*options.device);
+    options.name = result.name.toStdString();
+  }
+  cancelled();
 
   storage::RunStore store(databasePath.toStdString());
   const storage::ImportResult imported = storage::import_snapshot(store, snap, options);

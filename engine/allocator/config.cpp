@@ -512,83 +512,139 @@ AllocatorConfig config_from_environment(
   return config;
 }
 
-AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings) {
-  if (!settings.is_object())
+std::string RecordedAllocatorConfig::note() const {
+  if (!recorded)
+    return "the snapshot records no allocator_settings (PyTorch 2.0-2.2 or memory_snapshot()): "
+           "the config is unknown, PyTorch's defaults are assumed";
+  std::string text;
+  const auto list = [](const std::vector<std::string>& keys) {
+    std::string out;
+    for (const std::string& key : keys)
+      out += (out.empty() ? "" : ", ") + key;
+    return out;
+  };
+  if (!missing_keys.empty())
+    text += "not recorded, at their defaults: " + list(missing_keys);
+  if (!ignored_keys.empty())
+    text += std::string(text.empty() ? "" : "; ") + "unknown keys ignored: " + list(ignored_keys);
+  if (!raw_string_error.empty())
+    text += std::string(text.empty() ? "" : "; ") +
+            "PYTORCH_CUDA_ALLOC_CONF does not parse with 2.11's rules (" + raw_string_error +
+            "), the recorded values are used";
+  return text;
+}
+
+RecordedAllocatorConfig read_allocator_settings(const nlohmann::json* settings,
+                                                TorchVersion writer) {
+  RecordedAllocatorConfig out;
+  if (settings == nullptr || settings->is_null()) {
+    out.recorded = false;
+    return out;
+  }
+  if (!settings->is_object())
     throw AllocatorConfigError("allocator_settings: expected a dict, got " +
-                               std::string(settings.type_name()));
+                               std::string(settings->type_name()));
   static constexpr std::array<std::string_view, 9> kSettingsKeys{
       "PYTORCH_CUDA_ALLOC_CONF",       "max_split_size",
       "garbage_collection_threshold",  "expandable_segments",
       "pinned_num_register_threads",   "release_lock_on_cudamalloc",
       "pinned_use_cuda_host_register", "graph_capture_record_stream_reuse",
       "roundup_power2_divisions"};
-  for (const auto& [key, value] : settings.items()) {
+  for (const auto& [key, value] : settings->items()) {
     if (std::find(kSettingsKeys.begin(), kSettingsKeys.end(), key) == kSettingsKeys.end())
-      throw AllocatorConfigError("allocator_settings: unknown key '" + key +
-                                 "' (not a PyTorch 2.11 allocator setting)");
+      out.ignored_keys.push_back(key);
   }
-
-  const nlohmann::json& raw = settings_field(settings, "PYTORCH_CUDA_ALLOC_CONF");
-  if (!raw.is_string())
-    throw AllocatorConfigError(
-        "allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string, "
-        "got " +
-        raw.dump());
-  AllocatorConfig config;
-  try {
-    config = AllocatorConfig::parse(raw.get<std::string>());
-  } catch (const AllocatorConfigError& error) {
-    throw AllocatorConfigError("allocator_settings: PYTORCH_CUDA_ALLOC_CONF does not parse: " +
-                               std::string(error.what()));
+  if (!settings->empty()) {
+    for (std::string_view key : kSettingsKeys) {
+      if (settings->contains(key))
+        continue;
+      out.defaulted_keys.emplace_back(key);
+      // 2.3 recorded the first eight keys; graph_capture_record_stream_reuse came with 2.9.
+      const bool had_it =
+          key != "graph_capture_record_stream_reuse" || writer >= TorchVersion{2, 9};
+      if (had_it)
+        out.missing_keys.emplace_back(key);
+    }
   }
+  const auto present = [&](std::string_view key) { return settings->contains(key); };
 
-  const std::int64_t max_split = settings_integer(settings, "max_split_size");
-  if (max_split < -1)
-    throw AllocatorConfigError(
-        "allocator_settings: 'max_split_size' must be -1 (unlimited) or "
-        "a byte count, got " +
-        std::to_string(max_split));
-  config.max_split_size = max_split == -1 ? kUnlimited : static_cast<Bytes>(max_split);
-
-  const nlohmann::json& threshold = settings_field(settings, "garbage_collection_threshold");
-  if (!threshold.is_number())
-    throw AllocatorConfigError(
-        "allocator_settings: 'garbage_collection_threshold' must be a "
-        "number, got " +
-        threshold.dump());
-  config.garbage_collection_threshold = threshold.get<double>();
-
-  config.expandable_segments = settings_bool(settings, "expandable_segments");
-  config.release_lock_on_cudamalloc = settings_bool(settings, "release_lock_on_cudamalloc");
-  config.pinned_use_cuda_host_register = settings_bool(settings, "pinned_use_cuda_host_register");
-  config.graph_capture_record_stream_reuse =
-      settings_bool(settings, "graph_capture_record_stream_reuse");
-  const std::int64_t threads = settings_integer(settings, "pinned_num_register_threads");
-  if (threads < 1)
-    throw AllocatorConfigError(
-        "allocator_settings: 'pinned_num_register_threads' must be >= 1, "
-        "got " +
-        std::to_string(threads));
-  config.pinned_num_register_threads = static_cast<std::uint64_t>(threads);
-
-  // Keys are the MiB start of each interval: "1", "2", "4", ..., "32768".
-  const nlohmann::json& divisions = settings_field(settings, "roundup_power2_divisions");
-  if (!divisions.is_object() || divisions.size() != kRoundupIntervals)
-    throw AllocatorConfigError(
-        "allocator_settings: 'roundup_power2_divisions' must be a dict of "
-        "16 intervals \"1\"..\"32768\", got " +
-        divisions.dump());
-  for (std::size_t index = 0; index < kRoundupIntervals; ++index) {
-    const std::string interval = std::to_string(1ULL << index);
-    const auto it = divisions.find(interval);
-    if (it == divisions.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0)
+  AllocatorConfig& config = out.config;
+  if (present("PYTORCH_CUDA_ALLOC_CONF")) {
+    const nlohmann::json& raw = settings_field(*settings, "PYTORCH_CUDA_ALLOC_CONF");
+    if (!raw.is_string())
       throw AllocatorConfigError(
-          "allocator_settings: 'roundup_power2_divisions' needs a "
-          "non-negative integer for interval \"" +
-          interval + "\", got " + divisions.dump());
-    config.roundup_power2_divisions[index] = it->get<std::uint64_t>();
+          "allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string, got " + raw.dump());
+    try {
+      config = AllocatorConfig::parse(raw.get<std::string>());
+    } catch (const AllocatorConfigError& error) {
+      // Older releases accepted options 2.11 refuses (roundup_bypass_threshold_mb, ...): the
+      // recorded effective values below still say what the allocator did.
+      out.raw_string_error = error.what();
+      config = AllocatorConfig{};
+      config.raw = raw.get<std::string>();
+    }
   }
-  return config;
+
+  if (present("max_split_size")) {
+    const std::int64_t max_split = settings_integer(*settings, "max_split_size");
+    if (max_split < -1)
+      throw AllocatorConfigError(
+          "allocator_settings: 'max_split_size' must be -1 (unlimited) or a byte count, got " +
+          std::to_string(max_split));
+    config.max_split_size = max_split == -1 ? kUnlimited : static_cast<Bytes>(max_split);
+  }
+  if (present("garbage_collection_threshold")) {
+    const nlohmann::json& threshold = settings_field(*settings, "garbage_collection_threshold");
+    if (!threshold.is_number())
+      throw AllocatorConfigError(
+          "allocator_settings: 'garbage_collection_threshold' must be a number, got " +
+          threshold.dump());
+    config.garbage_collection_threshold = threshold.get<double>();
+  }
+  const auto flag = [&](std::string_view key, bool& target) {
+    if (present(key))
+      target = settings_bool(*settings, key);
+  };
+  flag("expandable_segments", config.expandable_segments);
+  flag("release_lock_on_cudamalloc", config.release_lock_on_cudamalloc);
+  flag("pinned_use_cuda_host_register", config.pinned_use_cuda_host_register);
+  flag("graph_capture_record_stream_reuse", config.graph_capture_record_stream_reuse);
+  if (present("pinned_num_register_threads")) {
+    const std::int64_t threads = settings_integer(*settings, "pinned_num_register_threads");
+    if (threads < 1)
+      throw AllocatorConfigError(
+          "allocator_settings: 'pinned_num_register_threads' must be >= 1, got " +
+          std::to_string(threads));
+    config.pinned_num_register_threads = static_cast<std::uint64_t>(threads);
+  }
+
+  // Keys are the MiB start of each interval: "1", "2", "4", ..., "32768"; an interval a release
+  // did not record keeps its default 0.
+  if (present("roundup_power2_divisions")) {
+    const nlohmann::json& divisions = settings_field(*settings, "roundup_power2_divisions");
+    if (!divisions.is_object())
+      throw AllocatorConfigError(
+          "allocator_settings: 'roundup_power2_divisions' must be a dict of intervals "
+          "\"1\"..\"32768\", got " +
+          divisions.dump());
+    for (std::size_t index = 0; index < kRoundupIntervals; ++index) {
+      const std::string interval = std::to_string(1ULL << index);
+      const auto it = divisions.find(interval);
+      if (it == divisions.end())
+        continue;
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
+        throw AllocatorConfigError(
+            "allocator_settings: 'roundup_power2_divisions' needs a non-negative integer for "
+            "interval \"" +
+            interval + "\", got " + it->dump());
+      config.roundup_power2_divisions[index] = it->get<std::uint64_t>();
+    }
+  }
+  return out;
+}
+
+AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings) {
+  return read_allocator_settings(&settings).config;
 }
 
 std::string to_alloc_conf_string(const AllocatorConfig& config) {

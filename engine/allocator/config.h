@@ -10,9 +10,11 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/core/torch_version.h"
 #include "engine/core/units.h"
 
 namespace fragscope::alloc {
@@ -73,10 +75,33 @@ struct AllocatorConfig {
 AllocatorConfig config_from_environment(
     const std::function<std::optional<std::string>(std::string_view name)>& lookup);
 
-// A snapshot's `allocator_settings` dict (§10.2), as JSON: the raw PYTORCH_CUDA_ALLOC_CONF string
-// is parsed for the options the dict does not record (large_segment_size_mb, backend, ...), and
-// the recorded effective values (max_split_size, roundup_power2_divisions, ...) then override
-// it. A missing or mistyped key is an AllocatorConfigError naming it.
+// A snapshot's `allocator_settings` (§10.2) read for replay, with what it did not say.
+struct RecordedAllocatorConfig {
+  AllocatorConfig config;
+  // False when the snapshot has no allocator_settings (PyTorch 2.0-2.2, memory_snapshot()): the
+  // config it ran under is unknown and `config` holds PyTorch's defaults as an assumption.
+  bool recorded = true;
+  std::vector<std::string> defaulted_keys;  // not recorded: at their defaults
+  // Of those, the keys the writing release had and should have recorded (the others came later).
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> ignored_keys;    // not known to 2.11: ignored
+  std::string raw_string_error;  // the raw PYTORCH_CUDA_ALLOC_CONF did not parse (older option)
+
+  // One line for the user; "" when the settings were recorded in full.
+  std::string note() const;
+};
+
+// A snapshot's `allocator_settings` dict (§10.2), as JSON (nullptr: the snapshot has none): the
+// raw PYTORCH_CUDA_ALLOC_CONF string is parsed for the options the dict does not record
+// (large_segment_size_mb, backend, ...), and the recorded effective values (max_split_size,
+// roundup_power2_divisions, ...) then override it. A key the writing release did not record
+// (2.3-2.8 have no graph_capture_record_stream_reuse, ...) takes its default: every release from
+// 2.0 to 2.11 starts each option at the same default. A mistyped value is an AllocatorConfigError
+// naming the key.
+// `writer` is the newest release that may have written the dict (for which keys it had).
+RecordedAllocatorConfig read_allocator_settings(const nlohmann::json* settings,
+                                                TorchVersion writer = kLatestTorch);
+// read_allocator_settings(&settings).config; an empty dict gives the defaults.
 AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
 
 // A canonical PYTORCH_CUDA_ALLOC_CONF string that parses back to the same options (the `raw` and

@@ -175,8 +175,8 @@ std::string_view to_string(Kind kind) {
       return "frame dict";
     case Kind::frame_stack:
       return "frames list";
-    case Kind::consumed:
-      return "consumed object";
+    case Kind::trace_event:
+      return "trace entry dict";
     case Kind::unset:
       return "unset";
   }
@@ -197,8 +197,10 @@ void Machine::fail(const std::string& what) const {
 
 Node& Machine::node(const Value& v) {
   Node& n = nodes_[v.ref];
+  // Unreachable for any pickle: retire() frees only nodes with a single holder, and that holder
+  // drops its reference. Kept as a check so a bug is an error, not a read of a reused node.
   if (n.generation != v.generation)
-    fail("an object was referenced again after it was compacted (shared trace entry?)");
+    fail("internal error: a stale reference to a converted object");
   return n;
 }
 
@@ -210,10 +212,18 @@ std::uint32_t Machine::intern(std::string_view s) {
   auto it = string_ids_.find(s);
   if (it != string_ids_.end())
     return it->second;
+  charge_text(s.size());
   auto id = static_cast<std::uint32_t>(strings_.size());
   strings_.emplace_back(s);
   string_ids_.emplace(strings_.back(), id);
   return id;
+}
+
+void Machine::charge_text(std::uint64_t length) {
+  text_bytes_ += length;
+  if (text_bytes_ > limits_.max_text_bytes)
+    fail("distinct str/bytes objects exceed the limit of " +
+         std::to_string(limits_.max_text_bytes) + " bytes in all");
 }
 
 Value Machine::new_node(Kind kind) {
@@ -230,6 +240,7 @@ Value Machine::new_node(Kind kind) {
   n.escaped = false;
   n.memo_slot = Node::kNoSlot;
   n.aux = 0;
+  n.aux_index = 0;
   n.depth = 1;
   n.items.clear();
   n.data.clear();
@@ -248,7 +259,9 @@ void Machine::retire(const Value& v, Value replacement) {
     // Someone else may still hold this node: keep it, but as the compact replacement.
     n.kind = replacement.kind;
     n.aux = replacement.ref;
+    n.aux_index = static_cast<std::uint64_t>(replacement.i);
     n.items = {};
+    n.data = {};
     return;
   }
   ++n.generation;
@@ -293,14 +306,20 @@ std::size_t Machine::pop_mark() {
 void Machine::memo_put(std::uint64_t index) {
   Value v = top();
   if (index >= memo_.size()) {
-    if (index - memo_.size() > limits_.max_memo_gap)
+    // Every memoized object takes at least one byte of input, so a memo larger than the bytes
+    // read so far (plus a small gap) only serves to exhaust memory.
+    if (index - memo_.size() > limits_.max_memo_gap || index > op_offset_ + limits_.max_memo_gap)
       fail("memo index " + std::to_string(index) + " is far beyond the memo size " +
-           std::to_string(memo_.size()));
+           std::to_string(memo_.size()) + " (limit: the bytes read so far + " +
+           std::to_string(limits_.max_memo_gap) + ")");
     memo_.resize(index + 1, scalar(Kind::unset));
   }
   memo_[index] = v;
   if (v.is_node()) {
     Node& n = node(v);
+    // Stored under a second index: two holders from now on.
+    if (n.memo_slot != Node::kNoSlot && n.memo_slot != index)
+      n.escaped = true;
     n.memo_slot = static_cast<std::uint32_t>(index);
   }
 }
@@ -309,8 +328,6 @@ Value Machine::memo_get(std::uint64_t index) {
   if (index >= memo_.size() || memo_[index].kind == Kind::unset)
     fail("memo index " + std::to_string(index) + " was never stored");
   Value v = memo_[index];
-  if (v.kind == Kind::consumed)
-    fail("memo index " + std::to_string(index) + " refers to a trace entry that is used twice");
   if (v.is_node())
     node(v).escaped = true;
   return v;
@@ -403,6 +420,7 @@ Value Machine::make_bytes(std::uint64_t length) {
   if (length > limits_.max_string)
     fail("bytes object of " + std::to_string(length) + " bytes exceeds the limit of " +
          std::to_string(limits_.max_string));
+  charge_text(length);
   Value v = new_node(Kind::bytes);
   if (!source_.read_into(nodes_[v.ref].data, length))
     fail("input ends inside a bytes object of " + std::to_string(length) + " bytes");

@@ -34,8 +34,8 @@ enum class Kind : std::uint8_t {
   set,
   frame,        // a frame dict already interned: Value::ref = frame index
   frame_stack,  // a frames list already interned: Value::ref = FrameStackId
+  trace_event,  // a trace entry dict already converted: Value::ref = event list, Value::i = index
   trace_list,   // a list whose items were consumed as trace events: node aux = event list index
-  consumed,     // an object a sink consumed; reading it again is an error
   unset,        // memo hole
 };
 std::string_view to_string(Kind kind);
@@ -56,6 +56,7 @@ struct Node {
   bool escaped = false;  // fetched from the memo (GET) or DUP'd: other references may exist
   std::uint32_t memo_slot = kNoSlot;
   std::uint32_t aux = 0;
+  std::uint64_t aux_index = 0;  // trace_event: the event's index in its list
   std::uint64_t generation = 0;
   std::uint64_t depth = 1;  // containers nested inside, including itself
   std::vector<Value> items;
@@ -86,7 +87,10 @@ class Machine {
   const Node& node(const Value& v) const;
   std::string_view str(const Value& v) const { return strings_[v.ref]; }
   std::uint32_t intern(std::string_view s);
-  // Releases a node a sink consumed: its memo slot now reads `replacement`.
+  // Replaces a node a sink converted by its compact form `replacement` (a scalar Value): its memo
+  // slot reads the replacement from now on. A node nobody else can hold (never fetched from the
+  // memo or DUP'd) is freed for reuse, so the caller must drop its own reference to it; a shared
+  // one stays, turned into the replacement, so every other holder reads the same value.
   void retire(const Value& v, Value replacement);
   std::uint32_t new_event_list();
   std::vector<TraceEvent>& event_list(std::uint32_t index) { return event_lists_[index]; }
@@ -99,6 +103,7 @@ class Machine {
 
  private:
   Value new_node(Kind kind);
+  void charge_text(std::uint64_t length);
   void push(Value v);
   Value pop();
   Value& top();
@@ -134,6 +139,7 @@ class Machine {
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> string_ids_;
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
+  std::uint64_t text_bytes_ = 0;
 };
 
 }  // namespace fragscope::snapshot::pickle

@@ -210,7 +210,7 @@ class SnapshotWriter {
     w_.string("device_traces");
     w_.list(s_.device_traces.size(), [&](std::size_t d) {
       const auto& trace = s_.device_traces[d];
-      w_.list(trace.size(), [&](std::size_t i) { entry(trace[i]); });
+      w_.list(trace.size(), [&](std::size_t i) { entry(trace[i], d, i); });
     });
     w_.string("allocator_settings");
     w_.json(s_.allocator_settings);
@@ -255,7 +255,7 @@ class SnapshotWriter {
     w_.setitems();
   }
 
-  void entry(const TraceEvent& e) {
+  void entry(const TraceEvent& e, std::size_t device, std::size_t index) {
     w_.empty_dict();
     w_.mark();
     w_.string("action");
@@ -270,6 +270,17 @@ class SnapshotWriter {
     if (e.frames.value != 0) {
       w_.string("frames");
       frames(e.frames);
+    }
+    if (device < s_.device_entry_texts.size() && index < s_.device_entry_texts[device].size()) {
+      const TraceEntryText& text = s_.device_entry_texts[device][index];
+      if (text.compile_context != 0) {
+        w_.string("compile_context");
+        w_.string(s_.entry_texts[text.compile_context]);
+      }
+      if (text.user_metadata != 0) {
+        w_.string("user_metadata");
+        w_.string(s_.entry_texts[text.user_metadata]);
+      }
     }
     w_.setitems();
   }

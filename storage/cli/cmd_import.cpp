@@ -7,6 +7,7 @@
 
 #include "engine/snapshot/snapshot.h"
 #include "storage/cli/command.h"
+#include "storage/cli/snapshot_options.h"
 #include "storage/db/data_location.h"
 #include "storage/db/snapshot_import.h"
 
@@ -14,11 +15,13 @@ namespace fragscope::cli {
 namespace {
 
 int run_import(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--db", "--name", "--json", "--device", "--stats"});
+  const Args args(argv, {}, {"--db", "--name", "--json", "--device", "--stats", "--torch-version"});
   args.expect_positional(1, "one SNAPSHOT file");
   const std::filesystem::path file = args.positional()[0];
   // Read the whole snapshot before touching the database, so a bad file writes nothing.
-  const snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  apply_torch_version_option(args, snapshot);
+  const alloc::RecordedAllocatorConfig config = recorded_config_or_error(file.string(), snapshot);
   // The recording's own memory_stats() and cap: --stats FILE, else NAME.stats.json beside it.
   std::optional<nlohmann::json> recorded_stats;
   std::string stats_file;
@@ -39,13 +42,17 @@ int run_import(const std::vector<std::string>& argv) {
   const std::string path = args.option_or("--db", storage::default_database_path());
   storage::RunStore store(path);
   const storage::ImportResult result = storage::import_snapshot(store, snapshot, options);
-  const nlohmann::json out = {{"run_id", result.run.value},
-                              {"events", result.events},
-                              {"segments", result.segments},
-                              {"truncated", result.truncated},
-                              {"ooms", result.ooms},
-                              {"recorded_stats", stats_file.empty() ? nlohmann::json(nullptr)
-                                                                    : nlohmann::json(stats_file)}};
+  const nlohmann::json out = {
+      {"run_id", result.run.value},
+      {"events", result.events},
+      {"segments", result.segments},
+      {"truncated", result.truncated},
+      {"device", options.device ? nlohmann::json(*options.device) : nlohmann::json(nullptr)},
+      {"torch_version", torch_version_json(snapshot.torch_version)},
+      {"allocator_config_note", config.note()},
+      {"ooms", result.ooms},
+      {"recorded_stats",
+       stats_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(stats_file)}};
   if (auto target = args.option("--json")) {
     write_json(out, *target);
     return 0;
@@ -55,7 +62,9 @@ int run_import(const std::vector<std::string>& argv) {
             << " segments, " << result.ooms << " OOM(s)"
             << (result.truncated ? ", trace truncated" : "")
             << (stats_file.empty() ? "" : ", with the recording's stats from " + stats_file)
-            << "\n";
+            << "\n  written by PyTorch " << snapshot.torch_version.describe() << "\n";
+  if (!config.note().empty())
+    std::cout << "  allocator settings: " << config.note() << "\n";
   return 0;
 }
 
@@ -63,7 +72,8 @@ int run_import(const std::vector<std::string>& argv) {
 
 FRAGSCOPE_CLI_COMMAND(
     {"import",
-     "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--stats FILE] [--json FILE|-]",
+     "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--stats FILE] "
+     "[--torch-version X.Y] [--json FILE|-]",
      "Store a PyTorch memory snapshot (.pickle or .pickle.gz) as a run, with the recording's "
      "NAME.stats.json (memory_stats, cap) when it is beside it or given",
      run_import});

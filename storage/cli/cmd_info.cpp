@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
 #include "storage/cli/command.h"
+#include "storage/cli/snapshot_options.h"
 
 namespace fragscope::cli {
 namespace {
@@ -35,6 +37,8 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
     blocks += s.blocks.size();
   }
   const snapshot::Timeline tl = snapshot::build_timeline(snap, device);
+  // A device without entries has only its final state: nothing was cut off, nothing to replay.
+  const bool state_only = trace.empty();
   nlohmann::json out = {
       {"device", device},
       {"entries", trace.size()},
@@ -42,7 +46,8 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
       {"segments", segments},
       {"blocks", blocks},
       {"reserved_bytes", reserved},
-      {"truncated", tl.truncated},
+      {"truncated", !state_only && tl.truncated},
+      {"state_only", state_only},
       {"predating_blocks", tl.predating_blocks},
       {"replay_matches_segments", tl.matches_final_segments},
       {"peak_allocated", tl.peak.allocated},
@@ -52,7 +57,7 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
       {"peak_inactive_split", tl.peak.inactive_split},
       {"ooms", ooms},
   };
-  if (!tl.matches_final_segments)
+  if (!tl.matches_final_segments && !state_only)
     out["replay_mismatch"] = tl.mismatch;
   if (!trace.empty() && trace.front().time_us != 0) {
     out["first_time_us"] = trace.front().time_us;
@@ -63,19 +68,33 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
 }
 
 int run_info(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--json"});
+  const Args args(argv, {}, {"--json", "--device", "--torch-version"});
   args.expect_positional(1, "SNAPSHOT");
   const std::string& path = args.positional()[0];
-  const snapshot::Snapshot snap = snapshot::read_snapshot(path);
+  snapshot::Snapshot snap = snapshot::read_snapshot(path);
+  apply_torch_version_option(args, snap);
+  const std::optional<std::uint64_t> only_device = args.uint_option("--device");
+  if (only_device && *only_device >= snap.device_count())
+    throw InputError(path + ": no device " + std::to_string(*only_device) +
+                     " in the snapshot (it has " + std::to_string(snap.device_count()) + ")");
   nlohmann::json devices = nlohmann::json::array();
-  for (std::size_t d = 0; d < snap.device_count(); ++d)
-    devices.push_back(device_info(snap, static_cast<int>(d)));
+  for (std::size_t d = 0; d < snap.device_count(); ++d) {
+    if (!only_device || *only_device == d)
+      devices.push_back(device_info(snap, static_cast<int>(d)));
+  }
+  const alloc::RecordedAllocatorConfig config = recorded_config_or_error(path, snap);
   nlohmann::json info = {
       {"file", path},
       {"format", snap.format == snapshot::SnapshotFormat::v2_0 ? "2.0" : "2.1+"},
       {"pickle_protocol", snap.pickle_protocol},
       {"entries", snap.trace_entry_count()},
+      {"torch_version", torch_version_json(snap.torch_version)},
       {"allocator_settings", snap.allocator_settings},
+      {"allocator_settings_recorded", snap.allocator_settings_recorded},
+      {"allocator_config_note", config.note()},
+      {"external_annotations", snap.external_annotations.size()},
+      {"device_count", snap.device_count()},
+      {"warnings", snap.warnings},
       {"frames", snap.frames.frame_count()},
       {"stacks", snap.frames.stack_count() - 1},
       {"devices", devices},
@@ -85,16 +104,18 @@ int run_info(const std::vector<std::string>& argv) {
     return 0;
   }
   std::cout << path << ": PyTorch " << info["format"].get<std::string>()
-            << " snapshot, pickle protocol " << snap.pickle_protocol << ", " << devices.size()
+            << " snapshot, pickle protocol " << snap.pickle_protocol << ", " << snap.device_count()
             << " device(s), " << snap.trace_entry_count() << " trace entries\n";
-  std::string conf;
-  if (auto it = snap.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
-      it != snap.allocator_settings.end() && it->is_string())
-    conf = it->get<std::string>();
-  std::cout << "  allocator settings: PYTORCH_CUDA_ALLOC_CONF='" << conf << "'\n";
+  std::cout << "  written by PyTorch " << snap.torch_version.describe() << "\n";
+  if (snap.allocator_settings_recorded)
+    std::cout << "  allocator settings: PYTORCH_CUDA_ALLOC_CONF='" << config.config.raw << "'\n";
+  if (!config.note().empty())
+    std::cout << "  allocator settings: " << config.note() << "\n";
+  for (const std::string& warning : snap.warnings)
+    std::cout << "  note: " << warning << "\n";
   for (const auto& d : devices) {
     std::cout << "device " << d["device"].get<int>() << ": " << d["entries"].get<std::uint64_t>()
-              << " entries";
+              << " entries" << (d["state_only"].get<bool>() ? " (state only: no trace)" : "");
     if (d.contains("duration_s"))
       std::cout << " over " << d["duration_s"].get<double>() << " s";
     std::cout << (d["truncated"].get<bool>() ? " (TRUNCATED: the trace starts mid-run)" : "")
@@ -122,7 +143,7 @@ int run_info(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-FRAGSCOPE_CLI_COMMAND({"info", "info SNAPSHOT [--json FILE|-]",
+FRAGSCOPE_CLI_COMMAND({"info", "info SNAPSHOT [--device N] [--torch-version X.Y] [--json FILE|-]",
                        "summarise a PyTorch memory snapshot (.pickle or .pickle.gz)", run_info});
 
 }  // namespace fragscope::cli

@@ -12,6 +12,7 @@
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 #include "storage/cli/command.h"
+#include "storage/cli/snapshot_options.h"
 
 namespace fragscope::cli {
 namespace {
@@ -26,7 +27,8 @@ nlohmann::json event_json(const std::optional<TraceEvent>& event) {
 }
 
 int run_replay(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--summary"}, {"--alloc-conf", "--capacity", "--device", "--json"});
+  const Args args(argv, {"--summary"},
+                  {"--alloc-conf", "--capacity", "--device", "--json", "--torch-version"});
   args.expect_positional(1, "one SNAPSHOT file");
   const std::filesystem::path file = args.positional()[0];
 
@@ -48,7 +50,13 @@ int run_replay(const std::vector<std::string>& argv) {
   }
   const std::size_t device = static_cast<std::size_t>(args.uint_option("--device").value_or(0));
 
-  const snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  apply_torch_version_option(args, snapshot);
+  if (device >= std::max<std::size_t>(snapshot.device_count(), 1))
+    throw InputError(file.string() + ": no device " + std::to_string(device) +
+                     " in the snapshot (it has " + std::to_string(snapshot.device_count()) + ")");
+  const alloc::RecordedAllocatorConfig recorded_config =
+      recorded_config_or_error(file.string(), snapshot);
   replay::ReplayResult result;
   try {
     result = replay::replay_snapshot(snapshot, options, device);
@@ -86,20 +94,27 @@ int run_replay(const std::vector<std::string>& argv) {
     nlohmann::json stats = nlohmann::json::object();
     for (const auto& [key, value] : alloc::to_memory_stats(result.run.stats))
       stats[key] = value;
-    const nlohmann::json out = {{"entries", result.entries},
-                                {"allocs", result.allocs},
-                                {"segment_events", segment_events},
-                                {"ooms", ooms},
-                                {"memory_stats", stats},
-                                {"memory_summary", summary},
-                                {"recorded", recorded}};
+    const nlohmann::json out = {
+        {"entries", result.entries},
+        {"allocs", result.allocs},
+        {"segment_events", segment_events},
+        {"ooms", ooms},
+        {"memory_stats", stats},
+        {"memory_summary", summary},
+        {"recorded", recorded},
+        {"device", device},
+        {"torch_version", torch_version_json(snapshot.torch_version)},
+        {"allocator_config_note", options.config ? std::string() : recorded_config.note()}};
     write_json(out, *target);
     if (*target != "-" && !args.flag("--summary"))
       std::cout << "wrote " << *target << "\n";
   } else {
-    std::cout << "replayed " << file.string() << ": " << result.entries << " trace entries, "
-              << result.allocs << " allocation requests, " << segment_events.size()
-              << " segment events, " << ooms.size() << " OOM(s)\n";
+    std::cout << "replayed " << file.string() << " (device " << device << "): " << result.entries
+              << " trace entries, " << result.allocs << " allocation requests, "
+              << segment_events.size() << " segment events, " << ooms.size() << " OOM(s)\n"
+              << "  snapshot written by PyTorch " << snapshot.torch_version.describe() << "\n";
+    if (!options.config && !recorded_config.note().empty())
+      std::cout << "  allocator settings: " << recorded_config.note() << "\n";
     if (result.compared) {
       std::cout << "recorded config: segment events "
                 << (result.segment_events_match ? "match" : "differ") << ", OOMs "
@@ -117,7 +132,7 @@ int run_replay(const std::vector<std::string>& argv) {
 
 FRAGSCOPE_CLI_COMMAND({"replay",
                        "replay SNAPSHOT [--alloc-conf STRING] [--capacity BYTES] [--device N] "
-                       "[--json FILE|-] [--summary]",
+                       "[--torch-version X.Y] [--json FILE|-] [--summary]",
                        "Replay a PyTorch trace through the caching-allocator model (what-if with "
                        "another config or capacity)",
                        run_replay});

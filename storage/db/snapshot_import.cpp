@@ -30,13 +30,21 @@ SeriesPoint point_of(const snapshot::TimelineSample& sample) {
           static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
 }
 
+// The device with the most trace entries; without any, the one with the most segments (a
+// state-only snapshot).
 std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
   std::size_t best = 0;
   for (std::size_t d = 1; d < snapshot.device_traces.size(); ++d) {
     if (snapshot.device_traces[d].size() > snapshot.device_traces[best].size())
       best = d;
   }
-  return best;
+  if (best < snapshot.device_traces.size() && !snapshot.device_traces[best].empty())
+    return best;
+  std::vector<std::size_t> segments(snapshot.device_count(), 0);
+  for (const auto& segment : snapshot.segments)
+    ++segments[static_cast<std::size_t>(segment.device)];
+  return static_cast<std::size_t>(std::max_element(segments.begin(), segments.end()) -
+                                  segments.begin());
 }
 
 }  // namespace
@@ -146,7 +154,7 @@ std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_p
 
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
                              const ImportOptions& options) {
-  const std::size_t device_count = std::max<std::size_t>(snapshot.device_traces.size(), 1);
+  const std::size_t device_count = std::max<std::size_t>(snapshot.device_count(), 1);
   const std::size_t device = options.device.value_or(busiest_device(snapshot));
   if (device >= device_count) {
     throw InputError(options.source_file + ": no device " + std::to_string(device) +
@@ -177,7 +185,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   ImportResult result;
   result.events = events.size();
   result.segments = final_state.segments().size();
-  result.truncated = !initial.segments().empty() || !initial.blocks().empty();
+  // A state-only device (no entries) is not a truncated trace: it has nothing but its state.
+  result.truncated = !events.empty() && (!initial.segments().empty() || !initial.blocks().empty());
 
   // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying the
   // trace with PyTorch's layout rules. A trace that contradicts itself cannot be laid out; it is
@@ -242,6 +251,14 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"pickle_protocol", snapshot.pickle_protocol},
         {"warnings", snapshot.warnings},
         {"external_annotations", snapshot.external_annotations.size()},
+        {"state_only", events.empty()},
+        {"device_count", snapshot.device_count()},
+        {"allocator_settings_recorded", snapshot.allocator_settings_recorded},
+        {"torch_version",
+         {{"range", snapshot.torch_version.range()},
+          {"profile", snapshot.torch_version.profile().to_string()},
+          {"evidence", snapshot.torch_version.evidence},
+          {"from_override", snapshot.torch_version.from_override}}},
         {"series", series_info},
     };
     if (options.recorded_stats && options.recorded_stats->is_object())

@@ -469,22 +469,62 @@ TEST(AllocatorSettings, BadDictsNameTheKey) {
     }
     return "";
   };
-  nlohmann::json missing = split64_round4_settings();
-  missing.erase("expandable_segments");
-  EXPECT_NE(error_of(missing).find("missing key 'expandable_segments'"), std::string::npos);
-  nlohmann::json unknown = split64_round4_settings();
-  unknown["throw_on_cudamalloc_oom"] = true;
-  EXPECT_NE(error_of(unknown).find("unknown key 'throw_on_cudamalloc_oom'"), std::string::npos);
   nlohmann::json mistyped = split64_round4_settings();
   mistyped["max_split_size"] = "64";
   EXPECT_NE(error_of(mistyped).find("'max_split_size' must be an integer"), std::string::npos);
-  nlohmann::json short_table = split64_round4_settings();
-  short_table["roundup_power2_divisions"].erase("32768");
-  EXPECT_NE(error_of(short_table).find("roundup_power2_divisions"), std::string::npos);
-  nlohmann::json bad_raw = split64_round4_settings();
-  bad_raw["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:5";
-  EXPECT_NE(error_of(bad_raw).find("too small"), std::string::npos);
+  nlohmann::json bad_interval = split64_round4_settings();
+  bad_interval["roundup_power2_divisions"]["32768"] = -2;
+  EXPECT_NE(error_of(bad_interval).find("interval \"32768\""), std::string::npos);
   EXPECT_NE(error_of(nlohmann::json::array()).find("expected a dict"), std::string::npos);
+}
+
+// Each release recorded the keys it had: what is missing takes its default (the same in every
+// release), unknown keys are ignored, and both are said.
+TEST(AllocatorSettings, MissingKeysTakeTheirDefaultsAndAreNamed) {
+  nlohmann::json settings = split64_round4_settings();
+  settings.erase("graph_capture_record_stream_reuse");  // 2.3-2.8
+  settings.erase("expandable_segments");
+  settings["roundup_power2_divisions"].erase("32768");
+  settings["throw_on_cudamalloc_oom"] = true;
+  const RecordedAllocatorConfig read = read_allocator_settings(&settings);
+  EXPECT_TRUE(read.recorded);
+  EXPECT_EQ(read.defaulted_keys,
+            (std::vector<std::string>{"expandable_segments", "graph_capture_record_stream_reuse"}));
+  EXPECT_EQ(read.missing_keys, read.defaulted_keys);  // 2.11 had both
+  EXPECT_EQ(read_allocator_settings(&settings, TorchVersion{2, 8}).missing_keys,
+            std::vector<std::string>{"expandable_segments"});  // 2.8 had no graph_capture_...
+  EXPECT_EQ(read.ignored_keys, std::vector<std::string>{"throw_on_cudamalloc_oom"});
+  EXPECT_FALSE(read.config.expandable_segments);
+  EXPECT_FALSE(read.config.graph_capture_record_stream_reuse);
+  EXPECT_EQ(read.config.max_split_size, 64 * kMiB);
+  EXPECT_EQ(read.config.roundup_power2_divisions[14], 4u);
+  EXPECT_EQ(read.config.roundup_power2_divisions[15], 4u);  // from the raw string
+  EXPECT_NE(read.note().find("graph_capture_record_stream_reuse"), std::string::npos);
+  EXPECT_NE(read.note().find("throw_on_cudamalloc_oom"), std::string::npos);
+
+  // Only the raw string (a dict some tool trimmed): everything else from it.
+  const nlohmann::json raw_only = {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}};
+  EXPECT_TRUE(config_from_allocator_settings(raw_only).expandable_segments);
+  // No raw string (20 real files lack it): the recorded values alone.
+  nlohmann::json no_raw = split64_round4_settings();
+  no_raw.erase("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(config_from_allocator_settings(no_raw).max_split_size, 64 * kMiB);
+}
+
+TEST(AllocatorSettings, AbsentSettingsAreUnknownAndAssumeTheDefaults) {
+  const RecordedAllocatorConfig read = read_allocator_settings(nullptr);
+  EXPECT_FALSE(read.recorded);
+  EXPECT_EQ(read.config, AllocatorConfig{});
+  EXPECT_NE(read.note().find("defaults are assumed"), std::string::npos);
+}
+
+TEST(AllocatorSettings, ARawStringOlderReleasesAcceptedIsNotFatal) {
+  nlohmann::json settings = split64_round4_settings();
+  settings["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:5";  // 2.11 refuses: too small
+  const RecordedAllocatorConfig read = read_allocator_settings(&settings);
+  EXPECT_NE(read.raw_string_error.find("too small"), std::string::npos);
+  EXPECT_EQ(read.config.max_split_size, 64 * kMiB);  // the recorded effective value
+  EXPECT_EQ(read.config.raw, "max_split_size_mb:5");
 }
 
 // Every real recording: its PYTORCH_CUDA_ALLOC_CONF parses to the max_split_size PyTorch

@@ -1,0 +1,814 @@
+// read_snapshot: the pickle machine's objects walked into the Snapshot model. Trace entries are
+// converted while their lists fill (a ListSink), so a 1 GB trace never exists as dicts; frames
+// and frames lists are interned once and their objects replaced by the compact form, so a frames
+// list shared by a segment, its blocks and trace entries is read once and found again by any
+// later reference.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "engine/core/error.h"
+#include "engine/snapshot/byte_source.h"
+#include "engine/snapshot/pickle_vm.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace fragscope::snapshot {
+namespace {
+
+using pickle::Kind;
+using pickle::Machine;
+using pickle::Node;
+using pickle::Value;
+
+// Interned ids of the keys the schema looks at, fixed before parsing starts.
+struct Keys {
+  std::uint32_t action, addr, device_free, size, stream, time_us, frames, filename, line, name,
+      compile_context, user_metadata;
+  explicit Keys(Machine& vm)
+      : action(vm.intern("action")),
+        addr(vm.intern("addr")),
+        device_free(vm.intern("device_free")),
+        size(vm.intern("size")),
+        stream(vm.intern("stream")),
+        time_us(vm.intern("time_us")),
+        frames(vm.intern("frames")),
+        filename(vm.intern("filename")),
+        line(vm.intern("line")),
+        name(vm.intern("name")),
+        compile_context(vm.intern("compile_context")),
+        user_metadata(vm.intern("user_metadata")) {}
+};
+
+Kind node_kind(Machine& vm, const Value& v) {
+  return v.is_node() ? vm.node(v).kind : v.kind;
+}
+
+const Value* find_key(const Node& dict, std::uint32_t key) {
+  for (std::size_t i = dict.items.size(); i >= 2; i -= 2) {
+    const Value& k = dict.items[i - 2];
+    if (k.kind == Kind::string && k.ref == key)
+      return &dict.items[i - 1];
+  }
+  return nullptr;
+}
+
+// The low 64 bits of a Python int, as C++ wrote them (2^64-1 is size_t(-1), "no line").
+std::int64_t wrapped_int(Machine& vm, const Value& v) {
+  if (v.kind == Kind::integer || v.kind == Kind::boolean)
+    return v.i;
+  if (v.kind == Kind::big_integer) {
+    const std::string& d = vm.node(v).data;
+    std::uint64_t u = 0;
+    std::memcpy(&u, d.data(), std::min<std::size_t>(8, d.size()));
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.kind == Kind::floating && std::isfinite(v.d) && std::abs(v.d) < 9.2e18)
+    return static_cast<std::int64_t>(v.d);
+  return 0;
+}
+
+// Work done on objects after parsing, where a shared object is visited once per reference: the
+// schema walk charges every value it visits, and a file whose references expand far beyond its
+// own size (a "billion laughs") stops with an error instead of exhausting memory.
+class Budget {
+ public:
+  Budget(Machine& vm, const ReadLimits& limits)
+      : vm_(vm),
+        limit_(std::max<std::uint64_t>(limits.min_expansion,
+                                       limits.expansion_per_byte * vm.offset())) {}
+
+  void charge(std::uint64_t values, std::string_view where) {
+    used_ += values;
+    if (used_ > limit_)
+      vm_.fail(std::string(where) + ": the pickle's shared objects expand to more than " +
+               std::to_string(limit_) + " values (the limit for a " + std::to_string(vm_.offset()) +
+               "-byte pickle; an object referenced over and over?)");
+  }
+
+ private:
+  Machine& vm_;
+  std::uint64_t limit_;
+  std::uint64_t used_ = 0;
+};
+
+// Turns frame dicts and frames lists into FrameTable entries. Each object is converted once;
+// its memo slot (and, when it is shared, the object itself) then reads as the compact form.
+class FrameInterner {
+ public:
+  FrameInterner(Machine& vm, const Keys& keys, FrameTable& table, std::vector<std::string>& notes,
+                std::uint64_t& odd_frames)
+      : vm_(vm), keys_(keys), table_(table), notes_(notes), odd_frames_(odd_frames) {}
+
+  // `owner_discarded`: the caller's reference goes away with its owner (a trace entry being
+  // converted), so an unshared list may be freed; otherwise the list stays, as its compact form.
+  FrameStackId stack(const Value& v, std::string_view where, bool owner_discarded) {
+    if (v.kind == Kind::frame_stack)
+      return FrameStackId{v.ref};
+    if (v.kind == Kind::none)
+      return FrameStackId{};
+    if (v.kind != Kind::list && v.kind != Kind::tuple) {
+      note_odd(std::string(where) + " is a " + std::string(to_string(v.kind)) +
+               ", not a list of frames (no stack kept)");
+      return FrameStackId{};
+    }
+    Node& n = vm_.node(v);
+    if (n.kind == Kind::frame_stack)
+      return FrameStackId{n.aux};
+    if (n.kind != Kind::list && n.kind != Kind::tuple) {
+      note_odd(std::string(where) + " is a " + std::string(to_string(n.kind)) +
+               ", not a list of frames (no stack kept)");
+      return FrameStackId{};
+    }
+    indices_.clear();
+    for (std::size_t i = 0; i < vm_.node(v).items.size(); ++i) {
+      std::optional<std::uint32_t> index = frame(vm_.node(v).items[i], where);
+      if (index)
+        indices_.push_back(*index);
+    }
+    const FrameStackId id = table_.intern_stack(indices_);
+    Value replacement;
+    replacement.kind = Kind::frame_stack;
+    replacement.ref = id.value;
+    if (owner_discarded) {
+      vm_.retire(v, replacement);
+    } else {
+      Node& list = vm_.node(v);
+      list.kind = Kind::frame_stack;
+      list.aux = id.value;
+      list.items = {};
+    }
+    return id;
+  }
+
+ private:
+  void note_odd(std::string text) {
+    if (odd_frames_++ == 0)
+      notes_.push_back(std::move(text));
+  }
+
+  std::string text_of(const Value* v) {
+    if (v == nullptr || v->kind == Kind::none)
+      return {};
+    if (v->kind == Kind::string)
+      return std::string(vm_.str(*v));
+    if (v->kind == Kind::integer)
+      return std::to_string(v->i);
+    return "<" + std::string(to_string(v->kind)) + ">";
+  }
+
+  // The frame's index; nullopt for an item that is not a frame dict (skipped, noted once).
+  std::optional<std::uint32_t> frame(const Value& v, std::string_view where) {
+    if (v.kind == Kind::frame)
+      return v.ref;
+    if (v.kind != Kind::dict) {
+      note_odd(std::string(where) + " holds a " + std::string(to_string(v.kind)) +
+               " where a frame dict was expected (skipped)");
+      return std::nullopt;
+    }
+    Node& n = vm_.node(v);
+    if (n.kind == Kind::frame)
+      return n.aux;
+    if (n.kind != Kind::dict)
+      return std::nullopt;
+    // Missing or odd fields are kept as far as they go: a frame is only ever shown.
+    Frame f;
+    const Value* filename = find_key(n, keys_.filename);
+    const Value* line = find_key(n, keys_.line);
+    const Value* name = find_key(n, keys_.name);
+    if (filename == nullptr || line == nullptr || name == nullptr)
+      note_odd(std::string(where) + ": a frame dict without 'filename', 'line' or 'name'");
+    f.filename = text_of(filename);
+    f.name = text_of(name);
+    f.line = line != nullptr ? wrapped_int(vm_, *line) : 0;
+    const std::uint32_t index = table_.intern_frame(f);
+    Value replacement;
+    replacement.kind = Kind::frame;
+    replacement.ref = index;
+    vm_.retire(v, replacement);  // the list holding it is turned compact right after
+    return index;
+  }
+
+  Machine& vm_;
+  const Keys& keys_;
+  FrameTable& table_;
+  std::vector<std::string>& notes_;
+  std::vector<std::uint32_t> indices_;
+  std::uint64_t& odd_frames_;  // odd frames seen in the whole file: said once
+};
+
+std::uint64_t as_u64(Machine& vm, const Value& v, const std::string& where) {
+  if (v.kind == Kind::integer) {
+    if (v.i < 0)
+      vm.fail(where + ": expected a non-negative int, found " + std::to_string(v.i));
+    return static_cast<std::uint64_t>(v.i);
+  }
+  if (v.kind == Kind::big_integer) {
+    const std::string& d = vm.node(v).data;
+    // Python writes 2^63..2^64-1 as 9 bytes with a zero sign byte.
+    if (d.size() == 9 && d[8] == 0) {
+      std::uint64_t u;
+      std::memcpy(&u, d.data(), 8);
+      return u;
+    }
+    vm.fail(where + ": integer does not fit in 64 bits");
+  }
+  vm.fail(where + ": expected an int, found " + std::string(to_string(v.kind)));
+}
+
+std::int64_t as_i64(Machine& vm, const Value& v, const std::string& where) {
+  if (v.kind != Kind::integer)
+    vm.fail(where + ": expected an int that fits in 64 bits, found " +
+            std::string(to_string(v.kind)));
+  return v.i;
+}
+
+// Consumes trace entry dicts as their lists are filled, so the trace never exists as dicts.
+class TraceSink : public pickle::ListSink {
+ public:
+  TraceSink(const Keys& keys, Snapshot& out) : keys_(keys), out_(out), notes_(out.warnings) {}
+
+  bool on_append(Machine& vm, Value list, std::span<Value> items) override {
+    if (std::none_of(items.begin(), items.end(),
+                     [&](const Value& item) { return is_trace_entry(vm, item); }))
+      return false;
+    Node& ln = vm.node(list);
+    if (ln.kind == Kind::list) {
+      if (!ln.items.empty())
+        vm.fail("a list mixes trace entry dicts with other objects");
+      ln.kind = Kind::trace_list;
+      ln.aux = vm.new_event_list();
+      texts_.resize(ln.aux + 1);
+    }
+    const std::uint32_t events_index = vm.node(list).aux;
+    FrameInterner interner(vm, keys_, out_.frames, notes_, odd_frames);
+    for (const Value& item : items) {
+      if (!is_trace_entry(vm, item))
+        vm.fail("a device trace holds a " + std::string(to_string(item.kind)) +
+                " where a trace entry dict (with an 'action' key) was expected");
+      append(vm, item, events_index, interner);
+    }
+    return true;
+  }
+
+  // compile_context / user_metadata of an event list, parallel to it (empty: none carried any).
+  std::vector<TraceEntryText>& texts(std::uint32_t events_index) { return texts_[events_index]; }
+  std::uint64_t unknown_actions() const { return unknown_actions_; }
+  std::uint64_t odd_frames = 0;
+
+ private:
+  // A dict with a str 'action', or an entry converted earlier and referenced again.
+  bool is_trace_entry(Machine& vm, const Value& item) const {
+    if (item.kind == Kind::trace_event)
+      return true;
+    if (item.kind != Kind::dict)
+      return false;
+    const Node& n = vm.node(item);
+    if (n.kind == Kind::trace_event)
+      return true;
+    if (n.kind != Kind::dict)
+      return false;
+    const Value* a = find_key(n, keys_.action);
+    return a != nullptr && a->kind == Kind::string;
+  }
+
+  void append(Machine& vm, const Value& item, std::uint32_t events_index, FrameInterner& interner) {
+    // The same entry object twice (a valid pickle may share it): copy the converted event.
+    std::optional<std::pair<std::uint32_t, std::uint64_t>> earlier;
+    if (item.kind == Kind::trace_event)
+      earlier.emplace(item.ref, static_cast<std::uint64_t>(item.i));
+    else if (vm.node(item).kind == Kind::trace_event)
+      earlier.emplace(vm.node(item).aux, vm.node(item).aux_index);
+    if (earlier) {
+      if (earlier->first == ~std::uint32_t{0})
+        return;  // an entry with an unknown action, skipped again
+      const TraceEvent copy = vm.event_list(earlier->first)[earlier->second];
+      const TraceEntryText text = earlier->second < texts_[earlier->first].size()
+                                      ? texts_[earlier->first][earlier->second]
+                                      : TraceEntryText{};
+      push(vm, events_index, copy, text);
+      return;
+    }
+    Value replacement;
+    replacement.kind = Kind::trace_event;
+    std::optional<TraceEvent> event = convert(vm, item, interner, events_index);
+    if (event) {
+      replacement.ref = events_index;
+      replacement.i = static_cast<std::int64_t>(vm.event_list(events_index).size() - 1);
+    } else {
+      replacement.ref = ~std::uint32_t{0};
+    }
+    vm.retire(item, replacement);
+  }
+
+  void push(Machine& vm, std::uint32_t events_index, const TraceEvent& event, TraceEntryText text) {
+    auto& events = vm.event_list(events_index);
+    events.push_back(event);
+    auto& texts = texts_[events_index];
+    if (text.compile_context != 0 || text.user_metadata != 0) {
+      texts.resize(events.size() - 1);
+      texts.push_back(text);
+    } else if (!texts.empty()) {
+      texts.push_back(text);
+    }
+  }
+
+  std::uint32_t text_id(Machine& vm, const Value& v) {
+    std::string_view s = v.kind == Kind::string ? vm.str(v) : std::string_view("<non-str>");
+    // Few distinct values ("N/A", a handful of compile ids): a small map suffices.
+    auto it = text_ids_.find(s);
+    if (it != text_ids_.end())
+      return it->second;
+    const auto id = static_cast<std::uint32_t>(out_.entry_texts.size());
+    out_.entry_texts.emplace_back(s);
+    text_ids_.emplace(out_.entry_texts.back(), id);
+    return id;
+  }
+
+  std::optional<TraceEvent> convert(Machine& vm, const Value& item, FrameInterner& interner,
+                                    std::uint32_t events_index) {
+    TraceEvent ev;
+    const Node& n = vm.node(item);
+    const Value* action = nullptr;
+    const Value* addr = nullptr;
+    const Value* size = nullptr;
+    const Value* stream = nullptr;
+    const Value* time_us = nullptr;
+    const Value* frames = nullptr;
+    const Value* compile_context = nullptr;
+    const Value* user_metadata = nullptr;
+    for (std::size_t i = 0; i + 1 < n.items.size(); i += 2) {
+      const Value& k = n.items[i];
+      if (k.kind != Kind::string)
+        continue;
+      const Value* v = &n.items[i + 1];
+      if (k.ref == keys_.action)
+        action = v;
+      else if (k.ref == keys_.addr || k.ref == keys_.device_free)
+        addr = v;
+      else if (k.ref == keys_.size)
+        size = v;
+      else if (k.ref == keys_.stream)
+        stream = v;
+      else if (k.ref == keys_.time_us)
+        time_us = v;
+      else if (k.ref == keys_.frames)
+        frames = v;
+      else if (k.ref == keys_.compile_context)
+        compile_context = v;
+      else if (k.ref == keys_.user_metadata)
+        user_metadata = v;
+    }
+    ++out_.features.trace_entries;
+    std::string_view name = vm.str(*action);
+    auto parsed = trace_action_from_string(name);
+    if (!parsed) {
+      // A newer release's action (e.g. "annotate"): not an allocator event; skipped and counted.
+      if (unknown_actions_++ == 0)
+        notes_.push_back("trace entries with action '" + std::string(name) +
+                         "' (not an allocator event) were skipped");
+      return std::nullopt;
+    }
+    ev.action = *parsed;
+    auto where = [&] { return "trace entry '" + std::string(name) + "'"; };
+    if (addr == nullptr)
+      vm.fail(where() + ": missing key '" +
+              std::string(ev.action == TraceAction::oom ? "device_free" : "addr") + "'");
+    if (size == nullptr)
+      vm.fail(where() + ": missing key 'size'");
+    // Plain non-negative ints are the rule; anything else takes the checked path.
+    auto u64 = [&](const Value& v, const char* key) {
+      return v.kind == Kind::integer && v.i >= 0 ? static_cast<std::uint64_t>(v.i)
+                                                 : as_u64(vm, v, where() + " '" + key + "'");
+    };
+    ev.addr = u64(*addr, "addr");
+    ev.size = u64(*size, "size");
+    if (stream != nullptr)
+      ev.stream = StreamId{u64(*stream, "stream")};
+    if (time_us != nullptr) {
+      ++out_.features.entries_with_time;
+      ev.time_us = time_us->kind == Kind::integer ? time_us->i
+                                                  : as_i64(vm, *time_us, where() + " 'time_us'");
+    }
+    TraceEntryText text;
+    if (compile_context != nullptr) {
+      ++out_.features.entries_with_compile_context;
+      text.compile_context = text_id(vm, *compile_context);
+    }
+    if (user_metadata != nullptr) {
+      ++out_.features.entries_with_user_metadata;
+      text.user_metadata = text_id(vm, *user_metadata);
+    }
+    if (frames != nullptr) {
+      Value fv = *frames;  // the dict's item storage may move while frames are interned
+      ev.frames = interner.stack(fv, "trace entry 'frames'", true);
+    }
+    push(vm, events_index, ev, text);
+    return ev;
+  }
+
+  struct TextHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
+  const Keys& keys_;
+  Snapshot& out_;
+  std::vector<std::string>& notes_;
+  std::vector<std::vector<TraceEntryText>> texts_;
+  std::unordered_map<std::string, std::uint32_t, TextHash, std::equal_to<>> text_ids_;
+  std::uint64_t unknown_actions_ = 0;
+};
+
+// Walks the parsed top level into the Snapshot model.
+class SchemaReader {
+ public:
+  SchemaReader(Machine& vm, const Keys& keys, TraceSink& sink, Snapshot& out,
+               const ReadLimits& limits)
+      : vm_(vm),
+        sink_(sink),
+        out_(out),
+        limits_(limits),
+        budget_(vm, limits),
+        interner_(vm, keys, out.frames, out.warnings, sink.odd_frames) {}
+
+  void read_root(const Value& root) {
+    Kind k = node_kind(vm_, root);
+    if (k == Kind::list) {  // torch.cuda.memory_snapshot(): just the segments
+      out_.features.segments_list_only = true;
+      read_segments(root);
+      return;
+    }
+    if (k != Kind::dict)
+      vm_.fail("the top-level object is a " + std::string(to_string(k)) +
+               ", expected the snapshot dict (keys 'segments', 'device_traces', ...)");
+    const Node& n = vm_.node(root);
+    const Value* segments = find(n, "segments");
+    if (segments == nullptr)
+      vm_.fail("the snapshot dict has no 'segments' key");
+    note_unknown_keys(root, "snapshot",
+                      {"segments", "device_traces", "allocator_settings", "external_annotations"});
+    Value segs = *segments;
+    const Value* traces = find(vm_.node(root), "device_traces");
+    Value tr = traces ? *traces : Value{};
+    if (const Value* settings = find(vm_.node(root), "allocator_settings")) {
+      Value sv = *settings;
+      out_.allocator_settings = to_json(sv, "allocator_settings", 0);
+      out_.allocator_settings_recorded = true;
+      out_.features.allocator_settings = true;
+      out_.features.settings_graph_capture_key =
+          out_.allocator_settings.is_object() &&
+          out_.allocator_settings.contains("graph_capture_record_stream_reuse");
+    }
+    if (const Value* annotations = find(vm_.node(root), "external_annotations")) {
+      Value av = *annotations;
+      out_.features.external_annotations = true;
+      out_.external_annotations = to_json(av, "external_annotations", 0);
+    }
+    if (traces != nullptr)
+      read_traces(tr);
+    read_segments(segs);
+  }
+
+ private:
+  const Value* find(const Node& dict, std::string_view key) {
+    return find_key(dict, vm_.intern(key));
+  }
+
+  // Keys no release we know writes are ignored, and listed once per kind of dict.
+  void note_unknown_keys(const Value& dict, std::string_view what,
+                         std::initializer_list<std::string_view> known) {
+    const Node& n = vm_.node(dict);
+    for (std::size_t i = 0; i + 1 < n.items.size(); i += 2) {
+      const Value& k = n.items[i];
+      std::string name = k.kind == Kind::string ? std::string(vm_.str(k))
+                                                : "<" + std::string(to_string(k.kind)) + ">";
+      if (std::find(known.begin(), known.end(), name) != known.end())
+        continue;
+      std::string full = std::string(what) + "." + name;
+      if (unknown_.insert(full).second && unknown_.size() <= 64)
+        out_.features.unknown_keys.push_back(full);
+    }
+  }
+
+  void read_traces(const Value& traces) {
+    Kind tk = node_kind(vm_, traces);
+    if (tk == Kind::none)
+      return;
+    if (tk != Kind::list && tk != Kind::tuple)
+      vm_.fail("'device_traces' must be a list (one trace list per device)");
+    std::size_t count = vm_.node(traces).items.size();
+    if (count > limits_.max_devices)
+      vm_.fail("'device_traces' has " + std::to_string(count) + " device lists, more than the " +
+               std::to_string(limits_.max_devices) + " devices a snapshot can hold");
+    out_.device_traces.resize(count);
+    std::vector<std::pair<std::uint32_t, std::size_t>> taken;  // event list -> device it went to
+    for (std::size_t d = 0; d < count; ++d) {
+      Value t = vm_.node(traces).items[d];
+      Kind k = node_kind(vm_, t);
+      if (k == Kind::trace_list) {
+        const std::uint32_t list = vm_.node(t).aux;
+        auto earlier = std::find_if(taken.begin(), taken.end(),
+                                    [&](const auto& p) { return p.first == list; });
+        if (earlier != taken.end()) {  // the same list object for two devices
+          budget_.charge(out_.device_traces[earlier->second].size(), "device_traces");
+          out_.device_traces[d] = out_.device_traces[earlier->second];
+          if (earlier->second < out_.device_entry_texts.size())
+            set_texts(d, out_.device_entry_texts[earlier->second]);
+          continue;
+        }
+        taken.emplace_back(list, d);
+        out_.device_traces[d] = std::move(vm_.event_list(list));
+        if (!sink_.texts(list).empty())
+          set_texts(d, std::move(sink_.texts(list)));
+      } else if ((k == Kind::list || k == Kind::tuple) && vm_.node(t).items.empty()) {
+        // a device with no entries
+      } else {
+        vm_.fail("device_traces[" + std::to_string(d) +
+                 "] must be a list of trace entry dicts, found " + std::string(to_string(k)));
+      }
+    }
+  }
+
+  void set_texts(std::size_t device, std::vector<TraceEntryText> texts) {
+    if (out_.device_entry_texts.size() <= device)
+      out_.device_entry_texts.resize(device + 1);
+    texts.resize(out_.device_traces[device].size());
+    out_.device_entry_texts[device] = std::move(texts);
+  }
+
+  std::int64_t int_field(const Node& d, std::string_view key, const std::string& where,
+                         std::optional<std::int64_t> fallback = std::nullopt) {
+    const Value* v = find(d, key);
+    if (v == nullptr) {
+      if (fallback)
+        return *fallback;
+      vm_.fail(where + ": missing key '" + std::string(key) + "'");
+    }
+    return static_cast<std::int64_t>(as_u64(vm_, *v, where + " '" + std::string(key) + "'"));
+  }
+
+  void read_segments(const Value& segments) {
+    Kind k = node_kind(vm_, segments);
+    if (k != Kind::list && k != Kind::tuple)
+      vm_.fail("'segments' must be a list of segment dicts");
+    std::size_t count = vm_.node(segments).items.size();
+    budget_.charge(count, "segments");
+    out_.segments.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      Value sv = vm_.node(segments).items[i];
+      std::string where = "segments[" + std::to_string(i) + "]";
+      if (node_kind(vm_, sv) != Kind::dict)
+        vm_.fail(where + ": expected a segment dict");
+      out_.segments.push_back(read_segment(sv, where));
+    }
+  }
+
+  Segment read_segment(const Value& sv, const std::string& where) {
+    Segment s;
+    note_unknown_keys(
+        sv, "segment",
+        {"device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+         "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"});
+    const Node& n = vm_.node(sv);
+    const Value* device = find(n, "device");
+    if (device != nullptr) {
+      std::int64_t d = as_i64(vm_, *device, where + " 'device'");
+      if (d < 0 || static_cast<std::uint64_t>(d) >= limits_.max_devices)
+        vm_.fail(where + ": 'device' " + std::to_string(d) + " is not a device index (0 to " +
+                 std::to_string(limits_.max_devices - 1) + ")");
+      s.device = static_cast<int>(d);
+    }
+    s.address = static_cast<std::uint64_t>(int_field(n, "address", where));
+    s.total_size = static_cast<Bytes>(int_field(n, "total_size", where));
+    s.allocated_size = static_cast<Bytes>(int_field(n, "allocated_size", where, 0));
+    s.active_size = static_cast<Bytes>(int_field(n, "active_size", where, 0));
+    s.requested_size = static_cast<Bytes>(int_field(n, "requested_size", where, 0));
+    s.stream = StreamId{static_cast<std::uint64_t>(int_field(n, "stream", where, 0))};
+    if (const Value* type = find(n, "segment_type")) {
+      if (type->kind != Kind::string)
+        vm_.fail(where + ": 'segment_type' must be 'small' or 'large'");
+      std::string_view t = vm_.str(*type);
+      if (t == "small")
+        s.pool = PoolKind::small;
+      else if (t == "large")
+        s.pool = PoolKind::large;
+      else
+        vm_.fail(where + ": 'segment_type' is '" + std::string(t) + "', expected small or large");
+    }
+    if (const Value* pool = find(n, "segment_pool_id")) {
+      Kind k = node_kind(vm_, *pool);
+      if ((k != Kind::tuple && k != Kind::list) || vm_.node(*pool).items.size() != 2)
+        vm_.fail(where + ": 'segment_pool_id' must be a pair of ints");
+      Value a = vm_.node(*pool).items[0];
+      Value b = vm_.node(*pool).items[1];
+      s.pool_id = {as_i64(vm_, a, where + " segment_pool_id"),
+                   as_i64(vm_, b, where + " segment_pool_id")};
+    }
+    if (const Value* e = find(vm_.node(sv), "is_expandable")) {
+      if (e->kind != Kind::boolean && e->kind != Kind::integer)
+        vm_.fail(where + ": 'is_expandable' must be a bool");
+      s.is_expandable = e->i != 0;
+    }
+    if (const Value* f = find(vm_.node(sv), "frames")) {
+      Value fv = *f;
+      s.frames = interner_.stack(fv, where + " 'frames'", false);
+    }
+    const Value* blocks = find(vm_.node(sv), "blocks");
+    if (blocks == nullptr)
+      vm_.fail(where + ": missing key 'blocks'");
+    Value bl = *blocks;
+    Kind bk = node_kind(vm_, bl);
+    if (bk != Kind::list && bk != Kind::tuple)
+      vm_.fail(where + ": 'blocks' must be a list of block dicts");
+    std::size_t count = vm_.node(bl).items.size();
+    budget_.charge(count, where + ".blocks");
+    std::uint64_t next_address = s.address;
+    for (std::size_t i = 0; i < count; ++i) {
+      Value bv = vm_.node(bl).items[i];
+      std::string bwhere = where + ".blocks[" + std::to_string(i) + "]";
+      if (node_kind(vm_, bv) != Kind::dict)
+        vm_.fail(bwhere + ": expected a block dict");
+      Block b = read_block(bv, bwhere, next_address);
+      next_address = b.address + b.size;
+      s.blocks.push_back(b);
+    }
+    return s;
+  }
+
+  Block read_block(const Value& bv, const std::string& where, std::uint64_t next_address) {
+    Block b;
+    note_unknown_keys(bv, "block",
+                      {"address", "size", "requested_size", "state", "frames", "history"});
+    const Node& n = vm_.node(bv);
+    b.size = static_cast<Bytes>(int_field(n, "size", where));
+    b.requested_size = static_cast<Bytes>(int_field(n, "requested_size", where, 0));
+    const Value* state = find(n, "state");
+    if (state == nullptr || state->kind != Kind::string)
+      vm_.fail(where + ": missing str key 'state'");
+    std::string_view st = vm_.str(*state);
+    if (st == "active_allocated")
+      b.state = BlockState::active_allocated;
+    else if (st == "active_pending_free" || st == "active_awaiting_free")
+      b.state = BlockState::active_pending_free;
+    else if (st == "inactive")
+      b.state = BlockState::inactive;
+    else
+      vm_.fail(where + ": block state '" + std::string(st) +
+               "' (expected active_allocated, active_pending_free or inactive)");
+    if (const Value* a = find(vm_.node(bv), "address")) {
+      b.address = as_u64(vm_, *a, where + " 'address'");
+    } else {
+      // PyTorch 2.0 blocks have no address: they tile the segment in order.
+      b.address = next_address;
+      out_.format = SnapshotFormat::v2_0;
+    }
+    if (const Value* f = find(vm_.node(bv), "frames")) {
+      Value fv = *f;
+      b.frames = interner_.stack(fv, where + " 'frames'", false);
+    } else if (const Value* h = find(vm_.node(bv), "history")) {
+      // 2.0: history = [{addr, real_size, frames}], the newest last.
+      out_.format = SnapshotFormat::v2_0;
+      out_.features.block_history = true;
+      Value hv = *h;
+      Kind hk = node_kind(vm_, hv);
+      if (hk != Kind::list && hk != Kind::tuple)
+        vm_.fail(where + ": 'history' must be a list");
+      if (!vm_.node(hv).items.empty()) {
+        Value last = vm_.node(hv).items.back();
+        if (node_kind(vm_, last) != Kind::dict)
+          vm_.fail(where + ": 'history' entries must be dicts");
+        if (const Value* f2 = find(vm_.node(last), "frames")) {
+          Value fv = *f2;
+          b.frames = interner_.stack(fv, where + " history 'frames'", false);
+        }
+      }
+    }
+    return b;
+  }
+
+  nlohmann::json frame_json(std::uint32_t index) {
+    const Frame& f = out_.frames.frame(index);
+    return {{"filename", f.filename}, {"line", f.line}, {"name", f.name}};
+  }
+
+  nlohmann::json to_json(const Value& v, const std::string& where, std::size_t depth) {
+    if (depth > limits_.max_nesting)
+      vm_.fail(where + ": nested deeper than " + std::to_string(limits_.max_nesting) + " levels");
+    budget_.charge(1, where);
+    const Kind kind = node_kind(vm_, v);
+    switch (kind) {
+      case Kind::none:
+        return nullptr;
+      case Kind::boolean:
+        return v.i != 0;
+      case Kind::integer:
+        return v.i;
+      case Kind::floating:
+        return v.d;
+      case Kind::string:
+        budget_.charge(vm_.str(v).size() / 64, where);
+        return std::string(vm_.str(v));
+      case Kind::big_integer:
+        return "<int too large>";
+      case Kind::bytes:
+        budget_.charge(vm_.node(v).data.size() / 64, where);
+        return vm_.node(v).data;
+      case Kind::frame:
+        return frame_json(v.is_node() ? vm_.node(v).aux : v.ref);
+      case Kind::frame_stack: {
+        const FrameStackId id{v.is_node() ? vm_.node(v).aux : v.ref};
+        nlohmann::json arr = nlohmann::json::array();
+        budget_.charge(out_.frames.stack(id).size(), where);
+        for (std::uint32_t index : out_.frames.stack(id))
+          arr.push_back(frame_json(index));
+        return arr;
+      }
+      case Kind::trace_event:
+        return "<trace entry>";
+      case Kind::list:
+      case Kind::tuple:
+      case Kind::set: {
+        nlohmann::json arr = nlohmann::json::array();
+        std::size_t count = vm_.node(v).items.size();
+        for (std::size_t i = 0; i < count; ++i)
+          arr.push_back(to_json(vm_.node(v).items[i], where, depth + 1));
+        return arr;
+      }
+      case Kind::dict: {
+        nlohmann::json obj = nlohmann::json::object();
+        std::size_t count = vm_.node(v).items.size();
+        for (std::size_t i = 0; i + 1 < count; i += 2) {
+          Value k = vm_.node(v).items[i];
+          Value val = vm_.node(v).items[i + 1];
+          std::string key;
+          if (k.kind == Kind::string)
+            key = vm_.str(k);
+          else if (k.kind == Kind::integer)
+            key = std::to_string(k.i);
+          else
+            key = "<" + std::string(to_string(k.kind)) + ">";
+          obj[key] = to_json(val, where + "." + key, depth + 1);
+        }
+        return obj;
+      }
+      default:
+        vm_.fail(where + ": unexpected " + std::string(to_string(kind)));
+    }
+  }
+
+  Machine& vm_;
+  TraceSink& sink_;
+  Snapshot& out_;
+  const ReadLimits& limits_;
+  Budget budget_;
+  FrameInterner interner_;
+  std::set<std::string> unknown_;
+};
+
+Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits) {
+  Snapshot out;
+  out.entry_texts = {std::string()};
+  // The sink needs the machine's key ids and the machine needs the sink: build the machine first
+  // with a forwarding sink.
+  struct Forward : pickle::ListSink {
+    pickle::ListSink* target = nullptr;
+    bool on_append(Machine& vm, Value list, std::span<Value> items) override {
+      return target->on_append(vm, list, items);
+    }
+  } forward;
+  Machine vm(source, limits, &forward);
+  Keys keys(vm);
+  TraceSink sink(keys, out);
+  forward.target = &sink;
+  Value root = vm.run();
+  out.pickle_protocol = vm.protocol();
+  SchemaReader schema(vm, keys, sink, out, limits);
+  schema.read_root(root);
+  out.torch_version = guess_torch_version(out.features);
+  if (!out.features.unknown_keys.empty()) {
+    std::string keys_text;
+    for (const std::string& key : out.features.unknown_keys)
+      keys_text += (keys_text.empty() ? "" : ", ") + key;
+    out.warnings.push_back("keys no PyTorch release up to " + kLatestTorch.to_string() +
+                           " writes were ignored: " + keys_text);
+  }
+  return out;
+}
+
+}  // namespace
+
+Snapshot read_snapshot(const std::filesystem::path& path, const ReadLimits& limits) {
+  ByteSource source(path, limits.max_decompressed);
+  return read_snapshot_impl(source, limits);
+}
+
+Snapshot read_snapshot_from_memory(std::span<const std::uint8_t> data, std::string_view name,
+                                   const ReadLimits& limits) {
+  ByteSource source(data, std::string(name), limits.max_decompressed);
+  return read_snapshot_impl(source, limits);
+}
+
+}  // namespace fragscope::snapshot
