@@ -83,16 +83,17 @@ TEST(Bombs, SharedSegmentsAndBlocksDoNotMultiply) {
   // One block dict referenced 20000 times by one segment, the segment 20000 times: 4*10^8 blocks.
   std::string p = "\x80\x04}(" + key("segments") + "]\x94";  // memo 0 = segments list
   p += "(";
+  const std::string zero("K\x00", 2);
   std::string block = "}\x94(" + key("size") + "K\x01" + key("state") + key("inactive") +
-                      key("address") + "K\x00u";  // memo 1
-  std::string segment = "}\x94(" + key("address") + "K\x00" + key("total_size") + "K\x01" +
-                        key("blocks") + "]\x94(" + block;  // memo 2 = segment, memo 3 = blocks
+                      key("address") + zero + "u";  // memo 3
+  std::string segment = "}\x94(" + key("address") + zero + key("total_size") + "K\x01" +
+                        key("blocks") + "]\x94(" + block;  // memo 1 = segment, 2 = blocks
   for (int i = 1; i < 20000; ++i)
-    segment += "j" + u32(1);
+    segment += "j" + u32(3);
   segment += "eu";
   p += segment;
   for (int i = 1; i < 20000; ++i)
-    p += "j" + u32(2);
+    p += "j" + u32(1);
   p += "eu.";
   EXPECT_THAT(error_of(p), AllOf(HasSubstr("bomb.pickle"), HasSubstr("expand to more than")));
 }

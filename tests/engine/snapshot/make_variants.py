@@ -108,9 +108,8 @@ def variants():
     # Objects referenced again anywhere: a trace entry dict twice in one trace, a frames list in
     # two devices' entries, frame dicts shared between stacks, one trace list for two devices.
     shared = make("2.5", devices=(0, 1))
-    entry = shared["device_traces"][0][2]
-    shared["device_traces"][0].append({"action": "free_requested", "addr": entry["addr"],
-                                       "size": 1000, "stream": 0, "time_us": T0 + 100,
+    shared["device_traces"][0].append({"action": "snapshot", "addr": 0, "size": 1024,
+                                       "stream": 0, "time_us": T0 + 100,
                                        "frames": shared["segments"][0]["frames"]})
     stack = shared["segments"][0]["frames"]
     shared["segments"][1]["frames"] = [stack[1], stack[0]]  # same frame dicts, other order
