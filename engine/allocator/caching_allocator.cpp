@@ -11,98 +11,12 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "engine/allocator/flat_map.h"
+#include "engine/allocator/allocator_state.h"
 #include "engine/allocator/summary.h"
 
 namespace fragscope::alloc {
+using namespace detail;
 namespace {
-
-struct Segment;
-
-// One block (spec §2.1). Objects are recycled through a free list, never handed to callers.
-struct Block {
-  std::uint64_t ptr = 0;
-  Bytes size = 0;
-  Bytes requested_size = 0;  // overwritten only when handed out: stale once free, like PyTorch
-  std::uint64_t stream = 0;
-  Block* prev = nullptr;
-  Block* next = nullptr;
-  Segment* segment = nullptr;
-  std::uint64_t gc_count_base = 0;  // pool call counter when last inserted into the pool
-  std::uint32_t event_count = 0;    // outstanding record_stream events
-  PoolKind pool = PoolKind::large;
-  bool allocated = false;
-  bool mapped = true;         // expandable segments: false = address space without memory
-  bool events_ready = false;  // mark_events_ready() was called for the pending free
-  std::vector<std::uint64_t> stream_uses;
-
-  bool is_split() const { return prev != nullptr || next != nullptr; }
-};
-
-// A cudaMalloc'd segment, or one expandable segment's whole virtual-address reservation.
-struct Segment {
-  std::uint64_t base = 0;
-  Bytes size = 0;
-  std::uint64_t stream = 0;
-  PoolKind pool = PoolKind::large;
-  bool expandable = false;
-  Bytes page_size = 0;  // expandable only
-  Block* head = nullptr;
-};
-
-// The best-fit index: (stream, size, address) ascending (spec §2.2).
-struct SizeKey {
-  std::uint64_t stream;
-  Bytes size;
-  std::uint64_t ptr;
-};
-struct BySize {
-  using is_transparent = void;
-  static SizeKey key(const Block* b) { return {b->stream, b->size, b->ptr}; }
-  static bool less(const SizeKey& a, const SizeKey& b) {
-    if (a.stream != b.stream)
-      return a.stream < b.stream;
-    if (a.size != b.size)
-      return a.size < b.size;
-    return a.ptr < b.ptr;
-  }
-  bool operator()(const Block* a, const Block* b) const { return less(key(a), key(b)); }
-  bool operator()(const Block* a, const SizeKey& b) const { return less(key(a), b); }
-  bool operator()(const SizeKey& a, const Block* b) const { return less(a, key(b)); }
-};
-
-// Unmapped blocks of expandable segments: (stream, address) ascending.
-struct AddressKey {
-  std::uint64_t stream;
-  std::uint64_t ptr;
-};
-struct ByAddress {
-  using is_transparent = void;
-  static bool less(std::uint64_t sa, std::uint64_t pa, std::uint64_t sb, std::uint64_t pb) {
-    return sa != sb ? sa < sb : pa < pb;
-  }
-  bool operator()(const Block* a, const Block* b) const {
-    return less(a->stream, a->ptr, b->stream, b->ptr);
-  }
-  bool operator()(const Block* a, const AddressKey& b) const {
-    return less(a->stream, a->ptr, b.stream, b.ptr);
-  }
-  bool operator()(const AddressKey& a, const Block* b) const {
-    return less(a.stream, a.ptr, b->stream, b->ptr);
-  }
-};
-
-struct BlockPool {
-  explicit BlockPool(std::pmr::memory_resource* nodes) : blocks(nodes), unmapped(nodes) {}
-  std::pmr::set<Block*, BySize> blocks;          // free, mapped blocks
-  std::pmr::set<Block*, ByAddress> unmapped;     // expandable segments' unmapped ranges
-  std::uint64_t get_free_blocks_call_count = 0;  // the GC age clock
-
-  void insert(Block* block) {
-    block->gc_count_base = get_free_blocks_call_count;
-    blocks.insert(block);
-  }
-};
 
 StatType stat_type(PoolKind pool) {
   return pool == PoolKind::small ? StatType::small_pool : StatType::large_pool;
@@ -130,25 +44,8 @@ std::string hex_address(std::uint64_t address) {
 
 }  // namespace
 
-struct CachingAllocator::Impl {
-  AllocatorConfig config;
-  Device& device;
-  EventSink* sink;
-  DeviceStats stats;
-  std::optional<Bytes> allowed;
-  Bytes total_allocated = 0;
-  // Set nodes come from a pool, so best-fit inserts and erases do not call malloc.
-  std::pmr::unsynchronized_pool_resource node_memory;
-  std::array<BlockPool, 2> pools{BlockPool{&node_memory}, BlockPool{&node_memory}};  // by PoolKind
-  FlatMap64<Block*> active{4096};  // allocated or pending-free blocks, by address
-  std::map<std::uint64_t, std::unique_ptr<Segment>> segments;  // by base address
-  std::map<std::uint64_t, std::deque<Block*>> events;          // per recorded stream, FIFO
-
-  // Block objects: allocated in chunks, recycled through a free list (no per-op heap churn).
-  std::vector<std::unique_ptr<Block[]>> block_chunks;
-  std::vector<Block*> spare_blocks;
-
-  Impl(AllocatorConfig c, Device& d, EventSink* s) : config(std::move(c)), device(d), sink(s) {
+struct CachingAllocator::Impl : AllocatorState {
+  Impl(AllocatorConfig c, Device& d, EventSink* s) : AllocatorState(std::move(c), d, s) {
     stats.max_split_size =
         config.max_split_size == kUnlimited ? -1 : static_cast<std::int64_t>(config.max_split_size);
     if (config.per_process_memory_fraction && *config.per_process_memory_fraction < 1.0)
@@ -156,7 +53,6 @@ struct CachingAllocator::Impl {
                                    static_cast<double>(device.total_memory()));
   }
 
-  BlockPool& pool_of(PoolKind kind) { return pools[static_cast<std::size_t>(kind)]; }
   bool gc_enabled() const { return allowed && config.garbage_collection_threshold > 0.0; }
   Bytes max_split() const { return config.max_split_size; }
 
@@ -189,6 +85,7 @@ struct CachingAllocator::Impl {
   // --- process_events / synchronize ---------------------------------------------------------
 
   void process_events() {
+    insert_events_deferred_until_no_capture();
     for (auto it = events.begin(); it != events.end();) {
       auto& queue = it->second;
       while (!queue.empty() && queue.front()->events_ready) {
@@ -201,15 +98,49 @@ struct CachingAllocator::Impl {
     }
   }
 
-  void synchronize_and_free_events() {
+  // Waits for the outstanding events (of one private pool's blocks, or all) and frees blocks.
+  void synchronize_and_free_events(const PrivatePool* only = nullptr) {
     ++stats.num_sync_all_streams;
-    for (auto& [stream, queue] : events) {
-      for (Block* block : queue) {
+    insert_events_deferred_until_no_capture();
+    for (auto it = events.begin(); it != events.end();) {
+      auto& queue = it->second;
+      for (auto e = queue.begin(); e != queue.end();) {
+        Block* block = *e;
+        if (only && block->owner != only) {
+          ++e;
+          continue;
+        }
+        e = queue.erase(e);
         if (--block->event_count == 0)
           free_block(block);
       }
+      it = queue.empty() ? events.erase(it) : std::next(it);
     }
-    events.clear();
+  }
+
+  // Frees deferred during a capture: the streams recorded during the capture are done once the
+  // graph is; events are recorded for the others (none: freed now).
+  void insert_events_deferred_until_no_capture() {
+    if (deferred_blocks.empty())
+      return;
+    auto deferred = std::move(deferred_blocks);
+    deferred_blocks.clear();
+    for (auto& [block, capture_uses] : deferred) {
+      std::erase_if(block->stream_uses, [&](std::uint64_t s) {
+        return std::find(capture_uses.begin(), capture_uses.end(), s) != capture_uses.end();
+      });
+      insert_events(block);
+      if (block->event_count == 0)
+        free_block(block);
+    }
+  }
+
+  void insert_events(Block* block) {
+    for (std::uint64_t use : block->stream_uses) {
+      ++block->event_count;
+      events[use].push_back(block);
+    }
+    block->stream_uses.clear();
   }
 
   // --- search ---------------------------------------------------------------------------------
@@ -242,37 +173,52 @@ struct CachingAllocator::Impl {
     return block;
   }
 
-  bool should_split(const Block* block, Bytes size) const {
+  bool should_split(const Block* block, Bytes size, bool expandable) const {
+    if (block->owner && block->owner->options.no_split)
+      return false;
     const Bytes remaining = block->size - size;
-    if (block->pool == PoolKind::small || config.expandable_segments)
+    if (block->pool == PoolKind::small || expandable)
       return remaining >= kMinBlockSize;
     return size < max_split() && remaining > kSmallSize;
   }
 
   // --- new memory -----------------------------------------------------------------------------
 
-  Block* alloc_block(PoolKind kind, std::uint64_t stream, Bytes size, Bytes alloc_size,
+  bool expandable_active(const BlockPool& pool) const {
+    return config.expandable_segments && !(pool.owner && pool.owner->options.custom_allocator);
+  }
+
+  Block* alloc_block(BlockPool& pool, std::uint64_t stream, Bytes size, Bytes alloc_size,
                      bool is_retry) {
+    const PoolKind kind = pool.kind;
     if (is_retry)
       ++stats.num_alloc_retries;
     if (allowed && total_allocated + alloc_size > *allowed)
       return nullptr;
-    if (config.expandable_segments)
-      return try_allocate_expandable_block(kind, stream, size);
+    if (expandable_active(pool)) {
+      Block* block = try_allocate_expandable_block(pool, stream, size);
+      if (block && pool.owner)
+        ++pool.owner->cuda_malloc_count;
+      return block;
+    }
     auto address = device.allocate_segment(alloc_size);
     if (!address)
       return nullptr;
+    if (pool.owner)
+      ++pool.owner->cuda_malloc_count;
     total_allocated += alloc_size;
     auto segment = std::make_unique<Segment>();
     segment->base = *address;
     segment->size = alloc_size;
     segment->stream = stream;
     segment->pool = kind;
+    segment->owner = pool.owner;
     Block* block = new_block();
     block->ptr = *address;
     block->size = alloc_size;
     block->stream = stream;
     block->pool = kind;
+    block->owner = pool.owner;
     block->segment = segment.get();
     segment->head = block;
     segments.emplace(*address, std::move(segment));
@@ -289,8 +235,8 @@ struct CachingAllocator::Impl {
     return b != nullptr && !b->allocated && b->event_count == 0 && b->stream_uses.empty();
   }
 
-  Block* find_expandable_block(PoolKind kind, std::uint64_t stream, Bytes size) {
-    BlockPool& pool = pool_of(kind);
+  Block* find_expandable_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    const PoolKind kind = pool.kind;
     auto has_room = [size](const Block* b) {
       Bytes bytes = 0;
       while (bytes < size && allocatable(b)) {
@@ -320,6 +266,7 @@ struct CachingAllocator::Impl {
     segment->size = bytes;
     segment->stream = stream;
     segment->pool = kind;
+    segment->owner = pool.owner;
     segment->expandable = true;
     segment->page_size = page;
     Block* block = new_block();
@@ -327,6 +274,7 @@ struct CachingAllocator::Impl {
     block->size = bytes;
     block->stream = stream;
     block->pool = kind;
+    block->owner = pool.owner;
     block->mapped = false;
     block->segment = segment.get();
     segment->head = block;
@@ -372,7 +320,7 @@ struct CachingAllocator::Impl {
     const Bytes mapped_size = (end_page - first_page) * page;
     if (!device.map_pages(mapped_ptr, mapped_size))
       return false;
-    BlockPool& pool = pool_of(to_map->pool);
+    BlockPool& pool = home(to_map);
     pool.unmapped.erase(to_map);
     to_map->mapped = true;
     if (mapped_size < to_map->size) {
@@ -381,6 +329,7 @@ struct CachingAllocator::Impl {
       remaining->size = to_map->size - mapped_size;
       remaining->stream = to_map->stream;
       remaining->pool = to_map->pool;
+      remaining->owner = to_map->owner;
       remaining->segment = to_map->segment;
       remaining->mapped = false;
       remaining->prev = to_map;
@@ -401,8 +350,8 @@ struct CachingAllocator::Impl {
     return true;
   }
 
-  Block* try_allocate_expandable_block(PoolKind kind, std::uint64_t stream, Bytes size) {
-    Block* candidate = find_expandable_block(kind, stream, size);
+  Block* try_allocate_expandable_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    Block* candidate = find_expandable_block(pool, stream, size);
     if (!candidate)
       return nullptr;
     if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size)))
@@ -413,7 +362,7 @@ struct CachingAllocator::Impl {
         return nullptr;
       candidate = next;
     }
-    pool_of(kind).blocks.erase(candidate);
+    pool.blocks.erase(candidate);
     return candidate;
   }
 
@@ -422,8 +371,10 @@ struct CachingAllocator::Impl {
   void release_block(Block* block) {
     if (block->segment->expandable || block->is_split())
       throw std::logic_error("caching allocator: release_block of a split or expandable block");
-    BlockPool& pool = pool_of(block->pool);
+    BlockPool& pool = home(block);
     pool.blocks.erase(block);
+    if (block->owner)
+      --block->owner->cuda_malloc_count;
     ++stats.num_device_free;
     emit(TraceAction::segment_free, block->ptr, block->size, block->stream);
     device.free_segment(block->ptr, block->size);
@@ -448,7 +399,7 @@ struct CachingAllocator::Impl {
     const std::uint64_t unmapped_ptr = segment.base + first_page * page;
     const Bytes unmapped_size = (end_page - first_page) * page;
     device.unmap_pages(unmapped_ptr, unmapped_size);
-    BlockPool& pool = pool_of(block->pool);
+    BlockPool& pool = home(block);
     pool.blocks.erase(block);
     const Bytes before_size = unmapped_ptr - block->ptr;
     if (before_size > 0) {
@@ -457,6 +408,7 @@ struct CachingAllocator::Impl {
       before->size = before_size;
       before->stream = block->stream;
       before->pool = block->pool;
+      before->owner = block->owner;
       before->segment = block->segment;
       before->prev = block->prev;
       before->next = block;
@@ -474,6 +426,7 @@ struct CachingAllocator::Impl {
       after->size = after_size;
       after->stream = block->stream;
       after->pool = block->pool;
+      after->owner = block->owner;
       after->segment = block->segment;
       after->prev = block;
       after->next = block->next;
@@ -490,13 +443,15 @@ struct CachingAllocator::Impl {
     pool.unmapped.insert(block);
     total_allocated -= unmapped_size;
     decrease(stats.reserved_bytes, block->pool, to_signed(unmapped_size));
+    if (block->owner)
+      --block->owner->cuda_malloc_count;
     ++stats.num_device_free;
     emit(TraceAction::segment_unmap, unmapped_ptr, unmapped_size, block->stream);
   }
 
   void release_expandable_segment(Block* block) {
     Segment* segment = block->segment;
-    pool_of(block->pool).unmapped.erase(block);
+    home(block).unmapped.erase(block);
     device.release_address_space(segment->base, segment->size);
     segments.erase(segment->base);
     delete_block(block);
@@ -519,10 +474,30 @@ struct CachingAllocator::Impl {
     }
   }
 
-  void release_cached_blocks() {
-    synchronize_and_free_events();
-    release_blocks(pool_of(PoolKind::large));
-    release_blocks(pool_of(PoolKind::small));
+  // release_cached_blocks(mempool_id): for the default id, and no capture underway, every
+  // event is waited for and the default pools' unsplit segments are returned; then the freeable
+  // private pools (or only the given one) return theirs, small pool first, and a pool left with
+  // no device memory is deleted.
+  void release_cached_blocks(MempoolId only = {}) {
+    if (only.is_default() && captures_underway.empty()) {
+      synchronize_and_free_events();
+      release_blocks(pool_of(PoolKind::large));
+      release_blocks(pool_of(PoolKind::small));
+    }
+    for (const auto& [id, pool] : graph_pools_freeable.in_order()) {
+      if (!only.is_default()) {
+        if (id != only)
+          continue;
+        synchronize_and_free_events(pool);
+      }
+      release_blocks(pool->pools[static_cast<std::size_t>(PoolKind::small)]);
+      release_blocks(pool->pools[static_cast<std::size_t>(PoolKind::large)]);
+      if (pool->cuda_malloc_count == 0) {
+        graph_pools_freeable.erase(id);
+        use_on_oom_pools.erase(id);
+        graph_pools.erase(id);
+      }
+    }
   }
 
   bool release_available_cached_blocks(BlockPool& pool, std::uint64_t stream, Bytes size) {
@@ -595,7 +570,7 @@ struct CachingAllocator::Impl {
   // --- handing out and taking back ------------------------------------------------------------
 
   Block* alloc_found_block(Block* block, Bytes requested, Bytes size, bool split) {
-    BlockPool& pool = pool_of(block->pool);
+    BlockPool& pool = home(block);
     const bool already_split = block->is_split();
     const bool expandable = block->segment->expandable;
     const PoolKind kind = block->pool;
@@ -606,6 +581,7 @@ struct CachingAllocator::Impl {
       block->size = size;
       block->stream = remaining->stream;
       block->pool = kind;
+      block->owner = remaining->owner;
       block->segment = remaining->segment;
       block->prev = remaining->prev;
       if (block->prev)
@@ -646,7 +622,7 @@ struct CachingAllocator::Impl {
     const Bytes original_size = block->size;
     const Bytes requested = block->requested_size;
     const PoolKind kind = block->pool;
-    BlockPool& pool = pool_of(kind);
+    BlockPool& pool = home(block);
     active.erase(block->ptr);
     block->events_ready = false;
     std::int64_t net_blocks = 0;
@@ -691,22 +667,28 @@ struct CachingAllocator::Impl {
       result.oom = std::move(oom);
       return result;
     }
-    process_events();
+    // During a capture event queries are illegal: pending frees wait until it ends.
+    if (captures_underway.empty())
+      process_events();
     const Bytes size = round_size(requested, config);
-    const PoolKind kind = pool_for(size);
-    BlockPool& pool = pool_of(kind);
+    BlockPool& pool = select_pool(*this, size, stream);
     const Bytes alloc_size = allocation_size(size, config);
+    bool expandable = expandable_active(pool);
 
     Block* block = get_free_block(pool, stream, size);
     if (!block) {
       if (gc_enabled())
         garbage_collect_cached_blocks();
-      block = alloc_block(kind, stream, size, alloc_size, false);
+      block = alloc_block(pool, stream, size, alloc_size, false);
+      if (!block && !pool.owner) {
+        block = try_mempool_fallback(stream, size);
+        expandable = expandable && !block;
+      }
       if (!block && release_available_cached_blocks(pool, stream, size))
-        block = alloc_block(kind, stream, size, alloc_size, false);
-      if (!block) {
+        block = alloc_block(pool, stream, size, alloc_size, false);
+      if (!block && captures_underway.empty()) {
         release_cached_blocks();
-        block = alloc_block(kind, stream, size, alloc_size, true);
+        block = alloc_block(pool, stream, size, alloc_size, true);
       }
     }
     if (!block) {
@@ -732,13 +714,28 @@ struct CachingAllocator::Impl {
       text.allowed = allowed;
       text.allocated = oom.allocated;
       text.reserved = oom.reserved;
+      text.private_pool_free = private_pool_free_bytes(*this);
       oom.message = oom_message(text);
       result.oom = std::move(oom);
       return result;
     }
-    const bool split = should_split(block, size);
+    const bool split = should_split(block, size, expandable);
     result.address = alloc_found_block(block, requested, size, split)->ptr;
     return result;
+  }
+
+  // use_on_oom MemPools, in id order: their cached blocks (no new segments) serve a request the
+  // default pool could not.
+  Block* try_mempool_fallback(std::uint64_t stream, Bytes size) {
+    for (const MempoolId& id : use_on_oom_pools) {
+      PrivatePool& pool = *graph_pools.at(id);
+      if (pool.use_count <= 0)
+        continue;  // PyTorch would assert: a freeable pool cannot be re-entered
+      const auto kind = static_cast<std::size_t>(pool_for(size));
+      if (Block* block = get_free_block(pool.pools[kind], stream, size))
+        return block;
+    }
+    return nullptr;
   }
 
   Block* find_active(std::uint64_t address, const char* what) {
@@ -762,12 +759,14 @@ struct CachingAllocator::Impl {
     emit(TraceAction::free_requested, block->ptr, block->requested_size, block->stream);
     if (block->size >= max_split())
       stats.oversize_allocations.decrease(1);
+    auto capture_uses = capture_stream_uses.extract(block);
     if (!block->stream_uses.empty()) {
-      for (std::uint64_t use : block->stream_uses) {
-        ++block->event_count;
-        events[use].push_back(block);
+      if (!captures_underway.empty()) {
+        deferred_blocks.emplace_back(
+            block, capture_uses ? std::move(capture_uses.mapped()) : std::vector<std::uint64_t>{});
+      } else {
+        insert_events(block);
       }
-      block->stream_uses.clear();
     } else {
       free_block(block);
     }
@@ -783,6 +782,11 @@ struct CachingAllocator::Impl {
     if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
         block->stream_uses.end())
       block->stream_uses.push_back(stream);
+    if (!captures_underway.empty()) {
+      auto& uses = capture_stream_uses[block];
+      if (std::find(uses.begin(), uses.end(), stream) == uses.end())
+        uses.push_back(stream);
+    }
   }
 
   void mark_events_ready(std::uint64_t address) {
@@ -798,7 +802,7 @@ struct CachingAllocator::Impl {
   static BlockState state_of(const Block* b) {
     if (b->allocated)
       return BlockState::active_allocated;
-    if (b->event_count > 0)
+    if (b->event_count > 0 || !b->stream_uses.empty())  // or deferred until a capture ends
       return BlockState::active_pending_free;
     return BlockState::inactive;
   }
@@ -818,6 +822,7 @@ struct CachingAllocator::Impl {
           current->address = b->ptr;
           current->stream = StreamId{segment->stream};
           current->pool = segment->pool;
+          current->pool_id = segment->owner ? segment->owner->id : MempoolId{};
           current->is_expandable = segment->expandable;
         }
         const BlockState state = state_of(b);
@@ -833,158 +838,7 @@ struct CachingAllocator::Impl {
     }
     return out;
   }
-
-  bool fail(std::string* why, std::string message) const {
-    if (why)
-      *why = std::move(message);
-    return false;
-  }
-
-  bool is_valid(std::string* why) const;
 };
-
-bool CachingAllocator::Impl::is_valid(std::string* why) const {
-  // Recount every current stat from the blocks and compare.
-  struct Counts {
-    std::array<std::int64_t, kStatTypes> allocation{}, allocated_bytes{}, active{}, active_bytes{},
-        requested_bytes{}, segment{}, reserved_bytes{}, inactive_split{}, inactive_split_bytes{};
-  } counts;
-  auto add = [](std::array<std::int64_t, kStatTypes>& a, PoolKind kind, std::int64_t v) {
-    a[0] += v;
-    a[static_cast<std::size_t>(stat_type(kind))] += v;
-  };
-  std::int64_t oversize_allocations = 0;
-  std::int64_t oversize_segments = 0;
-  std::size_t free_mapped = 0;
-  std::size_t free_unmapped = 0;
-  std::size_t active_blocks = 0;
-  Bytes device_bytes = 0;
-  std::unordered_map<const Block*, std::uint32_t> queued;
-  for (const auto& [stream, queue] : events)
-    for (const Block* b : queue)
-      ++queued[b];
-
-  for (const auto& entry : segments) {
-    // A named copy, not a structured binding: clang 14 cannot capture bindings in the lambda below.
-    const std::uint64_t base = entry.first;
-    const Segment& segment = *entry.second;
-    const Block* head = segment.head;
-    if (!head || head->prev || head->ptr != base)
-      return fail(why, "segment " + hex_address(base) + ": head block does not start it");
-    std::uint64_t expected = base;
-    const Block* previous = nullptr;
-    for (const Block* b = head; b; previous = b, b = b->next) {
-      auto where = [&] {
-        return "block " + hex_address(b->ptr) + " of segment " + hex_address(base);
-      };
-      if (b->segment != &segment || b->prev != previous)
-        return fail(why, where() + ": broken prev/segment link");
-      if (b->ptr != expected)
-        return fail(why, where() + ": expected to start at " + hex_address(expected));
-      if (b->size == 0 || b->size % kMinBlockSize != 0)
-        return fail(why, where() + ": size " + std::to_string(b->size) + " not a multiple of 512");
-      if (b->stream != segment.stream || b->pool != segment.pool)
-        return fail(why, where() + ": stream or pool differs from its segment");
-      if (!segment.expandable && !b->mapped)
-        return fail(why, where() + ": unmapped block in a cudaMalloc segment");
-      expected += b->size;
-      const bool is_free = !b->allocated && b->event_count == 0;
-      const BlockPool& pool = pools[static_cast<std::size_t>(b->pool)];
-      const auto queued_it = queued.empty() ? queued.end() : queued.find(b);
-      if (b->event_count != (queued_it != queued.end() ? queued_it->second : 0u))
-        return fail(why, where() + ": event_count disagrees with the event queues");
-      if (is_free && previous && !previous->allocated && previous->event_count == 0 &&
-          previous->mapped == b->mapped)
-        return fail(why, where() + ": two adjacent free blocks were not merged");
-      if (b->mapped && segment.expandable)
-        device_bytes += b->size;
-      if (is_free) {
-        if (b->mapped) {
-          ++free_mapped;
-          if (!pool.blocks.contains(b))
-            return fail(why, where() + ": free block missing from its pool");
-        } else {
-          ++free_unmapped;
-          if (!pool.unmapped.contains(b))
-            return fail(why, where() + ": unmapped block missing from the unmapped set");
-        }
-        if (!segment.expandable && b->is_split()) {
-          add(counts.inactive_split, b->pool, 1);
-          add(counts.inactive_split_bytes, b->pool, to_signed(b->size));
-        }
-        continue;
-      }
-      ++active_blocks;
-      Block* const* indexed = active.find(b->ptr);
-      if (!indexed || *indexed != b)
-        return fail(why, where() + ": active block missing from the address index");
-      add(counts.active, b->pool, 1);
-      add(counts.active_bytes, b->pool, to_signed(b->size));
-      add(counts.requested_bytes, b->pool, to_signed(b->requested_size));
-      if (b->allocated) {
-        add(counts.allocation, b->pool, 1);
-        add(counts.allocated_bytes, b->pool, to_signed(b->size));
-        if (b->size >= max_split())
-          ++oversize_allocations;
-      }
-    }
-    if (expected != base + segment.size)
-      return fail(why, "segment " + hex_address(base) + ": blocks cover " +
-                           std::to_string(expected - base) + " of " + std::to_string(segment.size) +
-                           " bytes");
-    if (!segment.expandable) {
-      device_bytes += segment.size;
-      add(counts.segment, segment.pool, 1);
-      add(counts.reserved_bytes, segment.pool, to_signed(segment.size));
-      if (segment.size >= max_split())
-        ++oversize_segments;
-    } else {
-      for (const Block* b = head; b; b = b->next)
-        if (b->mapped)
-          add(counts.reserved_bytes, segment.pool, to_signed(b->size));
-    }
-  }
-  const std::size_t pooled = pools[0].blocks.size() + pools[1].blocks.size();
-  const std::size_t unmapped = pools[0].unmapped.size() + pools[1].unmapped.size();
-  if (pooled != free_mapped)
-    return fail(why, "pools hold " + std::to_string(pooled) + " blocks, segments have " +
-                         std::to_string(free_mapped) + " free blocks");
-  if (unmapped != free_unmapped)
-    return fail(why, "unmapped sets hold " + std::to_string(unmapped) + " blocks, segments have " +
-                         std::to_string(free_unmapped));
-  if (active.size() != active_blocks)
-    return fail(why, "address index holds " + std::to_string(active.size()) +
-                         " blocks, segments have " + std::to_string(active_blocks) +
-                         " active blocks");
-  if (device_bytes != total_allocated)
-    return fail(why, "total_allocated_memory " + std::to_string(total_allocated) +
-                         " but segments hold " + std::to_string(device_bytes));
-  auto check = [&](const StatArray& stat, const std::array<std::int64_t, kStatTypes>& expect,
-                   const char* name) {
-    for (std::size_t i = 0; i < kStatTypes; ++i) {
-      if (stat.by_type[i].current != expect[i])
-        return fail(why, std::string("stat ") + name + "[" + std::to_string(i) +
-                             "].current = " + std::to_string(stat.by_type[i].current) +
-                             ", recount gives " + std::to_string(expect[i]));
-      if (stat.by_type[i].peak < stat.by_type[i].current)
-        return fail(why, std::string("stat ") + name + " peak below current");
-    }
-    return true;
-  };
-  return check(stats.allocation, counts.allocation, "allocation") &&
-         check(stats.allocated_bytes, counts.allocated_bytes, "allocated_bytes") &&
-         check(stats.active, counts.active, "active") &&
-         check(stats.active_bytes, counts.active_bytes, "active_bytes") &&
-         check(stats.requested_bytes, counts.requested_bytes, "requested_bytes") &&
-         check(stats.segment, counts.segment, "segment") &&
-         check(stats.reserved_bytes, counts.reserved_bytes, "reserved_bytes") &&
-         check(stats.inactive_split, counts.inactive_split, "inactive_split") &&
-         check(stats.inactive_split_bytes, counts.inactive_split_bytes, "inactive_split_bytes") &&
-         (stats.oversize_allocations.current == oversize_allocations ||
-          fail(why, "oversize_allocations.current disagrees with a recount")) &&
-         (stats.oversize_segments.current == oversize_segments ||
-          fail(why, "oversize_segments.current disagrees with a recount"));
-}
 
 // --- public shell ------------------------------------------------------------------------------
 
@@ -1006,6 +860,33 @@ void CachingAllocator::mark_events_ready(std::uint64_t address) {
 }
 void CachingAllocator::empty_cache() {
   impl_->release_cached_blocks();
+}
+void CachingAllocator::empty_cache(MempoolId pool) {
+  impl_->release_cached_blocks(pool);
+}
+void CachingAllocator::create_pool(MempoolId pool, PoolOptions options) {
+  create_or_incref_pool(*impl_, pool, options);
+}
+void CachingAllocator::begin_allocate_to_pool(MempoolId pool, std::optional<StreamId> stream) {
+  std::optional<std::uint64_t> filter;
+  if (stream)
+    filter = stream->value;
+  detail::begin_allocate_to_pool(*impl_, pool, filter);
+}
+void CachingAllocator::end_allocate_to_pool(MempoolId pool) {
+  detail::end_allocate_to_pool(*impl_, pool);
+}
+void CachingAllocator::release_pool(MempoolId pool) {
+  detail::release_pool(*impl_, pool);
+}
+std::optional<int> CachingAllocator::pool_use_count(MempoolId pool) const {
+  auto it = impl_->graph_pools.find(pool);
+  if (it == impl_->graph_pools.end())
+    return std::nullopt;
+  return it->second->use_count;
+}
+bool CachingAllocator::capture_underway() const {
+  return !impl_->captures_underway.empty();
 }
 void CachingAllocator::set_allowed_memory(std::optional<Bytes> bytes) {
   impl_->allowed = bytes;
@@ -1039,9 +920,15 @@ std::optional<BlockState> CachingAllocator::block_state(std::uint64_t address) c
 }
 Bytes CachingAllocator::largest_free_block() const {
   Bytes largest = 0;
-  for (const auto& pool : impl_->pools)
+  auto scan = [&](const BlockPool& pool) {
     for (const Block* b : pool.blocks)
       largest = std::max(largest, b->size);
+  };
+  for (const auto& pool : impl_->pools)
+    scan(pool);
+  for (const auto& [id, owner] : impl_->graph_pools)
+    for (const auto& pool : owner->pools)
+      scan(pool);
   return largest;
 }
 Bytes CachingAllocator::largest_free_block(StreamId stream) const {
@@ -1062,7 +949,7 @@ std::vector<BlockInfo> CachingAllocator::free_blocks(PoolKind pool) const {
   return out;
 }
 bool CachingAllocator::is_valid(std::string* why) const {
-  return impl_->is_valid(why);
+  return check_invariants(*impl_, why);
 }
 
 }  // namespace fragscope::alloc
