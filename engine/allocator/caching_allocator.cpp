@@ -791,7 +791,8 @@ struct CachingAllocator::Impl : AllocatorState {
 
   void mark_events_ready(std::uint64_t address) {
     Block* block = find_active(address, "mark_events_ready");
-    if (block->allocated || block->event_count == 0)
+    // A block whose free waits for a capture to end has no events yet; they inherit the flag.
+    if (block->allocated || (block->event_count == 0 && block->stream_uses.empty()))
       throw InvalidPointerError("mark_events_ready: " + hex_address(address) +
                                 " is not a block waiting for stream events");
     block->events_ready = true;
@@ -941,6 +942,32 @@ Bytes CachingAllocator::largest_free_block(StreamId stream) const {
       largest = std::max(largest, (*std::prev(it))->size);
   }
   return largest;
+}
+bool CachingAllocator::has_cached_block(MempoolId pool, Bytes bytes, StreamId stream) const {
+  if (bytes == 0)
+    return false;
+  const Bytes size = round_size(bytes, impl_->config);
+  const auto kind = static_cast<std::size_t>(pool_for(size));
+  const BlockPool* blocks = &impl_->pools[kind];
+  if (!pool.is_default()) {
+    auto it = impl_->graph_pools.find(pool);
+    if (it == impl_->graph_pools.end())
+      return false;
+    blocks = &it->second->pools[kind];
+  }
+  auto it = blocks->blocks.lower_bound(SizeKey{stream.value, size, 0});
+  if (it == blocks->blocks.end() || (*it)->stream != stream.value)
+    return false;
+  const Bytes max_split = impl_->config.max_split_size;
+  if (size < max_split && (*it)->size >= max_split)
+    return false;
+  return !(size >= max_split && (*it)->size >= size + impl_->config.max_non_split_rounding_size);
+}
+std::vector<MempoolId> CachingAllocator::private_pools() const {
+  std::vector<MempoolId> ids;
+  for (const auto& [id, pool] : impl_->graph_pools)
+    ids.push_back(id);
+  return ids;
 }
 std::vector<BlockInfo> CachingAllocator::free_blocks(PoolKind pool) const {
   std::vector<BlockInfo> out;

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
@@ -28,6 +29,22 @@ std::string hex(std::uint64_t value) {
   return buffer;
 }
 
+// Pool requests and empty_cache calls must be inferred when the final snapshot shows private
+// pools or the trace returns segments outside an OOM path.
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
+  for (const SegmentPool& segment : options.final_segments)
+    if (!segment.pool.is_default())
+      return true;
+  const bool capped = options.capacity || options.allowed_memory;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action != TraceAction::segment_free)
+      continue;
+    if (!capped)
+      return true;
+  }
+  return false;
+}
+
 std::string describe_event(const TraceEvent& e) {
   return std::string(to_string(e.action)) + " addr=" + hex(e.addr) +
          " size=" + std::to_string(e.size) + " stream=" + std::to_string(e.stream.value);
@@ -43,7 +60,7 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
   return out;
 }
 
-TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace, PoolRouter* router) {
   TraceRequests out;
   out.entries = trace.size();
   auto& requests = out.requests.requests;
@@ -66,6 +83,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
   std::uint64_t next_tensor = 1;
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
+    if (router)
+      router->before_entry(trace, i, out.requests);
     if (e.action != TraceAction::snapshot) {
       out.expected_events.push_back(e);
       out.expected_entry_index.push_back(i);
@@ -125,6 +144,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
       case TraceAction::snapshot:
         break;
     }
+    if (router)
+      router->after_entry(out.requests);
   }
   return out;
 }
@@ -148,8 +169,19 @@ std::string describe(const Divergence& d) {
 
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options) {
-  TraceRequests requests = requests_from_trace(trace);
   const bool recorded_config = !options.config.has_value();
+  std::unique_ptr<PoolRouter> router;
+  if (needs_pool_inference(trace, options)) {
+    PoolInferenceSettings settings;
+    settings.config = config_from_settings(allocator_settings);
+    settings.total_memory = options.total_memory;
+    settings.capacity = options.capacity;
+    settings.allowed_memory = options.allowed_memory;
+    settings.recorded_segments = recorded_segments(trace);
+    settings.final_segments = options.final_segments;
+    router = std::make_unique<PoolRouter>(std::move(settings));
+  }
+  TraceRequests requests = requests_from_trace(trace, router.get());
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings) : *options.config;
 
@@ -170,6 +202,26 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.check_invariants_every = options.check_invariants_every;
 
   ReplayResult result;
+  if (router)
+    result.pools = router->summary();
+  if (options.recorded_sync_all_streams) {
+    // A dry run gives the calls the trace shows; the rest released nothing.
+    alloc::SimulatedDevice dry_simulated(options.capacity.value_or(alloc::kUnlimited),
+                                         options.total_memory);
+    alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
+                                            dry_simulated);
+    const auto dry =
+        alloc::run_requests(requests.requests, config, dry_device, nullptr, run_options);
+    const std::int64_t missing =
+        *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
+    if (missing > 0) {
+      Request call{};
+      call.op = RequestOp::empty_cache;
+      auto& list = requests.requests.requests;
+      list.insert(list.begin(), static_cast<std::size_t>(missing), call);
+      result.silent_empty_caches = static_cast<std::size_t>(missing);
+    }
+  }
   result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
   result.events = recorder.events();
   result.entries = requests.entries;
@@ -225,8 +277,19 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
   return out;
 }
 
-ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options,
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
+  ReplayOptions options = given;
+  if (options.final_segments.empty()) {
+    for (const snapshot::Segment& segment : snapshot.segments) {
+      if (segment.device != static_cast<int>(device) || segment.is_expandable)
+        continue;
+      options.final_segments.push_back(
+          SegmentPool{segment.address, segment.total_size,
+                      MempoolId{static_cast<std::uint64_t>(segment.pool_id.first),
+                                static_cast<std::uint64_t>(segment.pool_id.second)}});
+    }
+  }
   if (device >= snapshot.device_traces.size()) {
     // A snapshot of an idle run may have no trace at all: device 0 then replays nothing.
     if (device == 0 && snapshot.device_traces.empty())

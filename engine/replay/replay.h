@@ -16,6 +16,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
+#include "engine/replay/pool_inference.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::replay {
@@ -52,7 +53,10 @@ struct TraceRequests {
 // block was recorded on is not in the trace: with exactly two streams it is the other one,
 // otherwise a synthetic stream (UINT64_MAX). Throws InputError for inconsistent traces (an alloc
 // at a live address), naming the entry.
-TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace);
+// With a PoolRouter, the pool requests of CUDA graphs and MemPools and the empty_cache calls
+// are inferred and inserted too (engine/replay/pool_inference.h).
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
+                                  PoolRouter* router = nullptr);
 
 // The allocator config a snapshot's allocator_settings describe (alloc::
 // config_from_allocator_settings: the raw PYTORCH_CUDA_ALLOC_CONF string, overridden by the
@@ -68,6 +72,13 @@ struct ReplayOptions {
   // cudaMalloc addresses to serve, in order, instead of the trace's own segment_alloc addresses
   // (e.g. another recording's, when comparing a what-if with that recording).
   std::optional<std::vector<alloc::RecordedAddressDevice::RecordedSegment>> segment_addresses;
+  // The final snapshot's segments with their pools (replay_snapshot fills it). With private
+  // pools among them, or empty_cache calls in the trace, the replay infers the pool requests.
+  std::vector<SegmentPool> final_segments;
+  // empty_cache calls that returned nothing leave no trace entry (torch.cuda.graph makes one
+  // before every capture). When the recording's num_sync_all_streams is known, the replay
+  // makes up the difference with such calls before the first entry, where they release nothing.
+  std::optional<std::int64_t> recorded_sync_all_streams;
 };
 
 struct Divergence {
@@ -90,6 +101,9 @@ struct ReplayResult {
   bool ooms_match = false;                     // same OOMs at the same request with the same size
   std::optional<Divergence> first_divergence;  // first event that differs (addresses compared
                                                // except inside expandable reservations)
+  // What the pool inference found (nullopt when the recording needed none).
+  std::optional<PoolInferenceSummary> pools;
+  std::size_t silent_empty_caches = 0;  // empty_cache calls added for recorded_sync_all_streams
 };
 
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,

@@ -1,0 +1,88 @@
+#pragma once
+// Which pool each recorded allocation used. PyTorch's trace entries carry no pool id (2.11), so
+// a replay of a recording with CUDA graphs or MemPools infers the pool requests the program made
+// (beginAllocateToPool / endAllocateToPool / releasePool, empty_cache) from what the recording
+// shows: the segment an allocation landed in, the final snapshot's `segment_pool_id` of every
+// segment still alive, the stream, and, for a segment opened and freed within the trace, which
+// pools could not have served the request (the model is run in lockstep to ask). The inference
+// is checked by the replay itself: every segment event must then match.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/allocator/caching_allocator.h"
+#include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
+#include "engine/core/mempool_id.h"
+#include "engine/core/request.h"
+#include "engine/core/trace.h"
+
+namespace fragscope::replay {
+
+// A segment of the final snapshot and the pool it belongs to (`segment_pool_id`).
+struct SegmentPool {
+  std::uint64_t address = 0;
+  Bytes size = 0;
+  MempoolId pool;
+};
+
+struct PoolInferenceSettings {
+  alloc::AllocatorConfig config;
+  Bytes total_memory = 0;
+  std::optional<Bytes> capacity;
+  std::optional<Bytes> allowed_memory;
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
+  std::vector<SegmentPool> final_segments;
+};
+
+struct PoolInferenceSummary {
+  std::size_t private_allocations = 0;   // allocations routed to a private pool
+  std::size_t pool_requests = 0;         // pool_* requests inserted
+  std::size_t empty_cache_requests = 0;  // empty_cache calls inferred from segment_free bursts
+  std::vector<MempoolId> pools;          // private pools seen or inferred, in order of first use
+};
+
+class PoolRouter {
+ public:
+  explicit PoolRouter(PoolInferenceSettings settings);
+  ~PoolRouter();
+  PoolRouter(const PoolRouter&) = delete;
+  PoolRouter& operator=(const PoolRouter&) = delete;
+
+  // Before trace entry `index` becomes requests: appends the pool requests it needs first.
+  void before_entry(const std::vector<TraceEvent>& trace, std::size_t index, RequestStream& out);
+  // After its requests were appended: runs them through the lockstep model.
+  void after_entry(const RequestStream& out);
+  const PoolInferenceSummary& summary() const { return summary_; }
+
+ private:
+  struct Context {
+    std::optional<std::uint64_t> stream;  // nullopt: every stream
+  };
+  MempoolId pool_of_new_segment(std::uint64_t base, Bytes request, std::uint64_t stream);
+  void route(std::uint64_t stream, MempoolId pool, RequestStream& out);
+  void end_context(MempoolId pool, RequestStream& out);
+  void push(RequestStream& out, RequestOp op, MempoolId pool, std::uint64_t stream = 0,
+            Bytes size = 0);
+  void apply(const Request& request, const RequestStream& stream);
+  bool is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const;
+
+  PoolInferenceSettings settings_;
+  alloc::SimulatedDevice simulated_;
+  alloc::RecordedAddressDevice device_;
+  alloc::CachingAllocator model_;
+  std::size_t applied_ = 0;  // requests of the stream already run through the model
+  std::unordered_map<std::uint64_t, std::uint64_t> address_of_;  // tensor -> model address
+  std::unordered_map<std::uint64_t, std::uint64_t> pending_;     // tensor -> address (events)
+  std::map<std::uint64_t, std::pair<Bytes, MempoolId>> live_segments_;  // recorded, by base
+  std::map<std::uint64_t, MempoolId> final_pool_;                       // by base address
+  std::map<MempoolId, Context> open_;                                   // contexts underway
+  std::map<MempoolId, bool> owned_;  // pools created here; false once released
+  PoolInferenceSummary summary_;
+};
+
+}  // namespace fragscope::replay
