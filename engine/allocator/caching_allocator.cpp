@@ -943,25 +943,28 @@ Bytes CachingAllocator::largest_free_block(StreamId stream) const {
   }
   return largest;
 }
-bool CachingAllocator::has_cached_block(MempoolId pool, Bytes bytes, StreamId stream) const {
+std::optional<std::uint64_t> CachingAllocator::cached_block(MempoolId pool, Bytes bytes,
+                                                            StreamId stream) const {
   if (bytes == 0)
-    return false;
+    return std::nullopt;
   const Bytes size = round_size(bytes, impl_->config);
   const auto kind = static_cast<std::size_t>(pool_for(size));
   const BlockPool* blocks = &impl_->pools[kind];
   if (!pool.is_default()) {
     auto it = impl_->graph_pools.find(pool);
     if (it == impl_->graph_pools.end())
-      return false;
+      return std::nullopt;
     blocks = &it->second->pools[kind];
   }
   auto it = blocks->blocks.lower_bound(SizeKey{stream.value, size, 0});
   if (it == blocks->blocks.end() || (*it)->stream != stream.value)
-    return false;
+    return std::nullopt;
   const Bytes max_split = impl_->config.max_split_size;
   if (size < max_split && (*it)->size >= max_split)
-    return false;
-  return !(size >= max_split && (*it)->size >= size + impl_->config.max_non_split_rounding_size);
+    return std::nullopt;
+  if (size >= max_split && (*it)->size >= size + impl_->config.max_non_split_rounding_size)
+    return std::nullopt;
+  return (*it)->ptr;
 }
 std::vector<MempoolId> CachingAllocator::private_pools() const {
   std::vector<MempoolId> ids;

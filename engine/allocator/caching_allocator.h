@@ -178,7 +178,8 @@ class CachingAllocator {
   // Whether a request of `bytes` on `stream` would be served from memory `pool` has cached
   // (get_free_block would find a block) when it allocates from that pool: how a replay tells
   // which pool a recorded allocation that opened a new segment could not have used.
-  bool has_cached_block(MempoolId pool, Bytes bytes, StreamId stream) const;
+  // Returns the address of the block it would take.
+  std::optional<std::uint64_t> cached_block(MempoolId pool, Bytes bytes, StreamId stream) const;
   // The private pools that exist, by id.
   std::vector<MempoolId> private_pools() const;
   // Size and address of every cached block of one default pool, in best-fit order (stream,

@@ -37,9 +37,9 @@ bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOpti
       return true;
   const bool capped = options.capacity || options.allowed_memory;
   for (std::size_t i = 0; i < trace.size(); ++i) {
-    if (trace[i].action != TraceAction::segment_free)
-      continue;
-    if (!capped)
+    if (trace[i].action == TraceAction::segment_free &&
+        (i == 0 || trace[i - 1].action != TraceAction::segment_free) &&
+        !segment_frees_inside_malloc(trace, i, capped))
       return true;
   }
   return false;
@@ -171,6 +171,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options) {
   const bool recorded_config = !options.config.has_value();
   std::unique_ptr<PoolRouter> router;
+  std::size_t passes = 0;
+  TraceRequests requests;
   if (needs_pool_inference(trace, options)) {
     PoolInferenceSettings settings;
     settings.config = config_from_settings(allocator_settings);
@@ -179,9 +181,21 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     settings.allowed_memory = options.allowed_memory;
     settings.recorded_segments = recorded_segments(trace);
     settings.final_segments = options.final_segments;
-    router = std::make_unique<PoolRouter>(std::move(settings));
+    // Each pass that meets a decision its pool assignment cannot explain learns which segment
+    // or pool was different and runs again; the last pass's requests are replayed.
+    constexpr std::size_t kMaxPasses = 24;
+    for (std::size_t pass = 1;; ++pass) {
+      router = std::make_unique<PoolRouter>(settings);
+      requests = requests_from_trace(trace, router.get());
+      passes = pass;
+      const auto& revised = router->revised_hints();
+      if (!revised || *revised == settings.hints || pass == kMaxPasses)
+        break;
+      settings.hints = *revised;
+    }
+  } else {
+    requests = requests_from_trace(trace);
   }
-  TraceRequests requests = requests_from_trace(trace, router.get());
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings) : *options.config;
 
@@ -202,8 +216,10 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.check_invariants_every = options.check_invariants_every;
 
   ReplayResult result;
-  if (router)
+  if (router) {
     result.pools = router->summary();
+    result.pools->passes = passes;
+  }
   if (options.recorded_sync_all_streams) {
     // A dry run gives the calls the trace shows; the rest released nothing.
     alloc::SimulatedDevice dry_simulated(options.capacity.value_or(alloc::kUnlimited),

@@ -64,7 +64,10 @@ TEST_P(GraphReplay, ReproducesTheRecording) {
   ASSERT_TRUE(result.compared);
   ASSERT_TRUE(result.pools.has_value()) << "the recording has private pools";
   EXPECT_FALSE(result.first_divergence.has_value())
-      << "first divergence: " << describe(*result.first_divergence);
+      << "first divergence: " << describe(*result.first_divergence) << " (pools inferred in "
+      << result.pools->passes << " passes: " << result.pools->pools.size() << " pools, "
+      << result.pools->private_allocations << " private allocations, "
+      << result.pools->empty_cache_requests << " empty_cache calls)";
   EXPECT_TRUE(result.segment_events_match);
   EXPECT_TRUE(result.ooms_match);
 
@@ -94,7 +97,10 @@ TEST_P(GraphReplay, ReproducesTheRecording) {
 
 INSTANTIATE_TEST_SUITE_P(Torch211H200, GraphReplay,
                          ::testing::Values("gpt_compile_reduce_overhead",
-                                           "gpt_l4_h768_t512_reduce_overhead"));
+                                           "gpt_l4_h768_t512_reduce_overhead",
+                                           "encoder_infer_two_shapes_reduce_overhead",
+                                           "graph_manual", "mempool_basic", "mempool_use_on_oom",
+                                           "mempool_oom"));
 
 }  // namespace
 }  // namespace fragscope::replay
