@@ -285,9 +285,11 @@ void PoolRouter::infer_empty_cache(const std::vector<TraceEvent>& trace, std::si
   bool releases_default = false;
   std::vector<MempoolId> released;
   burst_.clear();
+  burst_order_.clear();
   for (std::size_t i = index; i < trace.size() && trace[i].action == TraceAction::segment_free;
        ++i) {
     burst_.insert(trace[i].addr);
+    burst_order_.push_back(trace[i].addr);
     auto it = live_segments_.find(trace[i].addr);
     const MempoolId pool = it == live_segments_.end() ? MempoolId{} : it->second.pool;
     if (pool.is_default())
@@ -346,11 +348,28 @@ void PoolRouter::check_empty_cache(std::size_t events_before) {
     if (e.action == TraceAction::segment_free && !burst_.contains(e.addr))
       extra = true;
   }
-  if (!extra)
+  if (extra) {
+    for (std::uint64_t address : burst_) {
+      if (auto it = live_segments_.find(address); it != live_segments_.end())
+        learn_private(it->second.index, it->second.stream);
+    }
     return;
-  for (std::uint64_t address : burst_) {
+  }
+  // One call returns the default pools' segments before any private pool's: a segment returned
+  // after a private pool's one is private too.
+  bool after_private = false;
+  for (std::uint64_t address : burst_order_) {
+    const LiveSegment* segment = nullptr;
     if (auto it = live_segments_.find(address); it != live_segments_.end())
-      learn_private(it->second.index, it->second.stream);
+      segment = &it->second;
+    else if (auto freed = freed_segments_.find(address); freed != freed_segments_.end())
+      segment = &freed->second;
+    if (!segment)
+      continue;
+    if (!segment->pool.is_default())
+      after_private = true;
+    else if (after_private)
+      learn_private(segment->index, segment->stream);
   }
 }
 

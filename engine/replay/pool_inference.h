@@ -118,6 +118,7 @@ class PoolRouter {
   std::map<std::size_t, MempoolId> final_pool_;    // by segment_alloc index, segments alive at end
   std::set<MempoolId> split_seen_;                 // pools the recording shows splitting a block
   std::set<std::uint64_t> burst_;                  // segments the current empty_cache returns
+  std::vector<std::uint64_t> burst_order_;         // the same, in the recorded order
   std::optional<std::uint64_t> expected_address_;  // of the malloc being applied
   std::optional<PoolHints> revised_;
   const std::vector<TraceEvent>* trace_ = nullptr;
