@@ -33,14 +33,18 @@ MempoolId PoolRouter::invented_pool(std::uint64_t stream) const {
   // A capture cannot run on the legacy default stream: a pool used there is a MemPool, which
   // PyTorch 2.11 numbers (0,n); graph pools are (n,0). One made-up pool per family.
   const bool mem_pool = stream == 0;
-  for (const auto& [index, id] : settings_.hints.segment_pool)
-    if ((id.first == 0) == mem_pool)
-      return id;
+  for (const PoolHints* hints : {revised_ ? &*revised_ : nullptr, &settings_.hints}) {
+    if (!hints)
+      continue;
+    for (const auto& [index, id] : hints->segment_pool)
+      if ((id.first == 0) == mem_pool)
+        return id;
+  }
   std::set<MempoolId> used;
   for (const SegmentPool& segment : settings_.final_segments)
     used.insert(segment.pool);
   MempoolId id = mem_pool ? MempoolId{0, 1} : MempoolId{1, 0};
-  while (used.contains(id) || owned_.contains(id)) {
+  while (used.contains(id)) {
     if (mem_pool)
       ++id.second;
     else

@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <set>
@@ -250,6 +251,12 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
       requests = requests_from_trace(trace, initial, router.get());
       passes = pass;
       const auto& revised = router->revised_hints();
+      if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
+        for (const auto& [idx, id] : revised->segment_pool)
+          std::fprintf(stderr, "pass %zu hint seg@%zu -> %s\n", pass, idx, to_string(id).c_str());
+        for (const auto& id : revised->no_split)
+          std::fprintf(stderr, "pass %zu no_split %s\n", pass, to_string(id).c_str());
+      }
       if (!revised || *revised == settings.hints || pass == kMaxPasses)
         break;
       settings.hints = *revised;

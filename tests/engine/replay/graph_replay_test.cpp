@@ -99,8 +99,8 @@ INSTANTIATE_TEST_SUITE_P(Torch211H200, GraphReplay,
                          ::testing::Values("gpt_compile_reduce_overhead",
                                            "gpt_l4_h768_t512_reduce_overhead",
                                            "encoder_infer_two_shapes_reduce_overhead",
-                                           "graph_manual", "mempool_basic", "mempool_use_on_oom",
-                                           "mempool_oom"));
+                                           "graph_manual", "mempool_basic", "mempool_no_split",
+                                           "mempool_use_on_oom", "mempool_oom"));
 
 }  // namespace
 }  // namespace fragscope::replay
