@@ -112,24 +112,53 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
     }
   });
 
-  for (std::size_t i = 0; i < imports; ++i) {
+  // Whatever fails below, the thread is joined and the reader processes are told to stop.
+  struct StopAll {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    std::string stop_file;
+    ~StopAll() {
+      stop = true;
+      if (thread.joinable())
+        thread.join();
+      test::write_file(stop_file, "stop");
+    }
+  } stop_all{stop, page_reader, stop_file};
+
+  // A vacuum in another process holds the write lock for as long as it takes; an import that
+  // waited its 5 s for it fails with "locked" (a clear error, nothing written) and is retried.
+  std::size_t locked_retries = 0;
+  std::size_t committed = 0;
+  for (std::size_t i = 0; i < imports && locked_retries < 20 * imports; ++i) {
     const auto trace = test::synthetic_trace(events, static_cast<std::uint32_t>(100 + i));
-    {
+    try {
       RunStore store(path);  // one connection per import, as the GUI's import job
       RunRecord record;
       record.name = "import " + std::to_string(i);
       const RunId id = store.begin_run(record);
       store.append_events(id, trace);
       store.finish_run(id, RunStatus::ok);
+      ++committed;
+    } catch (const DatabaseError& e) {
+      const std::string what = e.what();
+      if (what.find("locked") == std::string::npos) {
+        ADD_FAILURE() << "import " << i << ": " << what;
+        break;
+      }
+      ++locked_retries;
+      --i;
+      continue;
     }
     RunStore check(path, OpenMode::read_only);
     auto integrity = check.database().prepare("PRAGMA integrity_check");
-    ASSERT_TRUE(integrity.step());
+    EXPECT_TRUE(integrity.step());
     EXPECT_EQ(integrity.column_text(0), "ok") << "after import " << i;
     const auto runs = check.list_runs();
-    ASSERT_EQ(runs.size(), i + 1);
-    EXPECT_EQ(check.events(runs.back().id, 0, events), trace) << "import " << i;
+    EXPECT_EQ(runs.size(), committed) << "after import " << i;
+    if (!runs.empty())
+      EXPECT_EQ(check.events(runs.back().id, 0, events), trace) << "import " << i;
   }
+  EXPECT_EQ(committed, imports);
 
   stop = true;
   page_reader.join();
@@ -142,8 +171,10 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
         << "reader exit status " << WEXITSTATUS(status);
   }
   EXPECT_EQ(thread_failures.load(), 0);
-  std::printf("stress: %zu imports of %zu events beside 4 reader processes and a reader thread\n",
-              imports, events);
+  std::printf(
+      "stress: %zu imports of %zu events committed beside 4 reader processes and a reader "
+      "thread (%zu retried after waiting for a vacuum's lock)\n",
+      committed, events, locked_retries);
 }
 
 }  // namespace
