@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds the libFuzzer targets (preset `fuzz`, clang) and fuzzes each
 # briefly from its seed corpus, builds the `dev` preset and runs every test with ctest (engine,
-# storage, CLI, GUI offscreen, packaging, style), then builds the `asan` preset and runs the tests
-# again under ASan + UBSan.
+# storage, CLI, GUI offscreen, packaging, style, and python/tests with pytest as the one ctest test
+# python.fragscope_record: its exit 5 "no tests" counts as a pass), then builds the `asan` preset
+# and runs the tests again under ASan + UBSan.
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
