@@ -17,6 +17,7 @@
 #include "engine/workload/runner.h"
 #include "storage/cli/command.h"
 #include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #include "storage/db/simulated_run.h"
 
@@ -112,8 +113,9 @@ int run_experiment(const std::vector<std::string>& argv) {
       const workload::PointResult result = pool.take(i);
       nlohmann::json summary = workload::to_json(result);
       if (store) {
-        if (i == 0)
-          experiment_id = store->create_experiment(experiment.name, experiment.definition);
+        if (i == 0)  // incomplete until the last point is stored (experiment_status.h)
+          experiment_id = storage::begin_experiment(*store, experiment.name, experiment.definition,
+                                                    experiment.points.size());
         summary["run_id"] =
             storage::store_simulated_run(*store, experiment_id, point, result).value;
       }
@@ -122,6 +124,8 @@ int run_experiment(const std::vector<std::string>& argv) {
                 << result.peak_allocated << " B, peak reserved " << result.peak_reserved << " B\n";
       runs.push_back(std::move(summary));
     }
+    if (store && !experiment.points.empty())
+      storage::finish_experiment(*store, experiment_id);
   }
   nlohmann::json out = {{"experiment", experiment.name}, {"runs", runs}};
   if (store)
