@@ -62,7 +62,10 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
   if (!trace.empty() && trace.front().time_us != 0) {
     out["first_time_us"] = trace.front().time_us;
     out["last_time_us"] = trace.back().time_us;
-    out["duration_s"] = static_cast<double>(trace.back().time_us - trace.front().time_us) / 1e6;
+    // In double: the difference of two hostile times (±2^63) overflows 64-bit integers.
+    out["duration_s"] =
+        (static_cast<double>(trace.back().time_us) - static_cast<double>(trace.front().time_us)) /
+        1e6;
   }
   return out;
 }
@@ -79,8 +82,17 @@ int run_info(const std::vector<std::string>& argv) {
                      " in the snapshot (it has " + std::to_string(snap.device_count()) + ")");
   nlohmann::json devices = nlohmann::json::array();
   for (std::size_t d = 0; d < snap.device_count(); ++d) {
-    if (!only_device || *only_device == d)
+    if (only_device && *only_device != d)
+      continue;
+    try {
       devices.push_back(device_info(snap, static_cast<int>(d)));
+    } catch (const InputError& e) {
+      // The timeline's errors name the trace entry, not the file: add it, once.
+      const std::string what = e.what();
+      if (what.rfind(path, 0) == 0)
+        throw;
+      throw InputError(path + ": device " + std::to_string(d) + ": " + what);
+    }
   }
   const alloc::RecordedAllocatorConfig config = recorded_config_or_error(path, snap);
   nlohmann::json info = {

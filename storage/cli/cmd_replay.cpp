@@ -26,6 +26,18 @@ nlohmann::json event_json(const std::optional<TraceEvent>& event) {
           {"stream", event->stream.value}};
 }
 
+nlohmann::json seeded_json(const replay::SeededState& seeded) {
+  return {{"segments", seeded.segments},
+          {"live_blocks", seeded.live_blocks},
+          {"pending_blocks", seeded.pending_blocks},
+          {"free_blocks", seeded.free_blocks},
+          {"reserved", seeded.reserved},
+          {"allocated", seeded.allocated},
+          {"inferred_sizes", seeded.inferred_sizes},
+          {"guessed_sizes", seeded.guessed_sizes},
+          {"description", replay::describe(seeded)}};
+}
+
 int run_replay(const std::vector<std::string>& argv) {
   const Args args(argv, {"--summary"},
                   {"--alloc-conf", "--capacity", "--device", "--json", "--torch-version"});
@@ -102,6 +114,8 @@ int run_replay(const std::vector<std::string>& argv) {
         {"memory_stats", stats},
         {"memory_summary", summary},
         {"recorded", recorded},
+        {"seeded", seeded_json(result.seeded)},
+        {"warnings", result.warnings},
         {"device", device},
         {"torch_version", torch_version_json(snapshot.torch_version)},
         {"allocator_config_note", options.config ? std::string() : recorded_config.note()}};
@@ -115,6 +129,10 @@ int run_replay(const std::vector<std::string>& argv) {
               << "  snapshot written by PyTorch " << snapshot.torch_version.describe() << "\n";
     if (!options.config && !recorded_config.note().empty())
       std::cout << "  allocator settings: " << recorded_config.note() << "\n";
+    if (!result.seeded.empty())
+      std::cout << replay::describe(result.seeded) << "\n";
+    for (const std::string& warning : result.warnings)
+      std::cerr << "warning: " << warning << "\n";
     if (result.compared) {
       std::cout << "recorded config: segment events "
                 << (result.segment_events_match ? "match" : "differ") << ", OOMs "
