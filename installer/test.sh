@@ -14,7 +14,8 @@ if [ ! -f build/fuzz/CMakeCache.txt ]; then
 fi
 # Four libFuzzer targets (snapshot reader, allocator config, experiment files, recording stats),
 # each run for 5 s from its seed corpus in tests/fuzz/corpus (and the real recordings).
-cmake --build build/fuzz --parallel "$(nproc)"
+cmake --build build/fuzz --parallel "$(nproc)" --target fuzz_snapshot_reader fuzz_alloc_config \
+  fuzz_experiment fuzz_recording_stats
 ctest --test-dir build/fuzz -L fuzz --output-on-failure
 
 fragscope_build dev
