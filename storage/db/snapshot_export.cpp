@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/snapshot/segment_state.h"
 
 namespace fragscope::storage {
@@ -18,6 +20,22 @@ Bytes round_up(Bytes n, Bytes multiple) {
 snapshot::PoolKind pool_of(const SegmentRange& segment) {
   return !segment.expandable && segment.size == kSmallSegment ? snapshot::PoolKind::small
                                                               : snapshot::PoolKind::large;
+}
+
+// The private pool of each final segment, as the import kept it ([address, size, first, second]).
+void apply_segment_pools(const nlohmann::json& summary, std::vector<snapshot::Segment>& segments) {
+  const auto pools = summary.find("segment_pools");
+  if (pools == summary.end() || !pools->is_array())
+    return;
+  for (const auto& entry : *pools) {
+    if (!entry.is_array() || entry.size() != 4)
+      continue;
+    const auto address = entry[0].get<std::uint64_t>();
+    const auto size = entry[1].get<Bytes>();
+    for (auto& segment : segments)
+      if (segment.address == address && segment.total_size == size)
+        segment.pool_id = {entry[2].get<std::int64_t>(), entry[3].get<std::int64_t>()};
+  }
 }
 
 snapshot::BlockState block_state(BlockState state) {
@@ -160,6 +178,7 @@ snapshot::Snapshot export_snapshot(RunStore& store, RunId run) {
     out.segments = approximate_segments(final_state);
     out.warnings.push_back(std::string("segments approximated from the trace: ") + e.what());
   }
+  apply_segment_pools(record.summary, out.segments);
   out.device_traces.push_back(std::move(events));
   return out;
 }

@@ -227,6 +227,17 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
           {"from_override", snapshot.torch_version.from_override}}},
         {"series", series_info},
     };
+    // Private pools (CUDA graphs, MemPool) are only in the final segments' segment_pool_id:
+    // kept so an export writes them back and views can tell the pools apart.
+    nlohmann::json segment_pools = nlohmann::json::array();
+    for (const snapshot::Segment& segment : snapshot.segments) {
+      if (segment.device == static_cast<int>(device) &&
+          (segment.pool_id.first != 0 || segment.pool_id.second != 0))
+        segment_pools.push_back(
+            {segment.address, segment.total_size, segment.pool_id.first, segment.pool_id.second});
+    }
+    if (!segment_pools.empty())
+      summary["segment_pools"] = std::move(segment_pools);
     if (options.recorded_stats && options.recorded_stats->is_object())
       add_recorded_stats(*options.recorded_stats, summary);
     stage("commit", 0, 1);

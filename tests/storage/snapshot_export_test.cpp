@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "storage/db/snapshot_import.h"
 #include "storage_test_util.h"
 
@@ -80,6 +82,28 @@ TEST_P(ExportFixture, ReproducesTheImportedSnapshot) {
 INSTANTIATE_TEST_SUITE_P(Torch211H200, ExportFixture,
                          ::testing::Values("gpt_varlen_default", "gpt_varlen_expandable",
                                            "gpt_oom_cap"));
+
+// Private pools (CUDA graphs, MemPools) exist only in segment_pool_id: an export writes them back.
+TEST(Export, WritesEverySegmentsPoolId) {
+  for (const char* name : {"gpt_compile_reduce_overhead", "graph_manual"}) {
+    SCOPED_TRACE(name);
+    const auto original = snapshot::read_snapshot(
+        std::string(FRAGSCOPE_FIXTURES) + "/../torch-2.11-h200-graphs/" + name + ".pickle.gz");
+    RunStore store(":memory:");
+    const auto imported = import_snapshot(store, original, import_options(name));
+    const snapshot::Snapshot exported = export_snapshot(store, imported.run);
+    std::map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> want;
+    std::size_t private_segments = 0;
+    for (const auto& segment : original.segments) {
+      want[segment.address] = segment.pool_id;
+      private_segments += segment.pool_id != std::pair<std::int64_t, std::int64_t>{0, 0} ? 1 : 0;
+    }
+    EXPECT_GT(private_segments, 0u);
+    ASSERT_EQ(exported.segments.size(), original.segments.size());
+    for (const auto& segment : exported.segments)
+      EXPECT_EQ(segment.pool_id, want.at(segment.address)) << segment.address;
+  }
+}
 
 TEST(Export, FallsBackToTheSegmentMapWhenTheLayoutRulesDisagree) {
   // Synthetic events place blocks back to back without PyTorch's rounding: the layout model

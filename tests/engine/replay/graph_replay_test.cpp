@@ -63,6 +63,14 @@ TEST_P(GraphReplay, ReproducesTheRecording) {
   const ReplayResult result = replay_snapshot(recorded.snapshot, options_for(recorded.stats));
   ASSERT_TRUE(result.compared);
   ASSERT_TRUE(result.pools.has_value()) << "the recording has private pools";
+  RecordProperty("trace_entries", static_cast<int>(result.entries));
+  RecordProperty("events_compared", static_cast<int>(result.events.size()));
+  RecordProperty("pools", static_cast<int>(result.pools->pools.size()));
+  RecordProperty("private_allocations", static_cast<int>(result.pools->private_allocations));
+  RecordProperty("pool_requests", static_cast<int>(result.pools->pool_requests));
+  RecordProperty("empty_cache_inferred", static_cast<int>(result.pools->empty_cache_requests));
+  RecordProperty("silent_empty_caches", static_cast<int>(result.silent_empty_caches));
+  RecordProperty("passes", static_cast<int>(result.pools->passes));
   EXPECT_FALSE(result.first_divergence.has_value())
       << "first divergence: " << describe(*result.first_divergence) << " (pools inferred in "
       << result.pools->passes << " passes: " << result.pools->pools.size() << " pools, "
