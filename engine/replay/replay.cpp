@@ -2,11 +2,14 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
 #include "engine/core/error.h"
+#include "engine/snapshot/timeline.h"
 
 namespace fragscope::replay {
 namespace {
@@ -28,6 +31,22 @@ std::string hex(std::uint64_t value) {
   return buffer;
 }
 
+// Pool requests and empty_cache calls must be inferred when the final snapshot shows private
+// pools or the trace returns segments outside an OOM path.
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
+  for (const SegmentPool& segment : options.final_segments)
+    if (!segment.pool.is_default())
+      return true;
+  const bool capped = options.capacity || options.allowed_memory;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::segment_free &&
+        (i == 0 || trace[i - 1].action != TraceAction::segment_free) &&
+        !segment_frees_inside_malloc(trace, i, capped))
+      return true;
+  }
+  return false;
+}
+
 std::string describe_event(const TraceEvent& e) {
   return std::string(to_string(e.action)) + " addr=" + hex(e.addr) +
          " size=" + std::to_string(e.size) + " stream=" + std::to_string(e.stream.value);
@@ -43,7 +62,43 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
   return out;
 }
 
-TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
+namespace {
+
+// The seeds for the allocator from the reconstructed start state, one tensor per active block.
+void seed_from(const snapshot::SegmentState& initial, TraceRequests& out,
+               std::unordered_map<std::uint64_t, std::uint64_t>& live,
+               std::unordered_map<std::uint64_t, std::uint64_t>& pending,
+               std::uint64_t& next_tensor) {
+  const auto& blocks = initial.block_map();
+  for (const auto& [address, segment] : initial.segment_map()) {
+    alloc::SeedSegment seed;
+    seed.address = address;
+    seed.size = segment.size;
+    seed.stream = segment.stream;
+    seed.pool =
+        segment.pool == snapshot::PoolKind::small ? alloc::PoolKind::small : alloc::PoolKind::large;
+    seed.expandable = segment.expandable;
+    const std::uint64_t end = address + segment.size;
+    for (auto it = blocks.lower_bound(address); it != blocks.end() && it->first < end; ++it) {
+      alloc::SeedBlock block{it->first, it->second.size, it->second.requested, it->second.state,
+                             TensorId{}};
+      if (block.state != BlockState::inactive) {
+        block.tensor = TensorId{next_tensor++};
+        (block.state == BlockState::active_allocated ? live : pending)
+            .emplace(it->first, block.tensor.value);
+      }
+      seed.blocks.push_back(block);
+    }
+    if (!seed.expandable)
+      out.segments.push_back({seed.address, seed.size});
+    out.initial_segments.push_back(std::move(seed));
+  }
+}
+
+}  // namespace
+
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
+                                  const snapshot::SegmentState* initial, PoolRouter* router) {
   TraceRequests out;
   out.entries = trace.size();
   auto& requests = out.requests.requests;
@@ -64,8 +119,12 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
   std::unordered_map<std::uint64_t, std::uint64_t> pending;  // address -> tensor awaiting events
   live.reserve(4096);
   std::uint64_t next_tensor = 1;
+  if (initial)
+    seed_from(*initial, out, live, pending, next_tensor);
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
+    if (router)
+      router->before_entry(trace, i, out.requests);
     if (e.action != TraceAction::snapshot) {
       out.expected_events.push_back(e);
       out.expected_entry_index.push_back(i);
@@ -125,6 +184,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
       case TraceAction::snapshot:
         break;
     }
+    if (router)
+      router->after_entry(out.requests);
   }
   return out;
 }
@@ -146,10 +207,63 @@ std::string describe(const Divergence& d) {
   return text;
 }
 
+std::string describe(const SeededState& seeded) {
+  if (seeded.empty())
+    return "the trace starts with an empty allocator: nothing seeded";
+  std::string text = "seeded " + std::to_string(seeded.live_blocks) + " live block(s)";
+  if (seeded.pending_blocks > 0)
+    text += " and " + std::to_string(seeded.pending_blocks) + " pending free(s)";
+  text += " in " + std::to_string(seeded.segments) + " segment(s) at the trace's start (" +
+          std::to_string(seeded.reserved) + " bytes reserved, " + std::to_string(seeded.allocated) +
+          " allocated); segments, stream and cached gaps " + "from the final snapshot";
+  if (seeded.inferred_sizes > 0) {
+    text += "; " + std::to_string(seeded.inferred_sizes) +
+            " block size(s) inferred from the rounding and split rules";
+    if (seeded.guessed_sizes > 0)
+      text += " (" + std::to_string(seeded.guessed_sizes) +
+              " of them undecidable: a large block may not have been split, off by <= 1 MiB)";
+  }
+  return text;
+}
+
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
-                          const nlohmann::json& allocator_settings, const ReplayOptions& options) {
-  TraceRequests requests = requests_from_trace(trace);
+                          const nlohmann::json& allocator_settings, const ReplayOptions& options,
+                          const snapshot::SegmentState* initial) {
   const bool recorded_config = !options.config.has_value();
+  std::unique_ptr<PoolRouter> router;
+  std::size_t passes = 0;
+  TraceRequests requests;
+  // Pools are inferred for traces recorded from the start (a mid-run start state has no pools).
+  const bool from_start = initial == nullptr || initial->segment_map().empty();
+  if (from_start && needs_pool_inference(trace, options)) {
+    PoolInferenceSettings settings;
+    settings.config = config_from_settings(allocator_settings);
+    settings.total_memory = options.total_memory;
+    settings.capacity = options.capacity;
+    settings.allowed_memory = options.allowed_memory;
+    settings.recorded_segments = recorded_segments(trace);
+    settings.final_segments = options.final_segments;
+    // Each pass that meets a decision its pool assignment cannot explain learns which segment
+    // or pool was different and runs again; the last pass's requests are replayed.
+    constexpr std::size_t kMaxPasses = 24;
+    for (std::size_t pass = 1;; ++pass) {
+      router = std::make_unique<PoolRouter>(settings);
+      requests = requests_from_trace(trace, initial, router.get());
+      passes = pass;
+      const auto& revised = router->revised_hints();
+      if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
+        for (const auto& [idx, id] : revised->segment_pool)
+          std::fprintf(stderr, "pass %zu hint seg@%zu -> %s\n", pass, idx, to_string(id).c_str());
+        for (const auto& id : revised->no_split)
+          std::fprintf(stderr, "pass %zu no_split %s\n", pass, to_string(id).c_str());
+      }
+      if (!revised || *revised == settings.hints || pass == kMaxPasses)
+        break;
+      settings.hints = *revised;
+    }
+  } else {
+    requests = requests_from_trace(trace, initial);
+  }
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings) : *options.config;
 
@@ -168,13 +282,50 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
   run_options.check_invariants_every = options.check_invariants_every;
+  run_options.initial_segments = requests.initial_segments;
 
   ReplayResult result;
+  if (router) {
+    result.pools = router->summary();
+    result.pools->passes = passes;
+  }
+  if (options.recorded_sync_all_streams) {
+    // A dry run gives the calls the trace shows; the rest released nothing.
+    alloc::SimulatedDevice dry_simulated(options.capacity.value_or(alloc::kUnlimited),
+                                         options.total_memory);
+    alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
+                                            dry_simulated);
+    const auto dry =
+        alloc::run_requests(requests.requests, config, dry_device, nullptr, run_options);
+    const std::int64_t missing =
+        *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
+    if (missing > 0) {
+      Request call{};
+      call.op = RequestOp::empty_cache;
+      auto& list = requests.requests.requests;
+      list.insert(list.begin(), static_cast<std::size_t>(missing), call);
+      result.silent_empty_caches = static_cast<std::size_t>(missing);
+    }
+  }
   result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
   result.events = recorder.events();
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;
+  for (const alloc::SeedSegment& segment : requests.initial_segments) {
+    ++result.seeded.segments;
+    result.seeded.reserved += segment.size;
+    for (const alloc::SeedBlock& block : segment.blocks) {
+      if (block.state == BlockState::active_allocated) {
+        ++result.seeded.live_blocks;
+        result.seeded.allocated += block.size;
+      } else if (block.state == BlockState::active_pending_free) {
+        ++result.seeded.pending_blocks;
+      } else {
+        ++result.seeded.free_blocks;
+      }
+    }
+  }
   if (!recorded_config)
     return result;
 
@@ -225,8 +376,19 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
   return out;
 }
 
-ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options,
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
+  ReplayOptions options = given;
+  if (options.final_segments.empty()) {
+    for (const snapshot::Segment& segment : snapshot.segments) {
+      if (segment.device != static_cast<int>(device) || segment.is_expandable)
+        continue;
+      options.final_segments.push_back(
+          SegmentPool{segment.address, segment.total_size,
+                      MempoolId{static_cast<std::uint64_t>(segment.pool_id.first),
+                                static_cast<std::uint64_t>(segment.pool_id.second)}});
+    }
+  }
   if (device >= snapshot.device_traces.size()) {
     // A snapshot of an idle run may have no trace at all: device 0 then replays nothing.
     if (device == 0 && snapshot.device_traces.empty())
@@ -234,7 +396,38 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     throw InputError("snapshot has traces for " + std::to_string(snapshot.device_traces.size()) +
                      " device(s); there is no device " + std::to_string(device));
   }
-  return replay_trace(snapshot.device_traces[device], snapshot.allocator_settings, options);
+  const std::vector<TraceEvent>& trace = snapshot.device_traces[device];
+  std::vector<std::uint64_t> guessed;
+  std::optional<snapshot::SegmentState> initial;
+  std::string rebuild_error;
+  try {
+    initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed);
+  } catch (const InputError& error) {
+    rebuild_error = error.what();
+  }
+  ReplayResult result =
+      replay_trace(trace, snapshot.allocator_settings, options, initial ? &*initial : nullptr);
+  if (!rebuild_error.empty())
+    result.warnings.push_back(
+        "the state at the trace's start could not be rebuilt from the "
+        "final segments (" +
+        rebuild_error + "); replayed from an empty allocator");
+  // Active blocks at the start that the trace frees: no entry records their block size.
+  std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
+  for (const TraceEvent& e : trace) {
+    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
+        e.action == TraceAction::free_completed)
+      freed_first.emplace(e.addr, e.action != TraceAction::alloc);
+  }
+  if (initial) {
+    for (const auto& [address, block] : initial->block_map()) {
+      auto it = freed_first.find(address);
+      if (block.state != BlockState::inactive && it != freed_first.end() && it->second)
+        ++result.seeded.inferred_sizes;
+    }
+  }
+  result.seeded.guessed_sizes = guessed.size();
+  return result;
 }
 
 }  // namespace fragscope::replay

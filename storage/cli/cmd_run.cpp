@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/workload/experiment.h"
+#include "engine/workload/hf_config.h"
 #include "engine/workload/runner.h"
 #include "storage/cli/command.h"
 #include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #include "storage/db/simulated_run.h"
 
@@ -83,10 +85,37 @@ class PointPool {
 };
 
 int run_experiment(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--no-store"}, {"--db", "--json", "--threads"});
-  args.expect_positional(1, "one EXPERIMENT.json file");
-  const std::filesystem::path file = args.positional()[0];
-  const workload::Experiment experiment = workload::load_experiment(file);
+  const Args args(argv, {"--no-store"},
+                  {"--db", "--json", "--threads", "--hf-config", "--device", "--batch-size",
+                   "--seq-len", "--steps"});
+  workload::Experiment experiment;
+  if (const auto hf = args.option("--hf-config")) {
+    // the model of a Hugging Face config.json: on its own, or in place of an experiment's model
+    if (args.positional().size() > 1)
+      throw UsageError{"run --hf-config FILE takes at most one EXPERIMENT.json"};
+    if (args.positional().size() == 1) {
+      for (const char* own : {"--device", "--batch-size", "--seq-len", "--steps"})
+        if (args.option(own))
+          throw UsageError{std::string(own) + " is given by the experiment file; set it there"};
+      experiment = workload::experiment_with_hf_model(args.positional()[0], *hf);
+    } else {
+      workload::HfRunOptions options;
+      options.device = args.option_or("--device", options.device);
+      const auto bounded = [&](const char* name, int fallback) {
+        const auto v = args.uint_option(name);
+        if (v && (*v == 0 || *v > (1U << 20)))
+          throw UsageError{std::string(name) + ": expected 1..1048576"};
+        return v ? static_cast<int>(*v) : fallback;
+      };
+      options.batch_size = bounded("--batch-size", options.batch_size);
+      options.seq_len = bounded("--seq-len", options.seq_len);
+      options.steps = bounded("--steps", options.steps);
+      experiment = workload::experiment_from_hf_config(*hf, options);
+    }
+  } else {
+    args.expect_positional(1, "one EXPERIMENT.json file (or --hf-config FILE)");
+    experiment = workload::load_experiment(args.positional()[0]);
+  }
 
   unsigned threads = std::max(1U, std::thread::hardware_concurrency());
   if (const auto n = args.uint_option("--threads")) {
@@ -112,8 +141,9 @@ int run_experiment(const std::vector<std::string>& argv) {
       const workload::PointResult result = pool.take(i);
       nlohmann::json summary = workload::to_json(result);
       if (store) {
-        if (i == 0)
-          experiment_id = store->create_experiment(experiment.name, experiment.definition);
+        if (i == 0)  // incomplete until the last point is stored (experiment_status.h)
+          experiment_id = storage::begin_experiment(*store, experiment.name, experiment.definition,
+                                                    experiment.points.size());
         summary["run_id"] =
             storage::store_simulated_run(*store, experiment_id, point, result).value;
       }
@@ -122,6 +152,8 @@ int run_experiment(const std::vector<std::string>& argv) {
                 << result.peak_allocated << " B, peak reserved " << result.peak_reserved << " B\n";
       runs.push_back(std::move(summary));
     }
+    if (store && !experiment.points.empty())
+      storage::finish_experiment(*store, experiment_id);
   }
   nlohmann::json out = {{"experiment", experiment.name}, {"runs", runs}};
   if (store)
@@ -133,8 +165,11 @@ int run_experiment(const std::vector<std::string>& argv) {
 }  // namespace
 
 FRAGSCOPE_CLI_COMMAND({"run",
-                       "run EXPERIMENT.json [--db FILE] [--json FILE|-] [--threads N] [--no-store]",
-                       "Simulate every variant and sweep point of an experiment and store the runs",
+                       "run EXPERIMENT.json | --hf-config CONFIG.json [EXPERIMENT.json] [--device "
+                       "PRESET] [--batch-size N] [--seq-len N] [--steps N] [--db FILE] [--json "
+                       "FILE|-] [--threads N] [--no-store]",
+                       "Simulate every variant and sweep point of an experiment (or a Hugging "
+                       "Face config.json's model) and store the runs",
                        run_experiment});
 
 }  // namespace fragscope::cli
