@@ -94,40 +94,72 @@ void initializeGuiLibrary() {
   QGuiApplication::setDesktopFileName(QStringLiteral("io.github.fragscope.FragScope"));
 }
 
+namespace {
+// The command line, parsed twice: once under a QCoreApplication (so --help, --version and bad
+// options answer without a display), then under the QApplication the window needs.
+struct CommandLine {
+  QCommandLineParser parser;
+  QCommandLineOption db{QStringLiteral("db"), QObject::tr("Database to open."),
+                        QStringLiteral("FILE")};
+  QCommandLineOption report{QStringLiteral("report"),
+                            QObject::tr("Write a report (.html or .pdf) and exit."),
+                            QStringLiteral("OUT")};
+  QCommandLineOption runs{QStringLiteral("runs"), QObject::tr("Runs for --report, e.g. 3,7."),
+                          QStringLiteral("A,B")};
+  QCommandLineOption screenshot{QStringLiteral("screenshot"),
+                                QObject::tr("Render the window to a PNG and exit."),
+                                QStringLiteral("OUT")};
+  QCommandLineOption run{QStringLiteral("run"), QObject::tr("Run to show."), QStringLiteral("ID")};
+  QCommandLineOption compare{QStringLiteral("compare"), QObject::tr("Runs to compare."),
+                             QStringLiteral("A,B")};
+  QCommandLineOption page{
+      QStringLiteral("page"),
+      QObject::tr("Page to show: timeline, segments, summary, postmortem, compare, designer."),
+      QStringLiteral("NAME")};
+  QCommandLineOption size{QStringLiteral("size"), QObject::tr("Window size for --screenshot."),
+                          QStringLiteral("WxH"), QStringLiteral("1600x1000")};
+  QCommandLineOption dark{QStringLiteral("dark"), QObject::tr("Use the dark theme.")};
+
+  CommandLine() {
+    parser.setApplicationDescription(QObject::tr("FragScope: CUDA memory fragmentation workbench"));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    parser.addOptions({db, report, runs, screenshot, run, compare, page, size, dark});
+    parser.addPositionalArgument(QStringLiteral("snapshots"),
+                                 QObject::tr("PyTorch memory snapshots to import."),
+                                 QStringLiteral("[FILE...]"));
+  }
+};
+
+bool haveDisplay() {
+  return !qEnvironmentVariableIsEmpty("DISPLAY") ||
+         !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY") ||
+         !qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM");
+}
+}  // namespace
+
 int runApplication(int argc, char** argv) {
+  bool batch = false;
+  {
+    // --help, --version and option errors exit here, before any window system is needed.
+    QCoreApplication core(argc, argv);
+    QCoreApplication::setApplicationName(QStringLiteral("FragScope"));
+    QCoreApplication::setApplicationVersion(QString::fromLatin1(kVersion));
+    CommandLine early;
+    early.parser.process(core);
+    batch = early.parser.isSet(early.report) || early.parser.isSet(early.screenshot);
+  }
+  // A report or a screenshot needs no screen: without one, render offscreen.
+  if (batch && !haveDisplay())
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+
   QApplication app(argc, argv);
   initializeGuiLibrary();
 
-  QCommandLineParser parser;
-  parser.setApplicationDescription(QObject::tr("FragScope: CUDA memory fragmentation workbench"));
-  parser.addHelpOption();
-  parser.addVersionOption();
-  const QCommandLineOption db(QStringLiteral("db"), QObject::tr("Database to open."),
-                              QStringLiteral("FILE"));
-  const QCommandLineOption report(QStringLiteral("report"),
-                                  QObject::tr("Write a report (.html or .pdf) and exit."),
-                                  QStringLiteral("OUT"));
-  const QCommandLineOption runs(QStringLiteral("runs"), QObject::tr("Runs for --report, e.g. 3,7."),
-                                QStringLiteral("A,B"));
-  const QCommandLineOption screenshot(QStringLiteral("screenshot"),
-                                      QObject::tr("Render the window to a PNG and exit."),
-                                      QStringLiteral("OUT"));
-  const QCommandLineOption run(QStringLiteral("run"), QObject::tr("Run to show."),
-                               QStringLiteral("ID"));
-  const QCommandLineOption compare(QStringLiteral("compare"), QObject::tr("Runs to compare."),
-                                   QStringLiteral("A,B"));
-  const QCommandLineOption page(
-      QStringLiteral("page"),
-      QObject::tr("Page to show: timeline, segments, summary, postmortem, compare."),
-      QStringLiteral("NAME"));
-  const QCommandLineOption size(QStringLiteral("size"),
-                                QObject::tr("Window size for --screenshot."), QStringLiteral("WxH"),
-                                QStringLiteral("1600x1000"));
-  const QCommandLineOption dark(QStringLiteral("dark"), QObject::tr("Use the dark theme."));
-  parser.addOptions({db, report, runs, screenshot, run, compare, page, size, dark});
-  parser.addPositionalArgument(QStringLiteral("snapshots"),
-                               QObject::tr("PyTorch memory snapshots to import."),
-                               QStringLiteral("[FILE...]"));
+  CommandLine commandLine;
+  QCommandLineParser& parser = commandLine.parser;
+  const auto& [unusedParser, db, report, runs, screenshot, run, compare, page, size, dark] =
+      commandLine;
   parser.process(app);
 
   const QString databasePath = parser.isSet(db)
@@ -146,7 +178,6 @@ int runApplication(int argc, char** argv) {
     return 0;
   }
 
-  const bool batch = parser.isSet(screenshot);
   applyTheme(parser.isSet(dark) ||
              (!batch && QSettings().value(QStringLiteral("ui/dark_theme")).toBool()));
   MainWindow window;
@@ -183,7 +214,8 @@ int runApplication(int argc, char** argv) {
   if (parser.isSet(page) && !window.showPage(parser.value(page)))
     return fail(
         QObject::tr(
-            "--page: unknown page \"%1\" (timeline, segments, summary, postmortem, compare)")
+            "--page: unknown page \"%1\" (timeline, segments, summary, postmortem, compare, "
+            "designer)")
             .arg(parser.value(page)));
   if (batch)
     return takeScreenshot(window, parser.value(screenshot));

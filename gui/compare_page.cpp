@@ -215,6 +215,7 @@ void ComparisonModel::clearData() {
 
 ComparePage::ComparePage(QWidget* parent)
     : QWidget(parent),
+      m_story(new QLabel(this)),
       m_header(new QLabel(this)),
       m_warning(new QLabel(this)),
       m_overlay(new QCustomPlot(this)),
@@ -226,6 +227,11 @@ ComparePage::ComparePage(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   m_header->setTextFormat(Qt::RichText);
+  m_story->setObjectName(QStringLiteral("story"));
+  m_story->setTextFormat(Qt::RichText);
+  m_story->setWordWrap(true);
+  m_story->hide();
+  layout->addWidget(m_story);
   layout->addWidget(m_header);
   m_warning->setWordWrap(true);
   m_warning->setTextFormat(Qt::RichText);
@@ -279,11 +285,15 @@ void ComparePage::clear() {
     delete item;
   }
   m_warning->hide();
+  m_story->clear();
+  m_story->hide();
   m_header->setText(tr("<i>Select two or more runs in the Runs browser and press Compare.</i>"));
 }
 
-void ComparePage::setRuns(const std::vector<storage::RunId>& runs) {
+void ComparePage::setRuns(const std::vector<storage::RunId>& runs, const QString& story) {
   clear();
+  m_story->setText(story);
+  m_story->setVisible(!story.isEmpty());
   m_header->setText(tr("<i>Loading %n run(s)…</i>", nullptr, static_cast<int>(runs.size())));
   const QString path = m_databasePath;
   m_job.start(

@@ -67,7 +67,10 @@ class ComparePage : public QWidget {
  public:
   explicit ComparePage(QWidget* parent = nullptr);
   void setDatabase(const QString& databasePath);
-  void setRuns(const std::vector<storage::RunId>& runs);
+  // `story` (HTML, may be empty) explains above the comparison what the runs show (the case
+  // study's two stories).
+  void setRuns(const std::vector<storage::RunId>& runs, const QString& story = QString());
+  QLabel* storyLabel() const { return m_story; }
   void clear();
   const ComparisonData& data() const { return m_data; }
   ComparisonModel* model() const { return m_model; }
@@ -90,6 +93,7 @@ class ComparePage : public QWidget {
 
   QString m_databasePath;
   ComparisonData m_data;
+  QLabel* m_story;
   QLabel* m_header;
   QLabel* m_warning;
   QCustomPlot* m_overlay;

@@ -5,18 +5,25 @@
 #include <QCloseEvent>
 #include <QDir>
 #include <QDockWidget>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QSaveFile>
 #include <QSettings>
+#include <QShortcut>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QToolBar>
 #include <QVBoxLayout>
+#include <map>
 
 #include "engine/core/error.h"
+#include "engine/workload/experiment.h"
+#include "engine/workload/runner.h"
 #include "fragscope/version.h"
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
@@ -28,6 +35,8 @@
 #include "gui/summary_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
+#include "storage/db/simulated_run.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -38,10 +47,11 @@ const QString kGeometryKey = QStringLiteral("ui/geometry");
 const QString kStateKey = QStringLiteral("ui/window_state");
 const QString kSplitterKey = QStringLiteral("ui/run_splitter");
 const QString kDarkKey = QStringLiteral("ui/dark_theme");
-// The bundled case study and the two of its variants the issue compares.
+// The bundled case study and the variants of its two stories: capacity (fixed length, batch
+// 16, and the mitigated run) and fragmentation (variable length, default and expandable).
 constexpr const char* kCaseStudyExperiment = "case-study-1.2b-a100-40gb";
-constexpr const char* kCaseStudyBaseline = "baseline-bs16";
-constexpr const char* kCaseStudyMitigated = "mitigated";
+constexpr const char* kCaseStudyVariants[] = {"baseline-bs16", "mitigated", "varlen-bs6",
+                                              "varlen-bs6-expandable"};
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent)
@@ -50,6 +60,9 @@ MainWindow::MainWindow(QWidget* parent)
       m_browserDock(new QDockWidget(tr("Runs"), this)),
       m_pages(new QTabWidget(this)),
       m_runSplitter(new QSplitter(Qt::Vertical, this)),
+      m_runStack(new QStackedWidget(this)),
+      m_welcome(new QWidget(this)),
+      m_welcomeText(new QLabel(this)),
       m_timeline(new TimelinePage(this)),
       m_segments(new SegmentMapPage(this)),
       m_summary(new SummaryPage(this)),
@@ -74,9 +87,55 @@ MainWindow::MainWindow(QWidget* parent)
   m_runSplitter->addWidget(m_segments);
   m_runSplitter->setStretchFactor(0, 3);
   m_runSplitter->setStretchFactor(1, 2);
-  m_pages->addTab(m_runSplitter, tr("Timeline && Segments"));
+  // Until a run is chosen the first tab says how to start instead of showing empty axes.
+  m_welcomeText->setObjectName(QStringLiteral("welcomeText"));
+  m_welcomeText->setTextFormat(Qt::RichText);
+  m_welcomeText->setWordWrap(true);
+  m_welcomeText->setAlignment(Qt::AlignCenter);
+  auto* welcomeLayout = new QVBoxLayout(m_welcome);
+  welcomeLayout->addStretch(1);
+  welcomeLayout->addWidget(m_welcomeText);
+  auto* welcomeButtons = new QHBoxLayout;
+  welcomeButtons->addStretch(1);
+  auto* openButton = new QPushButton(tr("Open Snapshot…"), m_welcome);
+  openButton->setObjectName(QStringLiteral("welcomeOpen"));
+  auto* caseStudyButton = new QPushButton(tr("Open Case Study"), m_welcome);
+  caseStudyButton->setObjectName(QStringLiteral("welcomeCaseStudy"));
+  auto* designerButton = new QPushButton(tr("Design an Experiment"), m_welcome);
+  designerButton->setObjectName(QStringLiteral("welcomeDesigner"));
+  for (QPushButton* button : {openButton, caseStudyButton, designerButton})
+    welcomeButtons->addWidget(button);
+  welcomeButtons->addStretch(1);
+  welcomeLayout->addLayout(welcomeButtons);
+  welcomeLayout->addStretch(2);
+  connect(openButton, &QPushButton::clicked, this, &MainWindow::openSnapshotDialog);
+  connect(caseStudyButton, &QPushButton::clicked, this, &MainWindow::openCaseStudy);
+  connect(designerButton, &QPushButton::clicked, this, [this] { showPage(Page::designer); });
+  m_runStack->addWidget(m_welcome);
+  m_runStack->addWidget(m_runSplitter);
+  updateWelcome(0);
+  m_pages->addTab(m_runStack, tr("Timeline && Segments"));
+
+  // The arrow keys step the cursor anywhere on the run page, not only when the map has focus.
+  const std::pair<QKeySequence, std::int64_t> steps[] = {{QKeySequence(Qt::Key_Left), -1},
+                                                         {QKeySequence(Qt::Key_Right), 1},
+                                                         {QKeySequence(Qt::Key_PageUp), -100},
+                                                         {QKeySequence(Qt::Key_PageDown), 100}};
+  for (const auto& [keys, delta] : steps) {
+    auto* shortcut = new QShortcut(keys, m_runSplitter);
+    shortcut->setContext(Qt::WidgetWithChildrenShortcut);
+    connect(shortcut, &QShortcut::activated, m_segments,
+            [this, delta = delta] { m_segments->stepEvents(delta); });
+  }
+  for (const auto& [keys, toEnd] :
+       {std::pair{QKeySequence(Qt::Key_Home), false}, std::pair{QKeySequence(Qt::Key_End), true}}) {
+    auto* shortcut = new QShortcut(keys, m_runSplitter);
+    shortcut->setContext(Qt::WidgetWithChildrenShortcut);
+    connect(shortcut, &QShortcut::activated, m_segments,
+            [this, toEnd = toEnd] { m_segments->jumpToEnd(toEnd); });
+  }
   m_pages->addTab(m_summary, tr("Summary"));
-  m_pages->addTab(m_postMortem, tr("OOM Post-mortem"));
+  m_pages->addTab(m_postMortem, tr("Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
   m_pages->addTab(m_designer, tr("Experiment Designer"));
   m_pages->setDocumentMode(true);
@@ -84,7 +143,9 @@ MainWindow::MainWindow(QWidget* parent)
 
   m_progress->setRange(0, 1000);
   m_progress->setMaximumWidth(220);
-  m_progress->setTextVisible(false);
+  // The percentage, not only a bar: a large import takes a while and says how far it is.
+  m_progress->setTextVisible(true);
+  m_progress->setFormat(QStringLiteral("%p%"));
   m_progress->hide();
   m_cancelButton->hide();
   statusBar()->addWidget(m_statusLabel, 1);
@@ -98,12 +159,27 @@ MainWindow::MainWindow(QWidget* parent)
   connect(m_browser, &RunsBrowser::renameRequested, this, &MainWindow::renameRun);
   connect(m_timeline, &TimelinePage::overviewReady, this, [this](const RunOverview& overview) {
     m_segments->setRun(overview.record.id, overview.record.event_count);
+    m_segments->setMemoryLimit(storage::run_memory_limit(overview.record));
     m_summary->setRun(overview.record);
-    if (overview.oomEvents.empty())
-      m_postMortem->clear();
-    else
-      m_postMortem->setRun(overview.record.id);
+    // Every run gets a post-mortem: a failure's diagnosis, or a finished run's fragmentation.
+    m_postMortem->setRun(overview.record.id);
   });
+  // The segment map's OOM banner says what the post-mortem concluded.
+  connect(m_postMortem, &PostMortemPage::dataReady, this, [this] {
+    std::map<std::uint64_t, std::string> causes;
+    if (const auto& data = m_postMortem->data())
+      for (const analysis::OomPostMortem& post : data->postMortems)
+        causes[post.event_index] = std::string(analysis::to_string(post.cause));
+    m_segments->setOomCauses(std::move(causes));
+  });
+  connect(m_postMortem, &PostMortemPage::workloadChangeRequested, this,
+          [this](const QString& document) {
+            m_designer->setDocument(nlohmann::json::parse(document.toStdString()));
+            showPage(Page::designer);
+            m_statusLabel->setText(
+                tr("The workload change is in the Experiment Designer: run it "
+                   "there to store and compare it."));
+          });
   connect(m_postMortem, &PostMortemPage::mitigationStored, this,
           [this](storage::RunId original, storage::RunId created) {
             refreshRuns();
@@ -152,8 +228,8 @@ void MainWindow::createActions() {
   auto* openCaseStudyAction = new QAction(tr("Open &Case Study"), this);
   openCaseStudyAction->setObjectName(QStringLiteral("openCaseStudy"));
   openCaseStudyAction->setStatusTip(
-      tr("Compare the bundled case study's %1 and %2 runs")
-          .arg(QLatin1String(kCaseStudyBaseline), QLatin1String(kCaseStudyMitigated)));
+      tr("The bundled case study's two stories side by side (runs it when the database lacks "
+         "it)"));
   connect(openCaseStudyAction, &QAction::triggered, this, &MainWindow::openCaseStudy);
   auto* reportHtml = new QAction(QIcon::fromTheme(QStringLiteral("document-export")),
                                  tr("Report as &HTML…"), this);
@@ -191,7 +267,7 @@ void MainWindow::createActions() {
   view->addSeparator();
   const std::pair<QString, Page> pages[] = {{tr("&Timeline && Segments"), Page::run},
                                             {tr("&Summary"), Page::summary},
-                                            {tr("OOM &Post-mortem"), Page::postMortem},
+                                            {tr("&Post-mortem"), Page::postMortem},
                                             {tr("&Compare"), Page::compare},
                                             {tr("&Experiment Designer"), Page::designer}};
   int key = Qt::Key_1;
@@ -262,7 +338,9 @@ void MainWindow::createActions() {
 void MainWindow::restoreSettings() {
   QSettings settings;
   restoreGeometry(settings.value(kGeometryKey).toByteArray());
-  restoreState(settings.value(kStateKey).toByteArray());
+  // First launch: a runs dock wide enough for name, outcome and both peaks.
+  if (!restoreState(settings.value(kStateKey).toByteArray()))
+    resizeDocks({m_browserDock}, {430}, Qt::Horizontal);
   m_runSplitter->restoreState(settings.value(kSplitterKey).toByteArray());
   m_darkThemeAction->setChecked(settings.value(kDarkKey, false).toBool());
   updateRecentMenu();
@@ -275,6 +353,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   settings.setValue(kSplitterKey, m_runSplitter->saveState());
   m_importQueue.clear();
   m_importJob.cancel();
+  m_caseStudyJob.cancel();
   QMainWindow::closeEvent(event);
 }
 
@@ -289,6 +368,7 @@ bool MainWindow::openDatabase(const QString& path) {
   }
   m_databasePath = path;
   m_currentRun.reset();
+  m_runStack->setCurrentWidget(m_welcome);
   m_timeline->setDatabase(path);
   m_segments->setDatabase(path);
   m_summary->setDatabase(path);
@@ -306,7 +386,9 @@ void MainWindow::refreshRuns() {
   if (!m_store)
     return;
   try {
-    m_browser->setRuns(m_store->list_runs());
+    auto runs = m_store->list_runs();
+    updateWelcome(runs.size());
+    m_browser->setRuns(std::move(runs));
   } catch (const std::exception& error) {
     showError(tr("Cannot list runs"), QString::fromUtf8(error.what()));
   }
@@ -317,48 +399,113 @@ void MainWindow::showRun(storage::RunId run) {
   if (m_currentRun == run)
     return;
   m_currentRun = run;
+  m_runStack->setCurrentWidget(m_runSplitter);
   m_segments->clear();
   m_timeline->setRun(run);
   if (m_pages->currentWidget() == m_compare)
     showPage(Page::run);
 }
 
-bool MainWindow::openCaseStudy() {
-  const auto fail = [this](const QString& message) {
-    showError(tr("Case study"), message);
-    return false;
-  };
+std::vector<storage::RunId> MainWindow::caseStudyRuns() const {
   if (!m_store)
-    return fail(tr("No database is open."));
+    return {};
   // The newest copy: running the case study again stores a fresh experiment of the same name.
   std::optional<storage::ExperimentRecord> experiment;
   for (storage::ExperimentRecord& record : m_store->list_experiments())
     if (record.name == kCaseStudyExperiment && (!experiment || record.id > experiment->id))
       experiment = std::move(record);
-  const QString hint = tr("store it with `fragscope-cli run experiments/%1.json --db %2`")
-                           .arg(QLatin1String(kCaseStudyExperiment), m_databasePath);
   if (!experiment)
-    return fail(tr("%1 holds no experiment \"%2\": %3")
-                    .arg(m_databasePath, QLatin1String(kCaseStudyExperiment), hint));
-  std::optional<storage::RunId> baseline, mitigated;
-  for (const storage::RunRecord& record : m_store->list_runs()) {
-    if (record.experiment != experiment->id)
-      continue;
-    if (record.name == kCaseStudyBaseline)
-      baseline = record.id;
-    else if (record.name == kCaseStudyMitigated)
-      mitigated = record.id;
+    return {};
+  std::map<std::string, storage::RunId> byName;
+  for (const storage::RunRecord& record : m_store->runs_of(experiment->id))
+    byName[record.name] = record.id;
+  std::vector<storage::RunId> runs;
+  for (const char* variant : kCaseStudyVariants) {
+    const auto found = byName.find(variant);
+    if (found == byName.end())
+      return {};
+    runs.push_back(found->second);
   }
-  for (const auto& [run, variant] :
-       {std::pair{baseline, kCaseStudyBaseline}, std::pair{mitigated, kCaseStudyMitigated}})
-    if (!run)
-      return fail(tr("The experiment \"%1\" in %2 has no run of its variant \"%3\": %4")
-                      .arg(QLatin1String(kCaseStudyExperiment), m_databasePath,
-                           QLatin1String(variant), hint));
-  m_statusLabel->setText(
-      tr("Case study: %1 vs %2")
-          .arg(QLatin1String(kCaseStudyBaseline), QLatin1String(kCaseStudyMitigated)));
-  compareRuns({*baseline, *mitigated});
+  return runs;
+}
+
+QString MainWindow::caseStudyStory() {
+  return tr("<b>Case study: a 1.2B GPT on a 40 GB A100, two stories.</b> "
+            "<b>1 · Capacity:</b> with sequences of 1024 tokens, <i>%1</i> runs out of memory "
+            "because its live tensors do not fit; <i>%2</i> (micro-batch 4 × accumulation 4, "
+            "FFN checkpointing, compiled MLP and LayerNorm) fits. "
+            "<b>2 · Fragmentation:</b> with variable-length batches, <i>%3</i> runs out of memory "
+            "with gigabytes reserved but unallocated in split segments; <i>%4</i> "
+            "(expandable_segments:True) fits with the same batches. Every outcome is the "
+            "allocator model's.")
+      .arg(QLatin1String(kCaseStudyVariants[0]), QLatin1String(kCaseStudyVariants[1]),
+           QLatin1String(kCaseStudyVariants[2]), QLatin1String(kCaseStudyVariants[3]));
+}
+
+bool MainWindow::openCaseStudy() {
+  if (!m_store) {
+    showError(tr("Case study"), tr("No database is open."));
+    return false;
+  }
+  if (const auto runs = caseStudyRuns(); !runs.empty()) {
+    m_statusLabel->setText(tr("Case study: the capacity story and the fragmentation story"));
+    m_browser->selectRuns(runs);
+    m_compare->setRuns(runs, caseStudyStory());
+    showPage(Page::compare);
+    return true;
+  }
+  if (m_caseStudyJob.busy())
+    return true;
+  // The database lacks it: run the bundled experiment's four variants of the two stories.
+  QFile file(QStringLiteral(":/fragscope/case-study.json"));
+  if (!file.open(QIODevice::ReadOnly)) {
+    showError(tr("Case study"), tr("The bundled case study is missing from this build."));
+    return false;
+  }
+  nlohmann::json document = nlohmann::json::parse(file.readAll().toStdString());
+  nlohmann::json variants = nlohmann::json::array();
+  for (const nlohmann::json& variant : document["variants"])
+    for (const char* wanted : kCaseStudyVariants)
+      if (variant.value("name", std::string()) == wanted)
+        variants.push_back(variant);
+  document["variants"] = variants;
+  const QString database = m_databasePath;
+  setProgress(tr("Running the case study (%n simulated run(s))…", nullptr,
+                 static_cast<int>(variants.size())),
+              0);
+  m_caseStudyJob.start(
+      [document, database](const JobContext& job) {
+        const workload::Experiment experiment =
+            workload::parse_experiment(document, "case-study-1.2b-a100-40gb.json");
+        storage::RunStore store(database.toStdString());
+        const storage::ExperimentId id = store.create_experiment(experiment.name, document);
+        for (std::size_t i = 0; i < experiment.points.size(); ++i) {
+          if (job.cancelled())
+            throw InputError("the case study was cancelled");
+          const workload::PointResult result = workload::run_point(experiment.points[i], true);
+          storage::store_simulated_run(store, id, experiment.points[i], result);
+          job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
+        }
+        return experiment.points.size();
+      },
+      [this](std::size_t) {
+        hideProgress();
+        refreshRuns();
+        if (caseStudyRuns().empty()) {
+          showError(
+              tr("Case study"),
+              tr("The bundled experiment has no variants %1, %2, %3 and %4.")
+                  .arg(QLatin1String(kCaseStudyVariants[0]), QLatin1String(kCaseStudyVariants[1]),
+                       QLatin1String(kCaseStudyVariants[2]), QLatin1String(kCaseStudyVariants[3])));
+          return;
+        }
+        openCaseStudy();
+      },
+      [this](const QString& message) {
+        hideProgress();
+        showError(tr("Case study"), message);
+      },
+      [this](double fraction) { setProgress(tr("Running the case study…"), fraction); });
   return true;
 }
 
@@ -374,7 +521,7 @@ void MainWindow::compareRuns(const std::vector<storage::RunId>& runs) {
 void MainWindow::showPage(Page page) {
   switch (page) {
     case Page::run:
-      m_pages->setCurrentWidget(m_runSplitter);
+      m_pages->setCurrentWidget(m_runStack);
       break;
     case Page::summary:
       m_pages->setCurrentWidget(m_summary);
@@ -416,7 +563,7 @@ bool MainWindow::showPage(const QString& name) {
 bool MainWindow::busy() const {
   return m_timeline->busy() || m_segments->busy() || m_summary->busy() || m_compare->busy() ||
          m_postMortem->busy() || m_designer->busy() || importing() || m_exportJob.busy() ||
-         m_deleteJob.busy();
+         m_deleteJob.busy() || m_caseStudyJob.busy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {
@@ -470,6 +617,7 @@ void MainWindow::startNextImport() {
 }
 
 void MainWindow::cancelImport() {
+  m_caseStudyJob.cancel();
   m_importQueue.clear();
   if (m_importJob.busy()) {
     m_importJob.cancel();
@@ -478,8 +626,35 @@ void MainWindow::cancelImport() {
   hideProgress();
 }
 
+bool MainWindow::welcomeShown() const {
+  return m_runStack->currentWidget() == m_welcome;
+}
+
+void MainWindow::updateWelcome(std::size_t runCount) {
+  if (runCount == 0) {
+    m_welcomeText->setText(
+        tr("<h2>No runs yet</h2>"
+           "<p>FragScope shows where CUDA memory went and why a run ran out of it. To start:</p>"
+           "<p><b>Open a PyTorch memory snapshot</b> (File ▸ Open Snapshot, Ctrl+O) or drag a "
+           "<tt>.pickle</tt> onto this window: one you saved with "
+           "<tt>torch.cuda.memory._dump_snapshot()</tt>.</p>"
+           "<p><b>Open the case study</b> (File ▸ Open Case Study): a 1.2B model on a 40 GB A100, "
+           "a capacity OOM and a fragmentation OOM side by side.</p>"
+           "<p><b>Design an experiment</b>: simulate a training workload on the allocator "
+           "model.</p>"));
+  } else {
+    m_welcomeText->setText(
+        tr("<h2>Select a run</h2><p>Pick one of the %n run(s) in the Runs browser on the left to "
+           "see its memory timeline and segment map; select two or more and press Compare.</p>"
+           "<p>Or open another snapshot (Ctrl+O, or drag it here), the case study, or design an "
+           "experiment.</p>",
+           nullptr, static_cast<int>(runCount)));
+  }
+}
+
 void MainWindow::setProgress(const QString& message, double fraction) {
-  m_statusLabel->setText(message);
+  const int percent = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 100);
+  m_statusLabel->setText(QStringLiteral("%1 %2%").arg(message).arg(percent));
   m_progress->setValue(static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 1000));
   m_progress->show();
   m_cancelButton->show();
@@ -502,6 +677,7 @@ void MainWindow::deleteRuns(const std::vector<storage::RunId>& runs) {
     return;
   if (m_currentRun && std::find(runs.begin(), runs.end(), *m_currentRun) != runs.end()) {
     m_currentRun.reset();
+    m_runStack->setCurrentWidget(m_welcome);
     m_timeline->clear();
     m_segments->clear();
     m_summary->clear();

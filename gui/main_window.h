@@ -20,6 +20,7 @@
 
 class QDockWidget;
 class QMenu;
+class QStackedWidget;
 
 namespace fragscope::gui {
 
@@ -49,11 +50,15 @@ class MainWindow : public QMainWindow {
   bool importing() const { return m_importJob.busy() || !m_importQueue.isEmpty(); }
 
   void showRun(storage::RunId run);
-  // The bundled case study (experiments/case-study-1.2b-a100-40gb.json, which the installer
-  // stores with `fragscope-cli run`): puts its baseline-bs16 and mitigated variants' runs, found
-  // by variant name in the newest stored copy of the experiment, on the Compare page. False,
-  // with the reason on the status bar, when the database does not hold them.
+  // The bundled case study (experiments/case-study-1.2b-a100-40gb.json): its two stories side
+  // by side on the Compare page — capacity (baseline-bs16 vs mitigated) and fragmentation
+  // (varlen-bs6 vs varlen-bs6-expandable), found by variant name in the newest stored copy of
+  // the experiment. When the database lacks them, runs those variants in the background first
+  // (progress and Cancel on the status bar). False only when no database is open.
   bool openCaseStudy();
+  // The four runs of the two stories in the newest stored copy; empty when any is missing.
+  std::vector<storage::RunId> caseStudyRuns() const;
+  static QString caseStudyStory();
   void compareRuns(const std::vector<storage::RunId>& runs);
   void showPage(Page page);
   // "timeline", "segments", "summary", "compare"; false for an unknown name.
@@ -71,6 +76,14 @@ class MainWindow : public QMainWindow {
   PostMortemPage* postMortemPage() const { return m_postMortem; }
   DesignerPage* designerPage() const { return m_designer; }
   QTabWidget* pages() const { return m_pages; }
+  // The first tab shows this until a run is selected: how to start (open, drag, case study).
+  QWidget* welcome() const { return m_welcome; }
+  QLabel* welcomeText() const { return m_welcomeText; }
+  bool welcomeShown() const;
+  // The status bar's progress: "Importing x… 42%" and a bar that shows the percentage.
+  void setProgress(const QString& message, double fraction);
+  QProgressBar* progressBar() const { return m_progress; }
+  QLabel* statusLabel() const { return m_statusLabel; }
   std::optional<storage::RunId> currentRun() const { return m_currentRun; }
 
  signals:
@@ -90,9 +103,9 @@ class MainWindow : public QMainWindow {
   void addRecentFile(const QString& path);
   void updateRecentMenu();
   void startNextImport();
-  void setProgress(const QString& message, double fraction);
   void hideProgress();
   void showError(const QString& title, const QString& message);
+  void updateWelcome(std::size_t runCount);
   void deleteRuns(const std::vector<storage::RunId>& runs);
   void renameRun(storage::RunId run, const QString& name);
   void exportReportDialog(const QString& suffix);
@@ -110,6 +123,9 @@ class MainWindow : public QMainWindow {
   QDockWidget* m_browserDock;
   QTabWidget* m_pages;
   QSplitter* m_runSplitter;
+  QStackedWidget* m_runStack;
+  QWidget* m_welcome;
+  QLabel* m_welcomeText;
   TimelinePage* m_timeline;
   SegmentMapPage* m_segments;
   SummaryPage* m_summary;
@@ -127,6 +143,7 @@ class MainWindow : public QMainWindow {
   JobTracker m_importJob{this};
   JobTracker m_deleteJob{this};
   JobTracker m_exportJob{this};
+  JobTracker m_caseStudyJob{this};
 };
 
 }  // namespace fragscope::gui

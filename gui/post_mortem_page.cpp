@@ -4,117 +4,11 @@
 #include <QPushButton>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <limits>
 
-#include "engine/allocator/device.h"
-#include "engine/allocator/event_sink.h"
-#include "engine/allocator/run.h"
-#include "engine/analysis/trace_requests.h"
-#include "engine/core/error.h"
 #include "gui/format.h"
-#include "gui/run_data.h"
-#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
-
-namespace {
-struct RunRequests {
-  storage::RunRecord record;
-  alloc::AllocatorConfig config;
-  analysis::TraceRequests requests;
-  std::vector<TraceEvent> events;
-};
-
-RunRequests loadRequests(const QString& databasePath, storage::RunId run) {
-  auto store = openReader(databasePath);
-  RunRequests loaded;
-  loaded.record = store->run(run);
-  loaded.events = store->events(run, 0, loaded.record.event_count);
-  try {
-    loaded.config = alloc::AllocatorConfig::parse(loaded.record.alloc_config);
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError("run " + std::to_string(run.value) + ": its allocator config \"" +
-                     loaded.record.alloc_config + "\" does not parse: " + error.what());
-  }
-  loaded.requests = analysis::requests_from_trace(loaded.events, snapshot::SegmentState{});
-  return loaded;
-}
-
-analysis::WhatIfOptions whatIfOptions(const RunRequests& loaded, std::optional<Bytes> limit) {
-  analysis::WhatIfOptions options;
-  options.capacity = limit;
-  options.threads = 0;
-  options.recorded_segments = loaded.requests.recorded_segments;
-  return options;
-}
-}  // namespace
-
-PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run, bool alwaysWhatIf,
-                              const JobContext* job) {
-  PostMortemData data;
-  RunRequests loaded = loadRequests(databasePath, run);
-  data.record = loaded.record;
-  data.limit = storage::run_memory_limit(loaded.record);
-  data.postMortems = analysis::trace_post_mortems(loaded.events, snapshot::SegmentState{},
-                                                  loaded.config, data.limit);
-  if (job && job->cancelled())
-    return data;
-  if (job)
-    job->progress(0.3);
-  if (data.postMortems.empty() && !alwaysWhatIf)
-    return data;
-  try {
-    const auto candidates = analysis::standard_mitigations(loaded.requests.requests, loaded.config);
-    data.whatIf = analysis::run_what_if(loaded.requests.requests, candidates,
-                                        whatIfOptions(loaded, data.limit));
-  } catch (const std::exception& error) {
-    data.whatIfError = QString::fromUtf8(error.what());
-  }
-  return data;
-}
-
-storage::RunId runMitigation(const QString& databasePath, storage::RunId run,
-                             const std::string& mitigation, const JobContext* job) {
-  RunRequests loaded = loadRequests(databasePath, run);
-  const auto candidates = analysis::standard_mitigations(loaded.requests.requests, loaded.config);
-  const auto chosen =
-      std::find_if(candidates.begin(), candidates.end(),
-                   [&](const analysis::Mitigation& m) { return m.name == mitigation; });
-  if (chosen == candidates.end())
-    throw InputError("run " + std::to_string(run.value) + ": no mitigation named \"" + mitigation +
-                     "\"");
-  if (job && job->cancelled())
-    throw InputError("cancelled");
-  const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
-  // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
-  // whole simulated device, the recording's segment addresses to break best-fit ties.
-  const Bytes deviceMemory = std::max(analysis::kDefaultDeviceMemory, limit.value_or(0));
-  alloc::SimulatedDevice simulated(deviceMemory, deviceMemory);
-  alloc::RecordedAddressDevice device(loaded.requests.recorded_segments, simulated);
-  alloc::TraceRecorder recorder;
-  alloc::RunOptions options;
-  options.allowed_memory = limit;
-  const RequestStream& requests = chosen->requests ? *chosen->requests : loaded.requests.requests;
-  const alloc::RunResult result =
-      alloc::run_requests(requests, chosen->config, device, &recorder, options);
-
-  storage::RunStore store(databasePath.toStdString());
-  storage::RunRecord record;
-  record.name = loaded.record.name + " · " + chosen->name;
-  record.source = storage::RunSource::simulated;
-  record.alloc_config = chosen->alloc_conf;
-  record.capacity = limit.value_or(0);
-  record.device_name = loaded.record.device_name;
-  record.environment = storage::Environment::current();
-  record.environment.gpu_name = loaded.record.environment.gpu_name;
-  const storage::RunId created = store.begin_run(record);
-  store.append_events(created, recorder.events());
-  nlohmann::json summary;
-  summary["mitigation_of"] = run.value;
-  summary["mitigation"] = chosen->name;
-  store.finish_run(created, result.ooms.empty() ? storage::RunStatus::ok : storage::RunStatus::oom,
-                   summary);
-  return created;
-}
 
 WhatIfModel::WhatIfModel(QObject* parent) : QAbstractTableModel(parent) {}
 
@@ -142,21 +36,32 @@ QVariant WhatIfModel::data(const QModelIndex& index, int role) const {
                                 : 0.0;
   if (role == NameRole)
     return QString::fromStdString(row.name);
+  const bool failed = !row.ok || !row.error.empty();
   if (role == Qt::DisplayRole || role == SortRole) {
     const bool sort = role == SortRole;
     switch (index.column()) {
       case RankColumn:
+        // Only a row that avoids the failure is ranked; one that OOMs later is not "better".
+        if (failed)
+          return sort ? QVariant(std::numeric_limits<qulonglong>::max()) : QVariant(tr("—"));
         return static_cast<qulonglong>(row.rank);
-      case NameColumn:
-        return QString(
-            QString::fromStdString(row.name) +
-            (row.alloc_conf.empty() || sort
-                 ? QString()
-                 : QStringLiteral("  (%1)").arg(QString::fromStdString(row.alloc_conf))));
+      case NameColumn: {
+        QString name = QString::fromStdString(row.name);
+        const QString conf = QString::fromStdString(row.alloc_conf);
+        // The setting once: "max_split_size_mb:128", not "max_split_size_mb:128 (...:128)".
+        if (!sort && !conf.isEmpty() && !name.contains(conf) &&
+            !conf.startsWith(name + QLatin1Char(':')))
+          name += QStringLiteral("  (%1)").arg(conf);
+        if (!sort && &row == baseline)
+          name += tr("  — the run as it was");
+        return name;
+      }
       case OutcomeColumn:
         if (!row.error.empty())
           return tr("error: %1").arg(QString::fromStdString(row.error));
-        return row.ok ? tr("avoids the OOM") : tr("OOM");
+        if (row.ok)
+          return m_hadOom ? tr("avoids the OOM") : tr("fits");
+        return tr("OOM");
       case PeakReservedColumn:
         return sort ? QVariant(static_cast<qulonglong>(row.peak_reserved))
                     : QVariant(formatBytes(static_cast<double>(row.peak_reserved)));
@@ -169,6 +74,9 @@ QVariant WhatIfModel::data(const QModelIndex& index, int role) const {
                                   .arg(row.extra_device_calls > 0 ? QStringLiteral("+") : QString())
                                   .arg(row.extra_device_calls));
       case IdealColumn:
+        // A row that failed never reached its peak: no ratio to show.
+        if (failed)
+          return sort ? QVariant(std::numeric_limits<double>::max()) : QVariant(QString());
         return sort ? QVariant(row.distance_from_ideal())
                     : QVariant(QStringLiteral("%1×").arg(row.distance_from_ideal(), 0, 'f', 2));
       case ActionColumn:
@@ -181,6 +89,8 @@ QVariant WhatIfModel::data(const QModelIndex& index, int role) const {
     return row.ok ? QVariant(colors::active) : QVariant(colors::oom);
   if (role == Qt::TextAlignmentRole && index.column() >= PeakReservedColumn)
     return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+  if (role == Qt::ToolTipRole && index.column() == RankColumn && failed)
+    return tr("Still runs out of memory: not ranked.");
   if (role == Qt::ToolTipRole && !row.oom_message.empty())
     return QString::fromStdString(row.oom_message);
   return {};
@@ -211,9 +121,10 @@ QVariant WhatIfModel::headerData(int section, Qt::Orientation orientation, int r
   }
 }
 
-void WhatIfModel::resetData(const analysis::WhatIfTable& table) {
+void WhatIfModel::resetData(const analysis::WhatIfTable& table, bool hadOom) {
   beginResetModel();
   m_table = table;
+  m_hadOom = hadOom;
   endResetModel();
 }
 
@@ -225,6 +136,7 @@ PostMortemPage::PostMortemPage(QWidget* parent)
     : QWidget(parent),
       m_header(new QLabel(this)),
       m_evidence(new QLabel(this)),
+      m_verdict(new QLabel(this)),
       m_model(new WhatIfModel(this)),
       m_table(new QTableView(this)) {
   auto* layout = new QVBoxLayout(this);
@@ -234,8 +146,13 @@ PostMortemPage::PostMortemPage(QWidget* parent)
   m_evidence->setTextFormat(Qt::RichText);
   m_evidence->setWordWrap(true);
   m_evidence->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_verdict->setObjectName(QStringLiteral("verdict"));
+  m_verdict->setTextFormat(Qt::RichText);
+  m_verdict->setWordWrap(true);
+  m_verdict->setTextInteractionFlags(Qt::TextSelectableByMouse);
   layout->addWidget(m_header);
   layout->addWidget(m_evidence);
+  layout->addWidget(m_verdict);
   m_table->setModel(m_model);
   m_table->setAlternatingRowColors(true);
   m_table->verticalHeader()->hide();
@@ -256,7 +173,11 @@ void PostMortemPage::clear() {
   m_data.reset();
   m_model->clearData();
   m_evidence->clear();
-  m_header->setText(tr("<i>Select a run that ran out of memory.</i>"));
+  m_verdict->clear();
+  m_header->setText(
+      tr("<i>Select a run in the Runs browser: a run that ran out of memory gets its diagnosis "
+         "and what would have avoided it; any other run its fragmentation and the settings that "
+         "lower its peak.</i>"));
 }
 
 void PostMortemPage::setRun(storage::RunId run) {
@@ -275,48 +196,23 @@ void PostMortemPage::setRun(storage::RunId run) {
 
 void PostMortemPage::showData(PostMortemData data) {
   m_data = std::move(data);
-  const QString name = QString::fromStdString(m_data->record.name).toHtmlEscaped();
-  if (m_data->postMortems.empty()) {
-    m_header->setText(tr("<b>%1</b> did not run out of memory.").arg(name));
-    emit dataReady();
-    return;
-  }
-  const analysis::OomPostMortem& first = m_data->postMortems.front();
-  m_header->setText(
-      tr("<b>%1</b>: %2 OOM(s). The first, at event %3, is <b style='color:%4'>%5</b>: a request "
-         "of %6 (rounded %7) with %8 allocated and %9 reserved%10.")
-          .arg(name)
-          .arg(m_data->postMortems.size())
-          .arg(
-              formatCount(first.event_index), colors::oom.name(),
-              QString::fromLatin1(analysis::to_string(first.cause)),
-              formatBytes(static_cast<double>(first.requested)),
-              formatBytes(static_cast<double>(first.rounded)),
-              formatBytes(static_cast<double>(first.allocated)),
-              formatBytes(static_cast<double>(first.reserved)),
-              m_data->limit
-                  ? tr(" under a limit of %1").arg(formatBytes(static_cast<double>(*m_data->limit)))
-                  : QString()));
-  QString evidence = QStringLiteral("<ul>");
-  for (const std::string& sentence : first.evidence)
-    evidence += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(sentence).toHtmlEscaped());
-  evidence += QStringLiteral("<li>%1</li></ul>")
-                  .arg(tr("PyTorch's figures: %1")
-                           .arg(QString::fromStdString(first.pytorch_figures()).toHtmlEscaped()));
-  if (m_data->whatIf)
-    evidence += tr("<p>What-if: the same requests under the standard mitigations, best first. "
-                   "Perfect packing would need %1.</p>")
-                    .arg(formatBytes(static_cast<double>(m_data->whatIf->ideal_peak)));
-  else if (!m_data->whatIfError.isEmpty())
-    evidence +=
-        tr("<p><b>The what-if replay failed:</b> %1</p>").arg(m_data->whatIfError.toHtmlEscaped());
-  m_evidence->setText(evidence);
+  if (m_data->postMortems.empty())
+    showNoOom();
+  else
+    showOom();
+  m_verdict->setText(verdictHtml());
   if (m_data->whatIf) {
-    m_model->resetData(*m_data->whatIf);
+    m_model->resetData(*m_data->whatIf, !m_data->postMortems.empty());
     for (int row = 0; row < m_model->rowCount(); ++row) {
-      auto* button = new QPushButton(tr("Run"), m_table);
-      button->setToolTip(tr("Replay with %1 and store it as a new run")
-                             .arg(QString::fromStdString(m_model->rowAt(row)->name)));
+      const analysis::WhatIfRow* what = m_model->rowAt(row);
+      if (what == m_data->whatIf->baseline())
+        continue;
+      const bool workloadChange = m_data->workloadChanges.count(what->name) > 0;
+      auto* button = new QPushButton(workloadChange ? tr("Open in Designer") : tr("Run"), m_table);
+      button->setToolTip(workloadChange ? tr("Open the workload with %1 in the Experiment Designer")
+                                              .arg(QString::fromStdString(what->name))
+                                        : tr("Replay with %1 and store it as a new run")
+                                              .arg(QString::fromStdString(what->name)));
       connect(button, &QPushButton::clicked, this, [this, row] { runRow(row); });
       m_table->setIndexWidget(m_model->index(row, WhatIfModel::ActionColumn), button);
     }
@@ -324,10 +220,164 @@ void PostMortemPage::showData(PostMortemData data) {
   emit dataReady();
 }
 
+void PostMortemPage::showOom() {
+  const QString name = QString::fromStdString(m_data->record.name).toHtmlEscaped();
+  const analysis::OomPostMortem& first = m_data->postMortems.front();
+  const QString capacity =
+      first.limited || m_data->limit
+          ? tr("%1 allowed (per-process limit)")
+                .arg(formatBytes(static_cast<double>(m_data->limit.value_or(first.capacity))))
+          : tr("%1 the allocator could hold").arg(formatBytes(static_cast<double>(first.capacity)));
+  m_header->setText(
+      tr("<b>%1</b>: %n OOM(s). The first, at event %2, is <b style='color:%3'>%4</b>: %5, with "
+         "%6 allocated and %7 reserved of %8.",
+         nullptr, static_cast<int>(m_data->postMortems.size()))
+          .arg(name, formatCount(first.event_index), colors::oom.name(),
+               QString::fromLatin1(analysis::to_string(first.cause)),
+               describeFailingRequest(first).toHtmlEscaped(),
+               formatBytes(static_cast<double>(first.allocated)),
+               formatBytes(static_cast<double>(first.reserved)), capacity));
+  QString evidence = QStringLiteral("<ul>");
+  if (const Bytes shortBy = m_data->shortfall(); shortBy > 0)
+    evidence += tr("<li><b>%1 short</b>: %2 allocated + %3 requested is more than %4. Even "
+                   "perfect packing of the live tensors leaves no room.</li>")
+                    .arg(formatBytes(static_cast<double>(shortBy)),
+                         formatBytes(static_cast<double>(first.allocated)),
+                         formatBytes(static_cast<double>(first.rounded)),
+                         formatBytes(static_cast<double>(first.capacity)));
+  if (m_data->categoriesAtOom) {
+    std::vector<std::pair<std::int64_t, Category>> held;
+    for (std::size_t i = 0; i < storage::kCategoryCount; ++i)
+      if ((*m_data->categoriesAtOom)[i] > 0)
+        held.emplace_back((*m_data->categoriesAtOom)[i], static_cast<Category>(i));
+    std::sort(held.rbegin(), held.rend());
+    QStringList parts;
+    for (const auto& [bytes, category] : held)
+      parts << QStringLiteral("<span style='color:%1'>■</span> %2 %3")
+                   .arg(colors::category(category).name(), QString::fromUtf8(to_string(category)),
+                        formatBytes(static_cast<double>(bytes)));
+    if (!parts.isEmpty())
+      evidence += tr("<li>Held at the failure: %1.</li>").arg(parts.join(QStringLiteral(", ")));
+  }
+  for (const std::string& sentence : first.evidence)
+    evidence += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(sentence).toHtmlEscaped());
+  evidence += QStringLiteral("<li>%1</li></ul>")
+                  .arg(tr("PyTorch's figures: %1")
+                           .arg(QString::fromStdString(first.pytorch_figures()).toHtmlEscaped()));
+  m_evidence->setText(evidence);
+}
+
+void PostMortemPage::showNoOom() {
+  const QString name = QString::fromStdString(m_data->record.name).toHtmlEscaped();
+  m_header->setText(tr("<b>%1</b> did not run out of memory.").arg(name));
+  if (!m_data->metrics) {
+    m_evidence->setText(m_data->metricsError.isEmpty()
+                            ? QString()
+                            : tr("<p>Its fragmentation cannot be measured: %1</p>")
+                                  .arg(m_data->metricsError.toHtmlEscaped()));
+    return;
+  }
+  const analysis::RunMetrics& metrics = *m_data->metrics;
+  const analysis::MemorySample& atPeak = metrics.at_peak_reserved;
+  const double unusedShare = atPeak.reserved > 0
+                                 ? 100.0 * static_cast<double>(atPeak.cached_unused()) /
+                                       static_cast<double>(atPeak.reserved)
+                                 : 0.0;
+  QString evidence = QStringLiteral("<ul>");
+  evidence += tr("<li>At its peak reserved (%1, after event %2): %3 allocated, <b>%4 reserved but "
+                 "unallocated</b> (%5% of reserved), %6 of it free inside split segments; the "
+                 "largest free block %7.</li>")
+                  .arg(formatBytes(static_cast<double>(atPeak.reserved)),
+                       formatCount(metrics.peak_reserved_event),
+                       formatBytes(static_cast<double>(atPeak.allocated)),
+                       formatBytes(static_cast<double>(atPeak.cached_unused())))
+                  .arg(unusedShare, 0, 'f', 1)
+                  .arg(formatBytes(static_cast<double>(atPeak.inactive_split)),
+                       formatBytes(static_cast<double>(atPeak.largest_free)));
+  // External fragmentation where it matters (at the peak), not at the end of a run that freed
+  // everything and keeps a few scattered blocks cached.
+  evidence += tr("<li>Perfect packing of the same allocations would need %1; the run reserved "
+                 "%2× that. External fragmentation at the peak: %3% of the cached free bytes are "
+                 "outside the largest free block.</li>")
+                  .arg(formatBytes(static_cast<double>(metrics.ideal_lower_bound())))
+                  .arg(metrics.ideal_lower_bound() > 0
+                           ? static_cast<double>(metrics.peak.reserved) /
+                                 static_cast<double>(metrics.ideal_lower_bound())
+                           : 1.0,
+                       0, 'f', 2)
+                  .arg(atPeak.external_fragmentation() * 100, 0, 'f', 1);
+  if (m_data->limit)
+    evidence += tr("<li>It ran under a per-process limit of %1: %2 of headroom at its peak.</li>")
+                    .arg(formatBytes(static_cast<double>(*m_data->limit)),
+                         formatBytes(static_cast<double>(*m_data->limit) -
+                                     static_cast<double>(metrics.peak.reserved)));
+  evidence += QStringLiteral("</ul>");
+  m_evidence->setText(evidence);
+}
+
+QString PostMortemPage::verdictHtml() const {
+  if (!m_data)
+    return {};
+  if (!m_data->whatIfError.isEmpty())
+    return tr("<p><b>The what-if replay failed:</b> %1</p>")
+        .arg(m_data->whatIfError.toHtmlEscaped());
+  if (!m_data->whatIf)
+    return {};
+  const auto fits = m_data->rowsThatFit();
+  const bool hadOom = !m_data->postMortems.empty();
+  const QString ideal = formatBytes(static_cast<double>(m_data->whatIf->ideal_peak));
+  if (!hadOom) {
+    const analysis::WhatIfRow* baseline = m_data->whatIf->baseline();
+    const analysis::WhatIfRow* best = fits.empty() ? nullptr : fits.front();
+    // A saving under 1 % of the peak is noise, not advice.
+    if (best && baseline && best->peak_reserved < baseline->peak_reserved &&
+        (baseline->peak_reserved - best->peak_reserved) * 100 > baseline->peak_reserved)
+      return tr("<p><b>What to do:</b> %1 lowers peak reserved by %2, from %3 to %4 (perfect "
+                "packing: %5). The table replays the run under each setting, best first.</p>")
+          .arg(QString::fromStdString(best->name).toHtmlEscaped(),
+               formatBytes(static_cast<double>(baseline->peak_reserved - best->peak_reserved)),
+               formatBytes(static_cast<double>(baseline->peak_reserved)),
+               formatBytes(static_cast<double>(best->peak_reserved)), ideal);
+    return tr("<p>No allocator setting lowers this run's peak reserved by more than 1% (perfect "
+              "packing: %1). The table replays the run under each setting.</p>")
+        .arg(ideal);
+  }
+  QStringList settings, changes;
+  for (const analysis::WhatIfRow* row : fits) {
+    const QString label = QStringLiteral("<b>%1</b> (peak reserved %2)")
+                              .arg(QString::fromStdString(row->name).toHtmlEscaped(),
+                                   formatBytes(static_cast<double>(row->peak_reserved)));
+    (m_data->workloadChanges.count(row->name) ? changes : settings) << label;
+  }
+  QString html = QStringLiteral("<p><b>What to do:</b> ");
+  if (settings.isEmpty())
+    html += m_data->postMortems.front().cause == analysis::OomCause::capacity
+                ? tr("no allocator setting avoids this OOM: it is a capacity OOM, so only using "
+                     "less memory helps. ")
+                : tr("no allocator setting avoids this OOM. ");
+  else
+    html += tr("these allocator settings avoid it: %1. ").arg(settings.join(QStringLiteral(", ")));
+  if (!changes.isEmpty())
+    html += tr("Workload changes that fit, computed by simulating them: %1 (Open in Designer to "
+               "run them). ")
+                .arg(changes.join(QStringLiteral(", ")));
+  else if (m_data->record.source != storage::RunSource::simulated)
+    html +=
+        tr("For a recorded run, shrink what is live at the failure: a smaller micro-batch "
+           "with gradient accumulation, activation checkpointing, or torch.compile. ");
+  html += tr("Perfect packing of the same requests would need %1.</p>").arg(ideal);
+  return html;
+}
+
 void PostMortemPage::runRow(int row) {
   const analysis::WhatIfRow* chosen = m_model->rowAt(row);
-  if (!chosen || !m_run)
+  if (!chosen || !m_run || !m_data)
     return;
+  if (const auto change = m_data->workloadChanges.find(chosen->name);
+      change != m_data->workloadChanges.end()) {
+    emit workloadChangeRequested(QString::fromStdString(change->second.dump(2)));
+    return;
+  }
   const QString path = m_databasePath;
   const storage::RunId run = *m_run;
   const std::string name = chosen->name;

@@ -1,9 +1,11 @@
 #pragma once
-// OOM post-mortem: for a run that ran out of memory, why (engine/analysis's diagnosis: capacity,
-// fragmentation, cache policy or another stream, with the figures that decided it) and what
-// would have helped: the what-if table replays the run's request stream under the standard
-// mitigations, ranked. Each row has a Run button that replays that mitigation and stores the
-// result as a new simulated run, ready to compare with the original.
+// Post-mortem: for a run that ran out of memory, why (engine/analysis's diagnosis: capacity,
+// fragmentation, cache policy or another stream, with the figures that decided it) and what to
+// do; for a run without OOM, its fragmentation. The what-if table replays the run's request
+// stream under the standard allocator settings (and, for a simulated experiment run, the
+// workload changes), ranked honestly: only rows that avoid the failure get a rank. A setting's
+// Run button replays it and stores the result as a new run; a workload change opens in the
+// designer.
 #include <QAbstractTableModel>
 #include <QLabel>
 #include <QTableView>
@@ -15,26 +17,10 @@
 #include "engine/analysis/what_if.h"
 #include "gui/job_tracker.h"
 #include "gui/metatypes.h"
+#include "gui/post_mortem_data.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::gui {
-
-struct PostMortemData {
-  storage::RunRecord record;
-  std::optional<Bytes> limit;  // the per-process limit the run had, when known
-  std::vector<analysis::OomPostMortem> postMortems;
-  std::optional<analysis::WhatIfTable> whatIf;
-  QString whatIfError;
-};
-
-// Loads the run's events, diagnoses every OOM and (when there is one, or `alwaysWhatIf`) runs
-// the what-if table. Runs in a job; checks `job` between the stages.
-PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
-                              bool alwaysWhatIf = false, const JobContext* job = nullptr);
-// Replays the run's requests under the named mitigation (a WhatIfRow's name) and stores the
-// result as a simulated run; returns its id.
-storage::RunId runMitigation(const QString& databasePath, storage::RunId run,
-                             const std::string& mitigation, const JobContext* job = nullptr);
 
 class WhatIfModel : public QAbstractTableModel {
   Q_OBJECT
@@ -57,12 +43,14 @@ class WhatIfModel : public QAbstractTableModel {
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation orientation,
                       int role = Qt::DisplayRole) const override;
-  void resetData(const analysis::WhatIfTable& table);
+  // `hadOom`: the run failed, so "ok" means "avoids the OOM"; otherwise "fits".
+  void resetData(const analysis::WhatIfTable& table, bool hadOom = true);
   void clearData();
   const analysis::WhatIfRow* rowAt(int row) const;
 
  private:
   analysis::WhatIfTable m_table;
+  bool m_hadOom = true;
 };
 
 class PostMortemPage : public QWidget {
@@ -76,23 +64,34 @@ class PostMortemPage : public QWidget {
   WhatIfModel* model() const { return m_model; }
   QTableView* table() const { return m_table; }
   bool busy() const { return m_job.busy() || m_runJob.busy(); }
-  // What the Run button of `row` does.
+  // What the Run button of `row` does (an allocator setting: replay and store; a workload
+  // change: open it in the designer).
   void runRow(int row);
+  // The verdict paragraph above the table (what to do).
+  QLabel* verdictLabel() const { return m_verdict; }
+  QLabel* headerLabel() const { return m_header; }
+  QLabel* evidenceLabel() const { return m_evidence; }
 
  signals:
   void dataReady();
   // A mitigation was replayed and stored as `created`; MainWindow refreshes and compares.
   void mitigationStored(fragscope::storage::RunId original, fragscope::storage::RunId created);
+  // A workload change's experiment document (JSON), for the designer to open.
+  void workloadChangeRequested(const QString& document);
   void errorOccurred(const QString& message);
 
  private:
   void showData(PostMortemData data);
+  void showOom();
+  void showNoOom();
+  QString verdictHtml() const;
 
   QString m_databasePath;
   std::optional<storage::RunId> m_run;
   std::optional<PostMortemData> m_data;
   QLabel* m_header;
   QLabel* m_evidence;
+  QLabel* m_verdict;
   WhatIfModel* m_model;
   QTableView* m_table;
   JobTracker m_job{this};

@@ -172,8 +172,13 @@ QString postMortemHtml(const PostMortemData& data) {
                               QString::fromUtf8(
                                   analysis::to_string(oom.cause).data(),
                                   static_cast<qsizetype>(analysis::to_string(oom.cause).size()))));
-    html += QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped() +
+    html += describeFailingRequest(oom).toHtmlEscaped() + QStringLiteral(". ") +
+            QString::fromStdString(oom.pytorch_figures()).toHtmlEscaped() +
             QStringLiteral("</p>\n<ul>\n");
+    if (&oom == &data.postMortems.front() && data.shortfall() > 0)
+      html += QStringLiteral("<li>%1</li>\n")
+                  .arg(QObject::tr("%1 short: only using less memory helps.")
+                           .arg(bytes(data.shortfall())));
     for (const std::string& sentence : oom.evidence)
       html += QStringLiteral("<li>%1</li>\n").arg(QString::fromStdString(sentence).toHtmlEscaped());
     html += QStringLiteral("</ul>\n");
@@ -195,9 +200,11 @@ QString postMortemHtml(const PostMortemData& data) {
     const double delta = baseline ? static_cast<double>(row.peak_reserved) -
                                         static_cast<double>(baseline->peak_reserved)
                                   : 0.0;
-    const QString outcome = !row.error.empty()
-                                ? QObject::tr("error: %1").arg(QString::fromStdString(row.error))
-                                : (row.ok ? QObject::tr("avoids the OOM") : QObject::tr("OOM"));
+    const QString outcome =
+        !row.error.empty() ? QObject::tr("error: %1").arg(QString::fromStdString(row.error))
+                           : (row.ok ? (data.postMortems.empty() ? QObject::tr("fits")
+                                                                 : QObject::tr("avoids the OOM"))
+                                     : QObject::tr("OOM"));
     html += QStringLiteral(
                 "<tr><td>%1</td><td><code>%2</code></td><td>%3</td><td class=num>%4</td>"
                 "<td class=num>%5</td></tr>\n")

@@ -38,6 +38,42 @@ CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId r
   return slice;
 }
 
+std::uint64_t findPeakAllocatedCursor(storage::RunStore& store, storage::RunId run,
+                                      std::uint64_t eventCount) {
+  constexpr std::size_t kBuckets = 512;
+  std::uint64_t first = 0;
+  std::uint64_t end = eventCount;
+  // Narrow down with the pyramid, then read the last few thousand events' series exactly.
+  constexpr std::uint64_t kExact = 4096;
+  while (end - first > kExact) {
+    const auto buckets = store.timeline(run, first, end, kBuckets);
+    if (buckets.empty())
+      break;
+    const auto peak =
+        std::max_element(buckets.begin(), buckets.end(),
+                         [](const storage::TimelineBucket& a, const storage::TimelineBucket& b) {
+                           return a.max.allocated < b.max.allocated;
+                         });
+    // No narrower bucket (the store's finest level): stop at its first event.
+    if (peak->end_event - peak->first_event >= end - first)
+      break;
+    first = peak->first_event;
+    end = peak->end_event;
+  }
+  if (eventCount == 0)
+    return 0;
+  const auto series = store.series(run, first, end);
+  const auto peak =
+      std::max_element(series.begin(), series.end(),
+                       [](const storage::SeriesPoint& a, const storage::SeriesPoint& b) {
+                         return a.allocated < b.allocated;
+                       });
+  if (peak != series.end())
+    first += static_cast<std::uint64_t>(peak - series.begin());
+  // The state after the peak event.
+  return std::min(first + 1, eventCount);
+}
+
 RunOverview loadOverview(const QString& databasePath, storage::RunId run, const JobContext* job) {
   auto store = openReader(databasePath);
   RunOverview overview;
@@ -64,6 +100,7 @@ RunOverview loadOverview(const QString& databasePath, storage::RunId run, const 
     if (job)
       job->progress(static_cast<double>(first + kStep) / static_cast<double>(count));
   }
+  overview.peakCursor = findPeakAllocatedCursor(*store, run, count);
   return overview;
 }
 

@@ -43,6 +43,9 @@ struct RunOverview {
   std::vector<TraceEvent> oomDetails;    // the same events
   std::int64_t firstTimeUs = 0;          // 0 = the trace has no times
   std::int64_t lastTimeUs = 0;
+  // The cursor position (events applied) where allocated memory first reaches its peak: where
+  // the timeline opens for a run without OOM (the last event usually has everything freed).
+  std::uint64_t peakCursor = 0;
 };
 
 // The segment map after the first `eventIndex` events, and the event at `eventIndex` (the next
@@ -64,6 +67,10 @@ TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std:
 // timeline reads the run from event 0 up to `end`).
 CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId run,
                                    std::uint64_t first, std::uint64_t end, std::size_t buckets);
+// The cursor position (events applied) at which allocated memory first reaches its maximum,
+// found by narrowing the store's peak-preserving buckets (a few queries, not a scan).
+std::uint64_t findPeakAllocatedCursor(storage::RunStore& store, storage::RunId run,
+                                      std::uint64_t eventCount);
 // Scans the run's events once for OOMs, in chunks, stopping early when cancelled.
 RunOverview loadOverview(const QString& databasePath, storage::RunId run,
                          const JobContext* job = nullptr);

@@ -31,7 +31,11 @@ RunsBrowser::RunsBrowser(QWidget* parent)
   m_view->verticalHeader()->setDefaultSectionSize(22);
   m_view->horizontalHeader()->setStretchLastSection(true);
   m_view->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
-  m_view->setColumnWidth(RunsModel::NameColumn, 200);
+  // Name, outcome and both peaks fit the dock's default width.
+  m_view->setColumnWidth(RunsModel::NameColumn, 170);
+  m_view->setColumnWidth(RunsModel::StatusColumn, 60);
+  m_view->setColumnWidth(RunsModel::PeakAllocatedColumn, 78);
+  m_view->setColumnWidth(RunsModel::PeakReservedColumn, 78);
   m_view->setContextMenuPolicy(Qt::CustomContextMenu);
 
   m_filterEdit->setPlaceholderText(tr("Filter runs (name, source, outcome, config)…"));
@@ -122,14 +126,29 @@ void RunsBrowser::onSelectionChanged() {
     emit runActivated(runs.front());
 }
 
+QString RunsBrowser::deleteQuestion(const std::vector<storage::RunId>& runs) const {
+  constexpr std::size_t kNamed = 10;
+  QString list;
+  for (std::size_t i = 0; i < std::min(runs.size(), kNamed); ++i) {
+    const int row = m_model->rowOf(runs[i]);
+    const storage::RunRecord* record = m_model->runAt(row);
+    list += QStringLiteral("<li>%1 (#%2)</li>")
+                .arg(record ? QString::fromStdString(record->name).toHtmlEscaped() : tr("unknown"))
+                .arg(runs[i].value);
+  }
+  if (runs.size() > kNamed)
+    list += tr("<li>and %n more</li>", nullptr, static_cast<int>(runs.size() - kNamed));
+  return tr("Delete %n run(s) and all their events from the database? This cannot be undone."
+            "<ul>%1</ul>",
+            nullptr, static_cast<int>(runs.size()))
+      .arg(list);
+}
+
 void RunsBrowser::confirmDelete() {
   const auto runs = selectedRuns();
   if (runs.empty())
     return;
-  const auto answer = QMessageBox::question(
-      this, tr("Delete runs"),
-      tr("Delete %n run(s) and all their events from the database? This cannot be undone.", nullptr,
-         static_cast<int>(runs.size())));
+  const auto answer = QMessageBox::question(this, tr("Delete runs"), deleteQuestion(runs));
   if (answer == QMessageBox::Yes)
     emit deleteRequested(runs);
 }

@@ -27,6 +27,8 @@ class RunsBrowser : public QWidget {
   RunsFilterModel* filterModel() const { return m_filter; }
   QTableView* view() const { return m_view; }
   QLineEdit* filterEdit() const { return m_filterEdit; }
+  // The Delete question, naming the runs (the first ten, then how many more).
+  QString deleteQuestion(const std::vector<storage::RunId>& runs) const;
 
  signals:
   void runActivated(fragscope::storage::RunId run);

@@ -1,6 +1,7 @@
 #include "gui/runs_model.h"
 
 #include <QDateTime>
+#include <map>
 
 #include "gui/format.h"
 
@@ -12,6 +13,18 @@ std::int64_t summaryPeak(const storage::RunRecord& run, const char* series) {
     return 0;
   const auto value = peaks->find(series);
   return value != peaks->end() && value->is_number_integer() ? value->get<std::int64_t>() : 0;
+}
+
+bool runStartsMidRun(const storage::RunRecord& run) {
+  const auto truncated = run.summary.find("truncated");
+  return truncated != run.summary.end() && truncated->is_boolean() && truncated->get<bool>();
+}
+
+QString outcomeText(const storage::RunRecord& run) {
+  QString text = QString::fromLatin1(to_string(run.status));
+  if (runStartsMidRun(run))
+    text += QObject::tr(" · mid-run");
+  return text;
 }
 
 RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
@@ -31,6 +44,8 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
   const auto text = [](const std::string& s) { return QString::fromStdString(s); };
   if (role == RunIdRole)
     return QVariant::fromValue(run.id);
+  if (role == StatusRole)
+    return text(std::string(to_string(run.status)));
   if (role == FilterTextRole)
     return QStringList{text(run.name), text(std::string(to_string(run.source))),
                        text(std::string(to_string(run.status))), text(run.alloc_config),
@@ -40,11 +55,13 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     const bool sort = role == SortRole;
     switch (index.column()) {
       case NameColumn:
+        if (role == Qt::DisplayRole && m_sharedName[static_cast<std::size_t>(index.row())])
+          return QStringLiteral("%1 · #%2").arg(text(run.name)).arg(run.id.value);
         return text(run.name);
       case SourceColumn:
         return text(std::string(to_string(run.source)));
       case StatusColumn:
-        return text(std::string(to_string(run.status)));
+        return sort ? text(std::string(to_string(run.status))) : outcomeText(run);
       case ConfigColumn:
         return run.alloc_config.empty() && !sort ? QStringLiteral("(default)")
                                                  : text(run.alloc_config);
@@ -81,11 +98,18 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return {};
   }
   if (role == Qt::ToolTipRole) {
-    return tr("Run %1 · %2\nconfig: %3\ndevice: %4 · capacity %5")
-        .arg(run.id.value)
-        .arg(text(run.name), run.alloc_config.empty() ? tr("(default)") : text(run.alloc_config),
-             run.device_name.empty() ? tr("unknown") : text(run.device_name),
-             run.capacity ? formatBytes(static_cast<double>(run.capacity)) : tr("unknown"));
+    QString tip =
+        tr("Run %1 · %2\noutcome: %3\nconfig: %4\ndevice: %5 · capacity %6")
+            .arg(run.id.value)
+            .arg(text(run.name), text(std::string(to_string(run.status))),
+                 run.alloc_config.empty() ? tr("(default)") : text(run.alloc_config),
+                 run.device_name.empty() ? tr("unknown") : text(run.device_name),
+                 run.capacity ? formatBytes(static_cast<double>(run.capacity)) : tr("unknown"));
+    if (runStartsMidRun(run))
+      tip +=
+          tr("\nThe trace starts mid-run: memory allocated before its first event is not in "
+             "its figures.");
+    return tip;
   }
   return {};
 }
@@ -139,6 +163,7 @@ bool RunsModel::setData(const QModelIndex& index, const QVariant& value, int rol
 void RunsModel::resetData(std::vector<storage::RunRecord> runs) {
   beginResetModel();
   m_runs = std::move(runs);
+  updateDuplicateNames();
   endResetModel();
 }
 
@@ -151,8 +176,17 @@ void RunsModel::updateName(storage::RunId run, const QString& name) {
   if (row < 0)
     return;
   m_runs[static_cast<std::size_t>(row)].name = name.toStdString();
-  const QModelIndex changed = index(row, NameColumn);
-  emit dataChanged(changed, changed);
+  updateDuplicateNames();
+  emit dataChanged(index(0, NameColumn), index(rowCount() - 1, NameColumn));
+}
+
+void RunsModel::updateDuplicateNames() {
+  std::map<std::string, int> uses;
+  for (const storage::RunRecord& run : m_runs)
+    ++uses[run.name];
+  m_sharedName.assign(m_runs.size(), false);
+  for (std::size_t i = 0; i < m_runs.size(); ++i)
+    m_sharedName[i] = uses[m_runs[i].name] > 1;
 }
 
 const storage::RunRecord* RunsModel::runAt(int row) const {
@@ -186,8 +220,10 @@ void RunsFilterModel::setStatusFilter(const QString& status) {
 bool RunsFilterModel::filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const {
   const QModelIndex index = sourceModel()->index(sourceRow, 0, sourceParent);
   if (!m_status.isEmpty()) {
-    const QString status =
-        sourceModel()->index(sourceRow, RunsModel::StatusColumn, sourceParent).data().toString();
+    const QString status = sourceModel()
+                               ->index(sourceRow, RunsModel::StatusColumn, sourceParent)
+                               .data(RunsModel::StatusRole)
+                               .toString();
     if (status != m_status)
       return false;
   }

@@ -14,15 +14,17 @@ namespace fragscope::gui {
 class RunsModel : public QAbstractTableModel {
   Q_OBJECT
  public:
+  // What a user looks for first comes first: name, outcome and peaks are visible at the dock's
+  // default width; the provenance columns follow.
   enum Column {
     NameColumn,
-    SourceColumn,
     StatusColumn,
-    ConfigColumn,
-    DeviceColumn,
-    EventsColumn,
     PeakAllocatedColumn,
     PeakReservedColumn,
+    EventsColumn,
+    SourceColumn,
+    ConfigColumn,
+    DeviceColumn,
     CreatedColumn,
     ColumnCount
   };
@@ -31,6 +33,8 @@ class RunsModel : public QAbstractTableModel {
     RunIdRole,
     // Name, source, status and config joined, for the filter line.
     FilterTextRole,
+    // The RunStatus name alone ("ok", "oom", ...), for the outcome filter.
+    StatusRole,
   };
 
   explicit RunsModel(QObject* parent = nullptr);
@@ -56,7 +60,11 @@ class RunsModel : public QAbstractTableModel {
   void renameRequested(storage::RunId run, const QString& name);
 
  private:
+  // Names that more than one run has: those rows show "name · #id" so they can be told apart.
+  void updateDuplicateNames();
+
   std::vector<storage::RunRecord> m_runs;
+  std::vector<bool> m_sharedName;
 };
 
 // Case-insensitive substring filter over name, source, status and config (all words must
@@ -79,5 +87,10 @@ class RunsFilterModel : public QSortFilterProxyModel {
 
 // Peak of one series from the run's summary JSON (finish_run's "peaks"), 0 when absent.
 std::int64_t summaryPeak(const storage::RunRecord& run, const char* series);
+// The run's trace starts mid-run (memory was in use before its first event; the import
+// reconstructed that state): its figures miss what was allocated before.
+bool runStartsMidRun(const storage::RunRecord& run);
+// "ok", "oom · mid-run", ...: the outcome as the list, the header and the report show it.
+QString outcomeText(const storage::RunRecord& run);
 
 }  // namespace fragscope::gui

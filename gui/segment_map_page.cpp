@@ -2,6 +2,7 @@
 
 #include <QKeyEvent>
 #include <QPainter>
+#include <QSplitter>
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -21,6 +22,44 @@ QColor streamStripe(StreamId stream) {
 }
 }  // namespace
 
+const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id) {
+  if (!stacks || id.value == 0 || id.value > stacks->size())
+    return nullptr;
+  return &(*stacks)[id.value - 1];
+}
+
+QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames) {
+  const std::size_t shown = maxFrames == 0 ? frames.size() : std::min(frames.size(), maxFrames);
+  QString html = QStringLiteral("<table cellspacing=0 cellpadding=1>");
+  for (std::size_t i = 0; i < shown; ++i) {
+    const storage::StackFrame& frame = frames[i];
+    html += QStringLiteral(
+                "<tr><td><tt>%1</tt></td><td>&nbsp;<span style='color:gray'>%2:%3</span>"
+                "</td></tr>")
+                .arg(QString::fromStdString(frame.name).toHtmlEscaped(),
+                     QString::fromStdString(frame.filename).toHtmlEscaped())
+                .arg(frame.line);
+  }
+  html += QStringLiteral("</table>");
+  if (shown < frames.size())
+    html +=
+        QObject::tr("<i>… %n more frame(s)</i>", nullptr, static_cast<int>(frames.size() - shown));
+  return html;
+}
+
+QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t maxFrames) {
+  if (id.value == 0)
+    return QObject::tr(
+        "<i>No stack was recorded for this block (record the snapshot with "
+        "<tt>torch.cuda.memory._record_memory_history(stacks=\"all\")</tt>).</i>");
+  if (!stacks)
+    return QObject::tr("<i>Loading stacks…</i>");
+  const auto* frames = stackOf(stacks, id);
+  if (!frames || frames->empty())
+    return QObject::tr("<i>The stack of this block is empty.</i>");
+  return QObject::tr("<b>Allocated at</b> (innermost first):") + stackHtml(*frames, maxFrames);
+}
+
 QColor pieceColor(PieceKind kind) {
   switch (kind) {
     case PieceKind::allocated:
@@ -35,8 +74,12 @@ QColor pieceColor(PieceKind kind) {
   return Qt::black;
 }
 
-QString describeEvent(const TraceEvent& event) {
+QString describeEvent(const TraceEvent& event, std::optional<Bytes> limit) {
   const QString action = QString::fromLatin1(to_string(event.action));
+  if (event.action == TraceAction::oom && limit)
+    return QObject::tr("OOM: request of %1 failed under the per-process limit of %2 allowed")
+        .arg(formatBytes(static_cast<double>(event.size)),
+             formatBytes(static_cast<double>(*limit)));
   if (event.action == TraceAction::oom)
     return QObject::tr("OOM: request of %1 failed with %2 free on the device")
         .arg(formatBytes(static_cast<double>(event.size)),
@@ -60,13 +103,79 @@ void SegmentMapWidget::setSnapshot(const SegmentSnapshotAt& snapshot) {
   m_oom.reset();
   if (snapshot.nextEvent && snapshot.nextEvent->action == TraceAction::oom)
     m_oom = snapshot.nextEvent;
+  findSelection();
   relayout();
 }
 
 void SegmentMapWidget::clear() {
   m_views.clear();
   m_oom.reset();
+  m_oomVerdict.clear();
+  m_selected.reset();
+  m_selectedAddr.reset();
+  m_stacks.reset();
   relayout();
+}
+
+void SegmentMapWidget::findSelection() {
+  m_selected.reset();
+  if (!m_selectedAddr)
+    return;
+  for (std::size_t s = 0; s < m_views.size(); ++s)
+    for (std::size_t p = 0; p < m_views[s].pieces.size(); ++p) {
+      const Piece& piece = m_views[s].pieces[p];
+      if (piece.addr == *m_selectedAddr &&
+          (piece.kind == PieceKind::allocated || piece.kind == PieceKind::pendingFree)) {
+        m_selected = {s, p};
+        return;
+      }
+    }
+}
+
+const Piece* SegmentMapWidget::selectedPiece(const SegmentView** segment) const {
+  if (!m_selected)
+    return nullptr;
+  if (segment)
+    *segment = &m_views[m_selected->first];
+  return &m_views[m_selected->first].pieces[m_selected->second];
+}
+
+void SegmentMapWidget::selectAt(const QPointF& position) {
+  const QPointF local = position - mapArea().topLeft();
+  m_selected.reset();
+  m_selectedAddr.reset();
+  for (const PlacedPiece& placed : m_layout.placed)
+    if (placed.rect.contains(local)) {
+      m_selected = {placed.segment, placed.piece};
+      m_selectedAddr = m_views[placed.segment].pieces[placed.piece].addr;
+      break;
+    }
+  update();
+  emit selectionChanged();
+}
+
+void SegmentMapWidget::mousePressEvent(QMouseEvent* event) {
+  if (event->button() == Qt::LeftButton)
+    selectAt(event->position());
+  QWidget::mousePressEvent(event);
+}
+
+QString SegmentMapWidget::oomBannerTitle() const {
+  if (m_oomVerdict == QLatin1String("capacity"))
+    return tr(
+        "Out of memory at the next event: a capacity OOM — the live allocations plus the "
+        "request exceed what the allocator may hold; no packing would fit it");
+  if (m_oomVerdict == QLatin1String("fragmentation"))
+    return tr(
+        "Out of memory at the next event: fragmentation — enough is free in total, but no "
+        "free block is large enough");
+  if (m_oomVerdict == QLatin1String("cache_policy"))
+    return tr(
+        "Out of memory at the next event: cache policy — a cached block was large enough "
+        "but the allocator's rules refused it");
+  if (m_oomVerdict == QLatin1String("other_stream"))
+    return tr("Out of memory at the next event: the free memory belongs to other streams");
+  return tr("Out of memory at the next event: the request against the largest free block");
 }
 
 QRectF SegmentMapWidget::mapArea() const {
@@ -119,8 +228,7 @@ void SegmentMapWidget::paintEvent(QPaintEvent*) {
     bold.setBold(true);
     painter.setFont(bold);
     painter.drawText(QRectF(banner.left(), banner.top(), banner.width(), 18), Qt::AlignLeft,
-                     tr("Out of memory at the next event: the request does not fit the largest "
-                        "free block"));
+                     oomBannerTitle());
     painter.setFont(font());
     const QRectF requestBar(banner.left() + 170, banner.top() + 22,
                             std::max(2.0, static_cast<double>(m_oom->size) * scale), 16);
@@ -138,6 +246,14 @@ void SegmentMapWidget::paintEvent(QPaintEvent*) {
   for (const PlacedPiece& placed : m_layout.placed) {
     const Piece& piece = m_views[placed.segment].pieces[placed.piece];
     painter.fillRect(placed.rect, pieceColor(piece.kind));
+  }
+  // The selected block: a thick outline in the text colour.
+  if (m_selected) {
+    painter.setPen(QPen(text, 2));
+    painter.setBrush(Qt::NoBrush);
+    for (const PlacedPiece& placed : m_layout.placed)
+      if (placed.segment == m_selected->first && placed.piece == m_selected->second)
+        painter.drawRect(placed.rect.adjusted(1, 1, -1, -1));
   }
   // Block boundaries: a thin line in the background colour where wide enough to see.
   painter.setPen(QPen(palette().color(QPalette::Base), 1));
@@ -161,6 +277,24 @@ void SegmentMapWidget::paintEvent(QPaintEvent*) {
   }
 }
 
+QString SegmentMapWidget::describePiece(const Piece& piece, const SegmentView& segment) const {
+  QString text =
+      tr("<b>%1</b> %2<br>at 0x%3<br>segment 0x%4: %5, %6, stream %7<br>segment live %8, "
+         "largest free %9")
+          .arg(QString::fromLatin1(pieceKindName(piece.kind)),
+               formatBytes(static_cast<double>(piece.size)))
+          .arg(piece.addr, 0, 16)
+          .arg(segment.segment.base, 0, 16)
+          .arg(formatBytes(static_cast<double>(segment.segment.size)),
+               QString::fromLatin1(poolKindName(segment.pool)))
+          .arg(segment.segment.stream.value)
+          .arg(formatBytes(static_cast<double>(segment.liveBytes)),
+               formatBytes(static_cast<double>(segment.largestFree)));
+  if (piece.kind == PieceKind::allocated || piece.kind == PieceKind::pendingFree)
+    text += tr("<br><i>size is the request size (traces do not record rounding)</i>");
+  return text;
+}
+
 void SegmentMapWidget::mouseMoveEvent(QMouseEvent* event) {
   const SegmentView* segment = nullptr;
   const Piece* piece = pieceAt(event->position(), &segment);
@@ -168,20 +302,11 @@ void SegmentMapWidget::mouseMoveEvent(QMouseEvent* event) {
     QToolTip::hideText();
     return;
   }
-  QString text =
-      tr("<b>%1</b> %2<br>at 0x%3<br>segment 0x%4: %5, %6, stream %7<br>segment live %8, "
-         "largest free %9")
-          .arg(QString::fromLatin1(pieceKindName(piece->kind)),
-               formatBytes(static_cast<double>(piece->size)))
-          .arg(piece->addr, 0, 16)
-          .arg(segment->segment.base, 0, 16)
-          .arg(formatBytes(static_cast<double>(segment->segment.size)),
-               QString::fromLatin1(poolKindName(segment->pool)))
-          .arg(segment->segment.stream.value)
-          .arg(formatBytes(static_cast<double>(segment->liveBytes)),
-               formatBytes(static_cast<double>(segment->largestFree)));
+  QString text = describePiece(*piece, *segment);
+  // Where was this allocated: the first question at every OOM.
   if (piece->kind == PieceKind::allocated || piece->kind == PieceKind::pendingFree)
-    text += tr("<br><i>size is the request size (traces do not record rounding)</i>");
+    text += QStringLiteral("<hr>") + blockStackHtml(m_stacks.get(), piece->frames, 12) +
+            tr("<br><i>Click to keep it in the frames panel.</i>");
   QToolTip::showText(event->globalPosition().toPoint(), text, this);
 }
 
@@ -214,7 +339,8 @@ SegmentMapPage::SegmentMapPage(QWidget* parent)
     : QWidget(parent),
       m_header(new QLabel(this)),
       m_legend(new QLabel(this)),
-      m_map(new SegmentMapWidget(this)) {
+      m_map(new SegmentMapWidget(this)),
+      m_frames(new QTextBrowser(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   m_header->setTextFormat(Qt::RichText);
@@ -234,12 +360,19 @@ SegmentMapPage::SegmentMapPage(QWidget* parent)
   m_legend->setWordWrap(true);
   m_legend->setText(legend);
   layout->addWidget(m_legend);
-  layout->addWidget(m_map, 1);
+  m_frames->setObjectName(QStringLiteral("framesPanel"));
+  m_frames->setOpenLinks(false);
+  m_frames->setMinimumWidth(220);
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  split->addWidget(m_map);
+  split->addWidget(m_frames);
+  split->setStretchFactor(0, 4);
+  split->setStretchFactor(1, 1);
+  split->setSizes({900, 300});
+  layout->addWidget(split, 1);
+  connect(m_map, &SegmentMapWidget::selectionChanged, this, &SegmentMapPage::updateFramesPanel);
   connect(m_map, &SegmentMapWidget::stepRequested, this, &SegmentMapPage::step);
-  connect(m_map, &SegmentMapWidget::jumpRequested, this, [this](bool toEnd) {
-    setEvent(toEnd ? m_eventCount : 0);
-    emit eventChanged(m_eventIndex);
-  });
+  connect(m_map, &SegmentMapWidget::jumpRequested, this, &SegmentMapPage::jumpToEnd);
   clear();
 }
 
@@ -254,14 +387,60 @@ void SegmentMapPage::clear() {
   m_snapshot.reset();
   m_eventCount = 0;
   m_eventIndex = 0;
+  m_stackJob.cancel();
+  m_oomCauses.clear();
+  m_limit.reset();
   m_map->clear();
   m_header->setText(tr("<i>Select a run, then click the timeline to choose an event.</i>"));
+  updateFramesPanel();
 }
 
 void SegmentMapPage::setRun(storage::RunId run, std::uint64_t eventCount) {
   clear();
   m_run = run;
   m_eventCount = eventCount;
+  // Every stack of the run, once: hover and the frames panel look them up by id.
+  const QString path = m_databasePath;
+  m_stackJob.start(
+      [path, run](const JobContext&) {
+        auto store = openReader(path);
+        return std::make_shared<const FrameStacks>(store->frame_stacks(run));
+      },
+      [this](std::shared_ptr<const FrameStacks> stacks) {
+        m_map->setStacks(std::move(stacks));
+        updateFramesPanel();
+      });
+}
+
+void SegmentMapPage::setOomCauses(std::map<std::uint64_t, std::string> causes) {
+  m_oomCauses = std::move(causes);
+  if (m_snapshot) {
+    const auto cause = m_oomCauses.find(m_snapshot->eventIndex);
+    m_map->setOomVerdict(cause == m_oomCauses.end() ? QString()
+                                                    : QString::fromStdString(cause->second));
+  }
+}
+
+void SegmentMapPage::updateFramesPanel() {
+  const SegmentView* segment = nullptr;
+  const Piece* piece = m_map->selectedPiece(&segment);
+  if (!piece) {
+    m_frames->setHtml(
+        tr("<p><b>Frames</b></p><p><i>Click a block in the map to see where it was "
+           "allocated.</i></p>"));
+    return;
+  }
+  QString html = m_map->describePiece(*piece, *segment);
+  if (piece->kind == PieceKind::allocated || piece->kind == PieceKind::pendingFree)
+    html += QStringLiteral("<hr>") + blockStackHtml(m_map->stacks(), piece->frames, 0);
+  m_frames->setHtml(html);
+}
+
+void SegmentMapPage::jumpToEnd(bool toEnd) {
+  if (!m_run)
+    return;
+  setEvent(toEnd ? m_eventCount : 0);
+  emit eventChanged(m_eventIndex);
 }
 
 void SegmentMapPage::step(std::int64_t delta) {
@@ -292,6 +471,10 @@ void SegmentMapPage::setEvent(std::uint64_t eventIndex) {
 void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
   m_snapshot = std::move(snapshot);
   m_map->setSnapshot(*m_snapshot);
+  const auto cause = m_oomCauses.find(m_snapshot->eventIndex);
+  m_map->setOomVerdict(cause == m_oomCauses.end() ? QString()
+                                                  : QString::fromStdString(cause->second));
+  updateFramesPanel();
   const SegmentMapSummary& summary = m_snapshot->summary;
   QString header =
       tr("<b>After event %1 of %2</b> &nbsp;·&nbsp; %3 segments, %4 blocks &nbsp;·&nbsp; "
@@ -307,8 +490,9 @@ void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
                formatBytes(static_cast<double>(summary.largestFree)))
           .arg(summary.externalFragmentation * 100, 0, 'f', 1);
   if (m_snapshot->nextEvent)
-    header += QStringLiteral("<br>") +
-              tr("Next event: %1").arg(describeEvent(*m_snapshot->nextEvent).toHtmlEscaped());
+    header +=
+        QStringLiteral("<br>") +
+        tr("Next event: %1").arg(describeEvent(*m_snapshot->nextEvent, m_limit).toHtmlEscaped());
   if (m_snapshot->state.unmatched_events() > 0)
     header += QStringLiteral("<br><i>") +
               tr("%1 events referred to blocks from before the trace began and were skipped.")

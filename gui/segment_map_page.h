@@ -6,7 +6,10 @@
 // free block, which is the whole story of fragmentation in one picture.
 #include <QLabel>
 #include <QScrollArea>
+#include <QTextBrowser>
 #include <QWidget>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "gui/job_tracker.h"
@@ -14,6 +17,16 @@
 #include "gui/segment_layout.h"
 
 namespace fragscope::gui {
+
+// A run's stacks: (*stacks)[i] is FrameStackId{i + 1}, as the store keeps them.
+using FrameStacks = std::vector<std::vector<storage::StackFrame>>;
+// The frames of `id` (empty for none or unknown).
+const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id);
+// A stack as HTML lines "name  file:line", innermost first as PyTorch records it; at most
+// `maxFrames` (then "… N more"), 0 = all.
+QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames);
+// A block's stack for a tooltip or the frames panel, or why there is none.
+QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t maxFrames);
 
 class SegmentMapWidget : public QWidget {
   Q_OBJECT
@@ -26,25 +39,48 @@ class SegmentMapWidget : public QWidget {
   QSize sizeHint() const override { return {900, 500}; }
   // The piece under a widget position, or nullptr.
   const Piece* pieceAt(const QPointF& position, const SegmentView** segment = nullptr) const;
+  // The stacks hover shows (loaded once per run, off the GUI thread); null until loaded.
+  void setStacks(std::shared_ptr<const FrameStacks> stacks) { m_stacks = std::move(stacks); }
+  const FrameStacks* stacks() const { return m_stacks.get(); }
+  // The clicked piece (kept across events while the block at that address lives).
+  const Piece* selectedPiece(const SegmentView** segment = nullptr) const;
+  void selectAt(const QPointF& position);
+  // The tooltip text for a piece.
+  QString describePiece(const Piece& piece, const SegmentView& segment) const;
 
  signals:
   void stepRequested(std::int64_t delta);
   void jumpRequested(bool toEnd);
+  void selectionChanged();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
 
  private:
   void relayout();
   QRectF mapArea() const;
+  void findSelection();
 
   std::vector<SegmentView> m_views;
   SegmentLayout m_layout;
   std::optional<TraceEvent> m_oom;  // the failed request when the next event is an OOM
   Bytes m_largestFree = 0;
+  // What the banner says the OOM is: the post-mortem's classification when it is known.
+  QString m_oomVerdict;
+  std::shared_ptr<const FrameStacks> m_stacks;
+  std::optional<std::uint64_t> m_selectedAddr;
+  std::optional<std::pair<std::size_t, std::size_t>> m_selected;  // (segment, piece)
+
+ public:
+  void setOomVerdict(const QString& verdict) {
+    m_oomVerdict = verdict;
+    update();
+  }
+  QString oomBannerTitle() const;
 };
 
 class SegmentMapPage : public QWidget {
@@ -57,11 +93,22 @@ class SegmentMapPage : public QWidget {
   std::uint64_t eventIndex() const { return m_eventIndex; }
   const std::optional<SegmentSnapshotAt>& snapshot() const { return m_snapshot; }
   SegmentMapWidget* mapWidget() const { return m_map; }
-  bool busy() const { return m_job.busy(); }
+  // The selected block's details and stack.
+  QTextBrowser* framesPanel() const { return m_frames; }
+  bool busy() const { return m_job.busy() || m_stackJob.busy(); }
 
  public slots:
   // The state after the first `eventIndex` events.
   void setEvent(std::uint64_t eventIndex);
+  // Steps the cursor `delta` events (the arrow keys) and tells the timeline.
+  void stepEvents(std::int64_t delta) { step(delta); }
+  // To the run's first (false) or last (true) event.
+  void jumpToEnd(bool toEnd);
+  // The post-mortem's classification of each OOM event ("capacity", "fragmentation", ...), so
+  // the banner says what the post-mortem says.
+  void setOomCauses(std::map<std::uint64_t, std::string> causes);
+  // The run's per-process limit, for the words on an OOM.
+  void setMemoryLimit(std::optional<Bytes> limit) { m_limit = limit; }
 
  signals:
   // The user stepped with the keyboard; the timeline cursor follows.
@@ -71,6 +118,7 @@ class SegmentMapPage : public QWidget {
  private:
   void showSnapshot(SegmentSnapshotAt snapshot);
   void step(std::int64_t delta);
+  void updateFramesPanel();
 
   QString m_databasePath;
   std::optional<storage::RunId> m_run;
@@ -80,10 +128,16 @@ class SegmentMapPage : public QWidget {
   QLabel* m_header;
   QLabel* m_legend;
   SegmentMapWidget* m_map;
+  QTextBrowser* m_frames;
+  std::map<std::uint64_t, std::string> m_oomCauses;
+  std::optional<Bytes> m_limit;
   JobTracker m_job{this};
+  JobTracker m_stackJob{this};
 };
 
 QColor pieceColor(PieceKind kind);
-QString describeEvent(const TraceEvent& event);
+// One event in words; an OOM names the per-process `limit` when the run had one (PyTorch's
+// "X allowed"), else the device's free memory the trace recorded.
+QString describeEvent(const TraceEvent& event, std::optional<Bytes> limit = std::nullopt);
 
 }  // namespace fragscope::gui

@@ -12,6 +12,7 @@
 #include "gui/format.h"
 #include "gui/plot_style.h"
 #include "gui/runs_model.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -74,6 +75,9 @@ TimelinePage::TimelinePage(QWidget* parent)
   m_reserved = addBandSeries(m_plot, tr("reserved"), colors::reserved);
   m_active = addBandSeries(m_plot, tr("active"), colors::active);
   m_allocated = addBandSeries(m_plot, tr("allocated"), colors::allocated);
+  m_cap = m_plot->addGraph();
+  m_cap->setPen(QPen(colors::oom, 1.5, Qt::DashLine));
+  m_cap->removeFromLegend();
   // The category stack lies on its own layer under the curves.
   m_plot->addLayer(QStringLiteral("categories"), m_plot->layer(QStringLiteral("main")),
                    QCustomPlot::limBelow);
@@ -81,8 +85,8 @@ TimelinePage::TimelinePage(QWidget* parent)
     const Category category = stackOrder()[i];
     QCPGraph* graph = m_plot->addGraph();
     graph->setLayer(QStringLiteral("categories"));
-    graph->setName(
-        QString::fromUtf8(to_string(category)).replace(QLatin1Char('_'), QLatin1Char(' ')));
+    // The category's own name (optimizer_state), as the tooltip, the CLI and the report spell it.
+    graph->setName(QString::fromUtf8(to_string(category)));
     const QColor color = colors::category(category);
     graph->setPen(QPen(color.darker(115), 1));
     QColor fill = color;
@@ -127,11 +131,16 @@ TimelinePage::TimelinePage(QWidget* parent)
     m_plot->replot(QCustomPlot::rpQueuedReplot);
     m_requery.start();
   });
+  // Shift+drag draws a rubber band that zooms the event axis only. QCustomPlot emits
+  // mouseRelease before it ends the selection, so the mode is reset at the next press, never in
+  // the release handler (which would cancel the band before it is accepted).
   connect(m_plot, &QCustomPlot::mousePress, this, [this](QMouseEvent* event) {
     m_pressPosition = event->pos();
-    m_rubberBand = event->modifiers() & Qt::ShiftModifier;
-    m_plot->setSelectionRectMode(m_rubberBand ? QCP::srmZoom : QCP::srmNone);
+    m_plot->setSelectionRectMode((event->modifiers() & Qt::ShiftModifier) ? QCP::srmCustom
+                                                                          : QCP::srmNone);
   });
+  connect(m_plot->selectionRect(), &QCPSelectionRect::accepted, this,
+          [this](const QRect& band, QMouseEvent*) { zoomToPixels(band.left(), band.right()); });
   connect(m_plot, &QCustomPlot::mouseRelease, this, [this](QMouseEvent* event) {
     m_zoom->endGesture();
     const bool click = (event->pos() - m_pressPosition).manhattanLength() < 4;
@@ -139,8 +148,6 @@ TimelinePage::TimelinePage(QWidget* parent)
       const double key = m_plot->xAxis->pixelToCoord(event->pos().x());
       setCursorEvent(static_cast<std::uint64_t>(std::max(0.0, std::round(key))));
     }
-    m_rubberBand = false;
-    m_plot->setSelectionRectMode(QCP::srmNone);
   });
   connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { m_gestureEnd.start(); });
   connect(m_plot, &QCustomPlot::mouseMove, this,
@@ -169,6 +176,8 @@ void TimelinePage::clear() {
     setBand(graph, {}, {}, {});
   for (QCPGraph* graph : m_categoryGraphs)
     graph->data()->clear();
+  m_cap->data()->clear();
+  m_cap->removeFromLegend();
   updateCategoryVisibility();
   for (auto* line : m_oomLines)
     m_plot->removeItem(line);
@@ -201,16 +210,30 @@ void TimelinePage::showOverview(RunOverview overview) {
           .arg(QString::fromStdString(record.name).toHtmlEscaped(), formatCount(record.event_count),
                formatBytes(static_cast<double>(summaryPeak(record, "allocated"))),
                formatBytes(static_cast<double>(summaryPeak(record, "reserved"))));
+  if (runStartsMidRun(record))
+    header += tr(" &nbsp;·&nbsp; <span style='color:%1' title='%2'><b>starts mid-run</b></span>")
+                  .arg(colors::oom.name(),
+                       tr("memory allocated before the trace's first event is not in these "
+                          "figures"));
   if (!m_overview->oomEvents.empty())
     header += tr(" &nbsp;·&nbsp; <span style='color:%1'><b>%2 OOM</b></span>")
                   .arg(colors::oom.name())
                   .arg(m_overview->oomEvents.size());
   m_header->setText(header);
+  if (const std::optional<Bytes> limit = storage::run_memory_limit(record)) {
+    const double y = static_cast<double>(*limit);
+    m_cap->setData({0.0, static_cast<double>(std::max<std::uint64_t>(record.event_count, 1))},
+                   {y, y}, true);
+    // PyTorch's words for a per-process cap ("6.00 GiB allowed").
+    m_cap->setName(tr("%1 allowed").arg(formatBytes(y)));
+    m_cap->addToLegend();
+  }
   updateOomMarkers();
   m_zoom->reset({0, std::max<std::uint64_t>(record.event_count, 1)});
   emit overviewReady(*m_overview);
-  // Open at the first OOM when there is one: that is what the user came to see.
-  setCursorEvent(m_overview->oomEvents.empty() ? record.event_count
+  // Open at the first OOM when there is one: that is what the user came to see; otherwise at
+  // the peak of allocated memory (the last event of a finished run has everything freed).
+  setCursorEvent(m_overview->oomEvents.empty() ? m_overview->peakCursor
                                                : m_overview->oomEvents.front());
 }
 
@@ -219,13 +242,18 @@ void TimelinePage::onRangeChanged(double lower, double upper) {
     return;
   const EventRange range{static_cast<std::uint64_t>(std::max(0.0, std::floor(lower))),
                          static_cast<std::uint64_t>(std::max(0.0, std::ceil(upper)))};
-  // A rubber band is one deliberate step; wheel and drag merge into one entry per gesture.
-  if (m_rubberBand) {
-    m_rubberBand = false;
-    m_zoom->zoomTo(range);
-  } else {
-    m_zoom->zoomContinuous(range);
-  }
+  // Wheel and drag merge into one history entry per gesture.
+  m_zoom->zoomContinuous(range);
+}
+
+void TimelinePage::zoomToPixels(int left, int right) {
+  if (!m_overview)
+    return;
+  const double a = m_plot->xAxis->pixelToCoord(std::min(left, right));
+  const double b = m_plot->xAxis->pixelToCoord(std::max(left, right));
+  // A rubber band is one deliberate step in the history.
+  m_zoom->zoomTo({static_cast<std::uint64_t>(std::max(0.0, std::floor(a))),
+                  static_cast<std::uint64_t>(std::max(0.0, std::ceil(b)))});
 }
 
 void TimelinePage::requestBuckets() {

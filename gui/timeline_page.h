@@ -54,6 +54,8 @@ class TimelinePage : public QWidget {
   }
   static const std::array<Category, storage::kCategoryCount>& stackOrder();
   QCheckBox* categoriesToggle() const { return m_categoriesToggle; }
+  // The cap line (empty data when the run had no per-process limit).
+  QCPGraph* capGraph() const { return m_cap; }
   // The stack is drawn: the run has labels and the toggle is on.
   bool categoriesShown() const;
 
@@ -85,6 +87,8 @@ class TimelinePage : public QWidget {
   void updateCategoryVisibility();
   void showOverview(RunOverview overview);
   void onRangeChanged(double lower, double upper);
+  // Zooms the event axis to the pixels [left, right] of the plot (the Shift+drag band).
+  void zoomToPixels(int left, int right);
   void updateOomMarkers();
   void showTooltip(const QPoint& position);
 
@@ -97,6 +101,8 @@ class TimelinePage : public QWidget {
   QCPGraph* m_allocated = nullptr;
   QCPGraph* m_reserved = nullptr;
   QCPGraph* m_active = nullptr;
+  // The per-process limit (torch.cuda.set_per_process_memory_fraction) as a dashed line.
+  QCPGraph* m_cap = nullptr;
   std::array<QCPGraph*, storage::kCategoryCount> m_categoryGraphs{};
   QCheckBox* m_categoriesToggle;
   CategorySlice m_categorySlice;
@@ -116,7 +122,6 @@ class TimelinePage : public QWidget {
   QTimer m_gestureEnd;
   std::uint64_t m_cursorEvent = 0;
   bool m_settingRange = false;
-  bool m_rubberBand = false;
   QPoint m_pressPosition;
 };
 
