@@ -9,6 +9,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
 #include "storage/cli/command.h"
+#include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/simulated_run.h"
@@ -83,10 +85,38 @@ class PointPool {
 };
 
 int run_experiment(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--no-store"}, {"--db", "--json", "--threads"});
+  std::set<std::string> flags = {"--no-store"},
+                        options = {"--db", "--json", "--threads", "--point"};
+  flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
+  options.insert(kSlurmOptions.begin(), kSlurmOptions.end());
+  const Args args(argv, flags, options);
   args.expect_positional(1, "one EXPERIMENT.json file");
   const std::filesystem::path file = args.positional()[0];
-  const workload::Experiment experiment = workload::load_experiment(file);
+  workload::Experiment experiment = workload::load_experiment(file);
+  if (args.flag("--slurm")) {
+    if (args.option("--point") || args.flag("--no-store"))
+      throw UsageError{
+          "--slurm runs every point, one array task each; --point and --no-store "
+          "do not apply"};
+    storage::SweepSpec spec;
+    spec.kind = storage::SweepKind::simulated;
+    spec.name = experiment.name;
+    for (const workload::ExperimentPoint& point : experiment.points)
+      spec.points.push_back(point.name);
+    apply_slurm_options(args, spec);
+    return submit_sweep(args, std::move(spec), experiment.definition);
+  }
+  reject_slurm_options(args);
+  if (args.option("--out"))
+    throw UsageError{"--out goes with --slurm"};
+  if (const auto point = args.uint_option("--point")) {
+    // One point by its index (a Slurm array task runs point $SLURM_ARRAY_TASK_ID).
+    if (*point >= experiment.points.size())
+      throw UsageError{"--point " + std::to_string(*point) + ": the experiment has " +
+                       std::to_string(experiment.points.size()) + " point(s), 0.." +
+                       std::to_string(experiment.points.size() - 1)};
+    experiment.points = {experiment.points[static_cast<std::size_t>(*point)]};
+  }
 
   unsigned threads = std::max(1U, std::thread::hardware_concurrency());
   if (const auto n = args.uint_option("--threads")) {
@@ -133,8 +163,12 @@ int run_experiment(const std::vector<std::string>& argv) {
 }  // namespace
 
 FRAGSCOPE_CLI_COMMAND({"run",
-                       "run EXPERIMENT.json [--db FILE] [--json FILE|-] [--threads N] [--no-store]",
-                       "Simulate every variant and sweep point of an experiment and store the runs",
+                       "run EXPERIMENT.json [--db FILE] [--json FILE|-] [--threads N] [--no-store] "
+                       "[--point INDEX]\n  run EXPERIMENT.json --slurm [--out DIR] [--partition P] "
+                       "[--account A] [--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
+                       "Simulate every variant and sweep point of an experiment and store the "
+                       "runs; --slurm submits one Slurm array task per point instead (collect "
+                       "the results with fragscope-cli collect DIR)",
                        run_experiment});
 
 }  // namespace fragscope::cli
