@@ -2,7 +2,9 @@
 # Installs what is missing, builds the pickle reader's libFuzzer target (preset `fuzz`, clang) and
 # fuzzes it briefly from the real PyTorch recordings, then builds the `dev` preset, starts a
 # one-node Slurm cluster on localhost (installer/slurm-localhost.sh, stopped again on exit) and
-# runs every test with ctest (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style).
+# runs every test with ctest (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style,
+# and python/tests with pytest as the one ctest test python.fragscope_record: its exit 5 "no
+# tests" counts as a pass).
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
