@@ -49,8 +49,23 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   // The recording's own memory_stats() and cap go in with the run, in the same transaction.
   options.recorded_stats = stats;
 
+  // The job's cancel reaches every stage of the store, up to right before the commit.
+  WorkControl control;
+  control.cancel = CancelToken::make();
+  control.progress = Progress([job, token = control.cancel](
+                                  std::string_view stage, std::uint64_t done, std::uint64_t total) {
+    if (job && job->cancelled())
+      token.cancel();
+    if (job && stage == "events" && total > 0)
+      job->progress(0.5 + 0.5 * static_cast<double>(done) / static_cast<double>(total));
+  });
   storage::RunStore store(databasePath.toStdString());
-  const storage::ImportResult imported = storage::import_snapshot(store, snap, options);
+  storage::ImportResult imported;
+  try {
+    imported = storage::import_snapshot(store, snap, options, control);
+  } catch (const Cancelled&) {
+    throw InputError("import of " + filePath.toStdString() + " cancelled");
+  }
   result.run = imported.run;
   result.events = imported.events;
   if (imported.truncated)

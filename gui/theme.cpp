@@ -4,11 +4,14 @@
 #include <QStyle>
 #include <QStyleFactory>
 #include <QWidget>
+#include <memory>
 
 namespace fragscope::gui {
 
 QPalette lightPalette() {
-  QPalette palette = QStyleFactory::create(QStringLiteral("Fusion"))->standardPalette();
+  // QStyleFactory::create hands over a new style; this one is only asked for its palette.
+  const std::unique_ptr<QStyle> fusion(QStyleFactory::create(QStringLiteral("Fusion")));
+  QPalette palette = fusion->standardPalette();
   palette.setColor(QPalette::Highlight, QColor(0x2b, 0x7b, 0xd6));
   return palette;
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the pickle reader's libFuzzer target (preset `fuzz`, clang) and
-# fuzzes it briefly from the real PyTorch recordings, then builds the `dev` preset, starts a
-# one-node Slurm cluster on localhost (installer/slurm-localhost.sh, stopped again on exit) and
-# runs every test with ctest (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style,
-# and python/tests with pytest as the one ctest test python.fragscope_record: its exit 5 "no
-# tests" counts as a pass).
+# Installs what is missing, builds the libFuzzer targets (preset `fuzz`, clang) and fuzzes each
+# briefly from its seed corpus, builds the `dev` preset, starts a one-node Slurm cluster on
+# localhost (installer/slurm-localhost.sh, stopped again on exit) and runs every test with ctest
+# (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style, and python/tests with
+# pytest as the one ctest test python.fragscope_record: its exit 5 "no tests" counts as a pass),
+# then builds the `asan` preset and runs the tests again under ASan + UBSan.
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -13,7 +13,9 @@ cd "$FRAGSCOPE_ROOT"
 if [ ! -f build/fuzz/CMakeCache.txt ]; then
   cmake --preset fuzz >/dev/null
 fi
-cmake --build build/fuzz --target fuzz_snapshot_reader --parallel "$(nproc)"
+# Four libFuzzer targets (snapshot reader, allocator config, experiment files, recording stats),
+# each run for 5 s from its seed corpus in tests/fuzz/corpus (and the real recordings).
+cmake --build build/fuzz --parallel "$(nproc)"
 ctest --test-dir build/fuzz -L fuzz --output-on-failure
 
 fragscope_build dev
@@ -36,3 +38,13 @@ else
   exit "$slurm_status"
 fi
 ctest --preset dev --parallel "$(nproc)" --timeout 600 "$@"
+
+# ASan + UBSan (preset asan): every test again under the sanitizers. FRAGSCOPE_CI_ASAN=0 skips it
+# (a quick local run); FRAGSCOPE_CI_ASAN_LABELS="storage|cli" narrows the tests it runs.
+if [ "${FRAGSCOPE_CI_ASAN:-1}" != 0 ]; then
+  fragscope_build asan
+  cd "$FRAGSCOPE_ROOT"
+  # The preset sets ASAN_OPTIONS/UBSAN_OPTIONS: leaks fail, any undefined behaviour fails.
+  ctest --preset asan --parallel "$(nproc)" --timeout 900 \
+    ${FRAGSCOPE_CI_ASAN_LABELS:+-L "$FRAGSCOPE_CI_ASAN_LABELS"} -LE "style|packaging"
+fi

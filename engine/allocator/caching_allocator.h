@@ -24,8 +24,14 @@
 // - oversize: blocks of at least max_split_size bytes; never split, reused only by requests less
 //   than max_non_split_rounding_size smaller.
 //
-// Not modelled: CUDA graph capture and private pools (§13), MemPools, the cudaMallocAsync
-// backend (§12), free-memory callbacks (IPC) and runtime changes of the configuration.
+// - private pool: a CUDA graph's or torch.cuda.MemPool's own small and large pools (§13).
+//   While a capture (beginAllocateToPool) is underway, requests on the streams it covers go to
+//   its pool; the pool keeps its memory until its use_count drops to 0 (graph reset, MemPool
+//   deleted), after which empty_cache returns its unsplit segments.
+//
+// Not modelled: the cudaMallocAsync backend (§12), free-memory callbacks (IPC), runtime changes
+// of the configuration, and graph_capture_record_stream_reuse (which needs the captured graph's
+// topology: frees of record_stream'ed blocks are deferred to the end of the capture instead).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -36,10 +42,12 @@
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
+#include "engine/allocator/private_pools.h"
 #include "engine/allocator/sizes.h"
 #include "engine/allocator/stats.h"
 #include "engine/core/block_state.h"
 #include "engine/core/error.h"
+#include "engine/core/mempool_id.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/units.h"
 
@@ -48,6 +56,12 @@ namespace fragscope::alloc {
 // free()/record_stream()/mark_events_ready() of an address that is not a live allocation
 // (PyTorch: "invalid device pointer: <ptr>").
 class InvalidPointerError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Misuse of private pools (beginAllocateToPool twice for one pool, releasing a released pool, ...).
+class PoolError : public InputError {
  public:
   using InputError::InputError;
 };
@@ -91,6 +105,7 @@ struct SegmentInfo {
   Bytes requested_size = 0;  // over active blocks only
   StreamId stream{};
   PoolKind pool = PoolKind::large;
+  MempoolId pool_id;  // segment_pool_id: (0,0) for the default pools
   bool is_expandable = false;
   std::vector<BlockInfo> blocks;
 };
@@ -147,6 +162,27 @@ class CachingAllocator {
   // torch.cuda.empty_cache() (release_cached_blocks): synchronizes all events, then returns every
   // unsplit cached segment and every fully free expandable page to the device.
   void empty_cache();
+  // empty_cache of one private pool (MemPool's destructor, torch.cuda.empty_cache for a pool):
+  // only when that pool is freeable, its pending frees are synchronized and its unsplit
+  // segments returned.
+  void empty_cache(MempoolId pool);
+
+  // --- private pools (spec §13) ---
+  // createOrIncrefPool: a new pool with use_count 1 (torch.cuda.MemPool, graph_pool_handle), or
+  // one more user of an existing one.
+  void create_pool(MempoolId pool, PoolOptions options = {});
+  // beginAllocateToPool: until end_allocate_to_pool, requests on `stream` (a CUDA graph capture)
+  // or on every stream (nullopt: use_mem_pool's current-thread filter) allocate from `pool`,
+  // creating it if needed; adds a user (use_count + 1).
+  void begin_allocate_to_pool(MempoolId pool, std::optional<StreamId> stream);
+  void end_allocate_to_pool(MempoolId pool);
+  // releasePool: one user fewer; at 0 the pool becomes freeable.
+  void release_pool(MempoolId pool);
+  // use_count of a pool (0 once freeable), nullopt when there is no such pool (or it was deleted
+  // after all its memory was returned).
+  std::optional<int> pool_use_count(MempoolId pool) const;
+  bool capture_underway() const;
+
   // set_per_process_memory_fraction as a byte limit; nullopt removes it (fraction 1.0).
   void set_allowed_memory(std::optional<Bytes> bytes);
   std::optional<Bytes> allowed_memory() const;
@@ -163,10 +199,19 @@ class CachingAllocator {
   // State of the block that starts at `address`, if it is an active (allocated or pending-free)
   // block; nullopt for anything else.
   std::optional<BlockState> block_state(std::uint64_t address) const;
-  // Largest cached (free, mapped) block, over all streams and both pools, or of one stream.
+  // Largest cached (free, mapped) block, over all streams and pools (private ones too), or of
+  // one stream.
   Bytes largest_free_block() const;
   Bytes largest_free_block(StreamId stream) const;
-  // Size and address of every cached block of one pool, in best-fit order (stream, size, address).
+  // Whether a request of `bytes` on `stream` would be served from memory `pool` has cached
+  // (get_free_block would find a block) when it allocates from that pool: how a replay tells
+  // which pool a recorded allocation that opened a new segment could not have used.
+  // Returns the address of the block it would take.
+  std::optional<std::uint64_t> cached_block(MempoolId pool, Bytes bytes, StreamId stream) const;
+  // The private pools that exist, by id.
+  std::vector<MempoolId> private_pools() const;
+  // Size and address of every cached block of one default pool, in best-fit order (stream,
+  // size, address).
   std::vector<BlockInfo> free_blocks(PoolKind pool) const;
 
   // The invariant checker: blocks tile their segments, neighbours agree, pool sets hold exactly

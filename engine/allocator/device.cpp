@@ -61,19 +61,23 @@ std::optional<std::uint64_t> SimulatedDevice::do_allocate_segment(Bytes bytes) {
   if (bytes == 0 || bytes > capacity_ - in_use_)
     return std::nullopt;
   const Bytes length = round_up(bytes, kGranule);
+  // Top down, as cudaMalloc hands out addresses: the highest free range that fits gives its top
+  // part; else the range grows downwards.
   std::uint64_t address = 0;
-  auto fit = free_ranges_.begin();
-  while (fit != free_ranges_.end() && fit->second < length)
-    ++fit;
+  auto fit = free_ranges_.end();
+  for (auto it = free_ranges_.begin(); it != free_ranges_.end(); ++it)
+    if (it->second >= length)
+      fit = it;
   if (fit != free_ranges_.end()) {
-    address = fit->first;
+    const std::uint64_t base = fit->first;
     const Bytes left = fit->second - length;
+    address = base + left;
     free_ranges_.erase(fit);
     if (left > 0)
-      free_ranges_.emplace(address + length, left);
+      free_ranges_.emplace(base, left);
   } else {
-    address = segment_top_;
-    segment_top_ += length;
+    address = segment_bottom_ - length;
+    segment_bottom_ = address;
   }
   in_use_ += bytes;
   return address;
@@ -86,7 +90,7 @@ void SimulatedDevice::do_free_segment(std::uint64_t address, Bytes bytes) {
   in_use_ -= bytes;
   Bytes length = round_up(bytes, kGranule);
   std::uint64_t start = address;
-  // Coalesce with the free neighbours on both sides, then with the unused top.
+  // Coalesce with the free neighbours on both sides, then with the unused space below.
   auto next = free_ranges_.lower_bound(start);
   if (next != free_ranges_.begin()) {
     auto prev = std::prev(next);
@@ -101,8 +105,8 @@ void SimulatedDevice::do_free_segment(std::uint64_t address, Bytes bytes) {
     length += next->second;
     free_ranges_.erase(next);
   }
-  if (start + length == segment_top_)
-    segment_top_ = start;
+  if (start == segment_bottom_)
+    segment_bottom_ = start + length;
   else
     free_ranges_.emplace(start, length);
 }

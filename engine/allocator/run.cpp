@@ -14,6 +14,41 @@ std::string where(std::size_t index) {
 
 }  // namespace
 
+namespace {
+
+void run_pool_request(CachingAllocator& allocator, const RequestStream& requests, const Request& r,
+                      const std::string& place) {
+  if (r.pool >= requests.pools.size())
+    throw InputError(place + "pool index " + std::to_string(r.pool) + " is not in the stream");
+  const RequestPool& pool = requests.pools[r.pool];
+  try {
+    switch (r.op) {
+      case RequestOp::pool_create:
+        allocator.create_pool(pool.id, PoolOptions{pool.use_on_oom, pool.no_split, false});
+        break;
+      case RequestOp::pool_begin:
+        allocator.begin_allocate_to_pool(
+            pool.id, r.size == 1 ? std::nullopt : std::optional<StreamId>(r.stream));
+        break;
+      case RequestOp::pool_end:
+        allocator.end_allocate_to_pool(pool.id);
+        break;
+      case RequestOp::pool_release:
+        allocator.release_pool(pool.id);
+        break;
+      case RequestOp::pool_empty_cache:
+        allocator.empty_cache(pool.id);
+        break;
+      default:
+        break;
+    }
+  } catch (const PoolError& error) {
+    throw InputError(place + error.what());
+  }
+}
+
+}  // namespace
+
 RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
                        EventSink* sink, const RunOptions& options) {
   const DeviceCallCounts calls_before = device.calls();
@@ -114,7 +149,10 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
         // The tensor was freed already; its pending block is known by the address it had.
         const std::uint64_t key = key_of(r, index);
         if (const std::uint64_t* address = pending.find(key)) {
-          allocator.mark_events_ready(*address);
+          // A free deferred during a capture may have completed already (its only other
+          // stream was used inside the capture).
+          if (allocator.block_state(*address) == BlockState::active_pending_free)
+            allocator.mark_events_ready(*address);
           pending.erase(key);
         } else if (failed.contains(key)) {
           ++result.skipped_requests;
@@ -134,6 +172,13 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
         break;
       case RequestOp::reset_peak:
         allocator.reset_peak_stats();
+        break;
+      case RequestOp::pool_create:
+      case RequestOp::pool_begin:
+      case RequestOp::pool_end:
+      case RequestOp::pool_release:
+      case RequestOp::pool_empty_cache:
+        run_pool_request(allocator, requests, r, where(index));
         break;
     }
     const std::size_t every = options.check_invariants_every;

@@ -101,6 +101,11 @@ std::vector<StepStart> align_steps(const RequestStream& requests,
       case RequestOp::record_stream:
       case RequestOp::events_ready:
       case RequestOp::reset_peak:
+      case RequestOp::pool_create:
+      case RequestOp::pool_begin:
+      case RequestOp::pool_end:
+      case RequestOp::pool_release:
+      case RequestOp::pool_empty_cache:
         break;
     }
   }

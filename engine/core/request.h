@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/mempool_id.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/units.h"
 
@@ -21,6 +22,13 @@ enum class RequestOp : std::uint8_t {
   empty_cache,    // torch.cuda.empty_cache()
   step_begin,     // marker: training step `size` begins (no allocator effect)
   reset_peak,     // torch.cuda.reset_peak_memory_stats()
+  // Private pools (CUDA graphs, torch.cuda.MemPool); `pool` indexes RequestStream::pools.
+  pool_create,       // createOrIncrefPool: MemPool(...) or a graph pool handle (a user)
+  pool_begin,        // beginAllocateToPool: a capture on `stream` (size 0), or every stream of
+                     // the thread (size 1, use_mem_pool); adds a user until pool_end + release
+  pool_end,          // endAllocateToPool
+  pool_release,      // releasePool: one user fewer (graph reset, MemPool deleted, context exit)
+  pool_empty_cache,  // empty_cache of that one pool (MemPool's destructor)
 };
 
 // What a tensor is for, so plots can stack memory by category.
@@ -41,6 +49,14 @@ struct Request {
   Bytes size = 0;     // malloc: requested bytes (unrounded); step_begin: step index
   StreamId stream{};  // malloc: allocation stream; record_stream: the stream that used the tensor
   LabelId label{};    // malloc: index into RequestStream::labels (0 = unlabelled)
+  std::uint32_t pool = 0;  // pool_*: index into RequestStream::pools
+};
+
+// A private pool a request stream uses, with the MemPool options it was made with.
+struct RequestPool {
+  MempoolId id;
+  bool use_on_oom = false;
+  bool no_split = false;
 };
 
 struct RequestLabel {
@@ -53,6 +69,15 @@ struct RequestStream {
   std::vector<Request> requests;
   // labels[0] is the "unlabelled" entry, so LabelId{0} is always valid.
   std::vector<RequestLabel> labels{RequestLabel{}};
+  std::vector<RequestPool> pools;
+  // The index of `id` in pools, added (with default options) when it is not there yet.
+  std::uint32_t pool_index(MempoolId id) {
+    for (std::size_t i = 0; i < pools.size(); ++i)
+      if (pools[i].id == id)
+        return static_cast<std::uint32_t>(i);
+    pools.push_back(RequestPool{id});
+    return static_cast<std::uint32_t>(pools.size() - 1);
+  }
 };
 
 }  // namespace fragscope

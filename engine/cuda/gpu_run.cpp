@@ -570,6 +570,14 @@ GpuRunResult run_on_gpu(const RequestStream& requests, const GpuRunOptions& opti
       case RequestOp::reset_peak:
         backend->reset_peak();
         break;
+      case RequestOp::pool_create:
+      case RequestOp::pool_begin:
+      case RequestOp::pool_end:
+      case RequestOp::pool_release:
+      case RequestOp::pool_empty_cache:
+        // Private pools need CUDA graph capture or MemPool on the device: not run here.
+        throw InputError("request " + std::to_string(index) +
+                         ": private pools (CUDA graphs, MemPool) are not run on the GPU backend");
     }
     check_reserved(index);
     if (result.oom)

@@ -2,7 +2,9 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
@@ -27,6 +29,22 @@ std::string hex(std::uint64_t value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, value);
   return buffer;
+}
+
+// Pool requests and empty_cache calls must be inferred when the final snapshot shows private
+// pools or the trace returns segments outside an OOM path.
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
+  for (const SegmentPool& segment : options.final_segments)
+    if (!segment.pool.is_default())
+      return true;
+  const bool capped = options.capacity || options.allowed_memory;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::segment_free &&
+        (i == 0 || trace[i - 1].action != TraceAction::segment_free) &&
+        !segment_frees_inside_malloc(trace, i, capped))
+      return true;
+  }
+  return false;
 }
 
 std::string describe_event(const TraceEvent& e) {
@@ -80,7 +98,7 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out,
 }  // namespace
 
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
-                                  const snapshot::SegmentState* initial) {
+                                  const snapshot::SegmentState* initial, PoolRouter* router) {
   TraceRequests out;
   out.entries = trace.size();
   auto& requests = out.requests.requests;
@@ -105,6 +123,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
     seed_from(*initial, out, live, pending, next_tensor);
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
+    if (router)
+      router->before_entry(trace, i, out.requests);
     if (e.action != TraceAction::snapshot) {
       out.expected_events.push_back(e);
       out.expected_entry_index.push_back(i);
@@ -164,6 +184,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
       case TraceAction::snapshot:
         break;
     }
+    if (router)
+      router->after_entry(out.requests);
   }
   return out;
 }
@@ -207,8 +229,41 @@ std::string describe(const SeededState& seeded) {
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
-  TraceRequests requests = requests_from_trace(trace, initial);
   const bool recorded_config = !options.config.has_value();
+  std::unique_ptr<PoolRouter> router;
+  std::size_t passes = 0;
+  TraceRequests requests;
+  // Pools are inferred for traces recorded from the start (a mid-run start state has no pools).
+  const bool from_start = initial == nullptr || initial->segment_map().empty();
+  if (from_start && needs_pool_inference(trace, options)) {
+    PoolInferenceSettings settings;
+    settings.config = config_from_settings(allocator_settings);
+    settings.total_memory = options.total_memory;
+    settings.capacity = options.capacity;
+    settings.allowed_memory = options.allowed_memory;
+    settings.recorded_segments = recorded_segments(trace);
+    settings.final_segments = options.final_segments;
+    // Each pass that meets a decision its pool assignment cannot explain learns which segment
+    // or pool was different and runs again; the last pass's requests are replayed.
+    constexpr std::size_t kMaxPasses = 24;
+    for (std::size_t pass = 1;; ++pass) {
+      router = std::make_unique<PoolRouter>(settings);
+      requests = requests_from_trace(trace, initial, router.get());
+      passes = pass;
+      const auto& revised = router->revised_hints();
+      if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
+        for (const auto& [idx, id] : revised->segment_pool)
+          std::fprintf(stderr, "pass %zu hint seg@%zu -> %s\n", pass, idx, to_string(id).c_str());
+        for (const auto& id : revised->no_split)
+          std::fprintf(stderr, "pass %zu no_split %s\n", pass, to_string(id).c_str());
+      }
+      if (!revised || *revised == settings.hints || pass == kMaxPasses)
+        break;
+      settings.hints = *revised;
+    }
+  } else {
+    requests = requests_from_trace(trace, initial);
+  }
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings) : *options.config;
 
@@ -230,6 +285,28 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.initial_segments = requests.initial_segments;
 
   ReplayResult result;
+  if (router) {
+    result.pools = router->summary();
+    result.pools->passes = passes;
+  }
+  if (options.recorded_sync_all_streams) {
+    // A dry run gives the calls the trace shows; the rest released nothing.
+    alloc::SimulatedDevice dry_simulated(options.capacity.value_or(alloc::kUnlimited),
+                                         options.total_memory);
+    alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
+                                            dry_simulated);
+    const auto dry =
+        alloc::run_requests(requests.requests, config, dry_device, nullptr, run_options);
+    const std::int64_t missing =
+        *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
+    if (missing > 0) {
+      Request call{};
+      call.op = RequestOp::empty_cache;
+      auto& list = requests.requests.requests;
+      list.insert(list.begin(), static_cast<std::size_t>(missing), call);
+      result.silent_empty_caches = static_cast<std::size_t>(missing);
+    }
+  }
   result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
   result.events = recorder.events();
   result.entries = requests.entries;
@@ -299,8 +376,19 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
   return out;
 }
 
-ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options,
+ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
+  ReplayOptions options = given;
+  if (options.final_segments.empty()) {
+    for (const snapshot::Segment& segment : snapshot.segments) {
+      if (segment.device != static_cast<int>(device) || segment.is_expandable)
+        continue;
+      options.final_segments.push_back(
+          SegmentPool{segment.address, segment.total_size,
+                      MempoolId{static_cast<std::uint64_t>(segment.pool_id.first),
+                                static_cast<std::uint64_t>(segment.pool_id.second)}});
+    }
+  }
   if (device >= snapshot.device_traces.size()) {
     // A snapshot of an idle run may have no trace at all: device 0 then replays nothing.
     if (device == 0 && snapshot.device_traces.empty())

@@ -16,6 +16,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
+#include "engine/replay/pool_inference.h"
 #include "engine/snapshot/segment_state.h"
 #include "engine/snapshot/snapshot.h"
 
@@ -58,8 +59,11 @@ struct TraceRequests {
 // at a live address), naming the entry.
 // `initial`: the state before the first entry (snapshot::initial_state, the one reconstruction
 // every view shares); its active blocks become seeded tensors that the trace's frees refer to.
+// With a PoolRouter, the pool requests of CUDA graphs and MemPools and the empty_cache calls
+// are inferred and inserted too (engine/replay/pool_inference.h).
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
-                                  const snapshot::SegmentState* initial = nullptr);
+                                  const snapshot::SegmentState* initial = nullptr,
+                                  PoolRouter* router = nullptr);
 
 // What a replay seeded for a trace that starts mid-run ("N live blocks in M segments at the
 // trace's start"), and which parts of that state are inferred rather than recorded.
@@ -96,6 +100,13 @@ struct ReplayOptions {
   // cudaMalloc addresses to serve, in order, instead of the trace's own segment_alloc addresses
   // (e.g. another recording's, when comparing a what-if with that recording).
   std::optional<std::vector<alloc::RecordedAddressDevice::RecordedSegment>> segment_addresses;
+  // The final snapshot's segments with their pools (replay_snapshot fills it). With private
+  // pools among them, or empty_cache calls in the trace, the replay infers the pool requests.
+  std::vector<SegmentPool> final_segments;
+  // empty_cache calls that returned nothing leave no trace entry (torch.cuda.graph makes one
+  // before every capture). When the recording's num_sync_all_streams is known, the replay
+  // makes up the difference with such calls before the first entry, where they release nothing.
+  std::optional<std::int64_t> recorded_sync_all_streams;
 };
 
 struct Divergence {
@@ -118,8 +129,11 @@ struct ReplayResult {
   bool ooms_match = false;                     // same OOMs at the same request with the same size
   std::optional<Divergence> first_divergence;  // first event that differs (addresses compared
                                                // except inside expandable reservations)
-  SeededState seeded;                          // the state seeded before the first entry
-  std::vector<std::string> warnings;           // e.g. the start state could not be rebuilt
+  // What the pool inference found (nullopt when the recording needed none).
+  std::optional<PoolInferenceSummary> pools;
+  std::size_t silent_empty_caches = 0;  // empty_cache calls added for recorded_sync_all_streams
+  SeededState seeded;                   // the state seeded before the first entry
+  std::vector<std::string> warnings;    // e.g. the start state could not be rebuilt
 };
 
 // `initial`: the state before the first entry when the trace starts mid-run (null: empty).

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/input_file.h"
 
 namespace fragscope::snapshot {
 namespace {
@@ -24,6 +25,7 @@ struct ByteSource::Inflater {
 
 ByteSource::ByteSource(const std::filesystem::path& path, std::uint64_t max_decompressed)
     : name_(path.string()), max_decompressed_(max_decompressed) {
+  refuse_special_file(path, "snapshot");  // open() of a FIFO would block forever
   file_ = std::fopen(path.c_str(), "rb");
   if (file_ == nullptr)
     throw InputError(name_ + ": cannot open: " + std::strerror(errno));

@@ -3,6 +3,8 @@
 // base configuration.
 #include "engine/workload/experiment.h"
 
+#include "engine/core/input_file.h"
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -434,6 +436,11 @@ ExperimentPoint decode_point(const json& config, const std::string& name, std::s
   return p;
 }
 
+constexpr std::size_t kMaxDottedSegments = 8;
+// What the resolved points of one file may take together: far beyond any real sweep (100000
+// points of a few KiB), short of what a copied long string would need.
+constexpr std::size_t kMaxResolvedBytes = 256u << 20;
+
 // Applies {"training.batch_size": 16} style overrides; the first segment must be a section.
 json apply_overrides(json config, const json& set, const std::string& path,
                      std::string_view source) {
@@ -444,8 +451,15 @@ json apply_overrides(json config, const json& set, const std::string& path,
   for (const auto& [dotted, value] : set.items()) {
     std::vector<std::string> parts;
     std::stringstream stream(dotted);
-    for (std::string part; std::getline(stream, part, '.');)
+    for (std::string part; std::getline(stream, part, '.');) {
+      // Every key is at most section.group.key; a long chain would nest the configuration so deep
+      // that copying it overflows the stack.
+      if (parts.size() == kMaxDottedSegments)
+        throw InputError(std::string(source) + ": " + path + ".\"" + dotted.substr(0, 80) +
+                         (dotted.size() > 80 ? "...\"" : "\"") + ": more than " +
+                         std::to_string(kMaxDottedSegments) + " dotted segments");
       parts.push_back(part);
+    }
     if (parts.size() < 2 || std::find(sections.begin(), sections.end(), parts[0]) == sections.end())
       throw InputError(std::string(source) + ": " + path + ".\"" + dotted +
                        "\": expected a dotted key under device, allocator, model, training or "
@@ -516,6 +530,19 @@ Experiment parse_experiment(const json& document, std::string_view source) {
   json base = document;
   base.erase("variants");
   base.erase("sweep");
+  // The description is the experiment's, not each point's: copying it into every resolved point
+  // made a long description times a large sweep pass 4 GB.
+  base.erase("description");
+  const std::size_t base_bytes = base.dump().size();
+  std::size_t resolved_bytes = 0;
+  const auto account = [&](const json& set, const std::string& path, std::size_t points = 1) {
+    resolved_bytes += points * base_bytes + 2 * set.dump().size();  // configurations and names
+    if (resolved_bytes > kMaxResolvedBytes)
+      throw InputError(std::string(source) + ": " + path + ": the resolved points would take " +
+                       "more than " + std::to_string(kMaxResolvedBytes >> 20) +
+                       " MiB (each point copies " + "the " + std::to_string(base_bytes) +
+                       "-byte base configuration); split " + "the experiment");
+  };
   std::map<std::string, bool> seen;
   const auto add = [&](ExperimentPoint point) {
     if (seen[point.name])
@@ -539,6 +566,7 @@ Experiment parse_experiment(const json& document, std::string_view source) {
       if (!v.contains("name") || !v["name"].is_string() || v["name"].get<std::string>().empty())
         throw InputError(std::string(source) + ": " + path + ".name: expected a non-empty string");
       const std::string vname = v["name"].get<std::string>();
+      account(v.value("set", json::object()), path);
       const json config =
           apply_overrides(base, v.value("set", json::object()), path + ".set", source);
       add(decode_point(config, vname, source, "variant \"" + vname + "\""));
@@ -560,6 +588,8 @@ Experiment parse_experiment(const json& document, std::string_view source) {
       if (total > 100000)
         throw InputError(std::string(source) + ": $.sweep: more than 100000 points");
     }
+    if (total * base_bytes > kMaxResolvedBytes)
+      account(json::object(), "$.sweep", total);  // fails before copying anything
     for (std::size_t index = 0; index < total; ++index) {
       json set = json::object();
       std::string pname = "sweep:";
@@ -575,6 +605,7 @@ Experiment parse_experiment(const json& document, std::string_view source) {
         pname += (first ? "" : ",") + key + "=" + short_value(value);
         first = false;
       }
+      account(set, "$.sweep");
       add(decode_point(apply_overrides(base, set, "$.sweep", source), pname, source, pname));
     }
   }
@@ -584,16 +615,8 @@ Experiment parse_experiment(const json& document, std::string_view source) {
 }
 
 Experiment load_experiment(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw InputError(path.string() + ": cannot open the experiment file");
-  json document;
-  try {
-    document = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InputError(path.string() + ": not valid JSON: " + e.what());
-  }
-  return parse_experiment(document, path.string());
+  // Regular files only, bounded nesting and numbers a double holds (input_file.h says why).
+  return parse_experiment(read_json_file(path, "experiment file"), path.string());
 }
 
 std::vector<const ExperimentPoint*> select_points(const Experiment& experiment,

@@ -174,4 +174,40 @@ Model load_hf_config(const std::filesystem::path& path) {
   return model_from_hf_config(config, path.string());
 }
 
+Experiment experiment_from_hf_config(const std::filesystem::path& config,
+                                     const HfRunOptions& options) {
+  const std::filesystem::path absolute = std::filesystem::absolute(config);
+  const Model model = load_hf_config(absolute);  // reports a bad config before anything else
+  json document = {
+      {"name", "hf:" + config.filename().string()},
+      {"description", "The model of the Hugging Face config " + absolute.string() + " (" +
+                          (model.family == ModelFamily::llama ? "llama" : "gpt") +
+                          " family), fp32 parameters under bf16 autocast, AdamW, on " +
+                          options.device + "."},
+      {"device", {{"preset", options.device}}},
+      {"model", {{"hf_config", absolute.string()}}},
+      {"training",
+       {{"batch_size", options.batch_size},
+        {"steps", options.steps},
+        {"seq_len", {{"kind", "fixed"}, {"value", options.seq_len}}}}}};
+  return parse_experiment(document, "--hf-config " + config.string());
+}
+
+Experiment experiment_with_hf_model(const std::filesystem::path& experiment_file,
+                                    const std::filesystem::path& config) {
+  std::ifstream in(experiment_file);
+  if (!in)
+    throw InputError(experiment_file.string() + ": cannot open the experiment file");
+  json document;
+  try {
+    document = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(experiment_file.string() + ": not valid JSON: " + e.what());
+  }
+  if (!document.is_object())
+    throw InputError(experiment_file.string() + ": $: expected an experiment object");
+  document["model"] = {{"hf_config", std::filesystem::absolute(config).string()}};
+  return parse_experiment(document, experiment_file.string());
+}
+
 }  // namespace fragscope::workload

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/workload/experiment.h"
 #include "engine/workload/workload.h"
 
 namespace fragscope::workload {
@@ -19,5 +20,18 @@ namespace fragscope::workload {
 Model model_from_hf_config(const nlohmann::json& config, std::string_view source);
 // Reads the file; unreadable or malformed JSON is an InputError naming it.
 Model load_hf_config(const std::filesystem::path& path);
+
+// `fragscope-cli run --hf-config FILE`: one point sizing the config's model on a device.
+struct HfRunOptions {
+  std::string device = "H100-80GB";  // a device preset
+  int batch_size = 1;
+  int seq_len = 1024;
+  int steps = 3;
+};
+Experiment experiment_from_hf_config(const std::filesystem::path& config,
+                                     const HfRunOptions& options);
+// An experiment file whose model (in the base and every point) is the config's.
+Experiment experiment_with_hf_model(const std::filesystem::path& experiment_file,
+                                    const std::filesystem::path& config);
 
 }  // namespace fragscope::workload

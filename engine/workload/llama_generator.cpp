@@ -8,6 +8,8 @@
 // rotary products are fp32 (fp32 cos/sin), and SDPA casts k before q.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <vector>
 
 #include "engine/workload/step_generator.h"
@@ -202,13 +204,13 @@ class LlamaGenerator final : public StepGenerator {
     s.lse = b_.alloc(tok(a_, 4), Category::activation, "sdpa.lse", l);
     b_.free(b_.alloc(kSdpaForwardScratch, Category::temporary, "sdpa.scratch", l));
     if (discard) {
-      for (TensorId* t : {&s.rng_seed, &s.rng_offset, &s.lse}) {
+      for (TensorId* t : {&s.lse, &s.rng_seed, &s.rng_offset}) {
         b_.free(*t);
         *t = kNone;
       }
       if (sdpa_casts) {
-        b_.free(s.k_sdpa);
         b_.free(s.q_sdpa);
+        b_.free(s.k_sdpa);
       }
       s.k_sdpa = s.q_sdpa = kNone;
     }
@@ -261,8 +263,14 @@ class LlamaGenerator final : public StepGenerator {
       s.silu_out = s.up_out = kNone;
     }
     s.dw = cast_weight(p.down, "down_proj", l, discard);
-    if (stop_early)
+    if (stop_early) {
+      // the recompute stops here; the normed input was only needed for its 16-bit copies
+      if (casts_inputs_) {
+        b_.free(s.rms2_out);
+        s.rms2_out = kNone;
+      }
       return;
+    }
     const TensorId down_out = b_.alloc(bth(d_.act), Category::temporary, "down_proj.out", l);
     if (discard) {
       b_.free(s.prod);
@@ -285,6 +293,52 @@ class LlamaGenerator final : public StepGenerator {
   }
 
   // ---- backward -------------------------------------------------------------------------------
+  // After a node's backward: the incoming gradient and the node's saved tensors go. A node of a
+  // recomputed (checkpointed) layer releases its unpacked tensors first, in reverse.
+  void release(TensorId grad, std::initializer_list<TensorId> saved) {
+    if (recomputed_) {
+      for (auto it = std::rbegin(saved); it != std::rend(saved); ++it)
+        b_.free(*it);
+      b_.free(grad);
+      return;
+    }
+    b_.free(grad);
+    for (TensorId t : saved)
+      b_.free(t);
+  }
+
+  // RMSNorm backward: grad input, grad weight, then the saved tensors (rstd first in a recomputed
+  // layer, where the input is a recomputed tensor unless it is the checkpoint's own input).
+  void rms_backward(int wparam, TensorId grad, TensorId saved_input, TensorId rstd, int l,
+                    bool input_recomputed, bool into_residual, bool releases_rotary = false) {
+    const TensorId gx = b_.alloc(bth(d_.res), Category::temporary, "grad.rmsnorm", l);
+    const TensorId gw =
+        b_.alloc(numel(wparam) * grad_bytes_, grad_category(wparam), "grad.rmsnorm.weight", l);
+    if (recomputed_) {
+      b_.free(rstd);
+      if (input_recomputed)
+        b_.free(saved_input);
+      b_.free(grad);
+      if (!input_recomputed)
+        b_.free(saved_input);
+      if (releases_rotary) {
+        // the first layer's checkpoint held cos and sin as inputs
+        b_.free(cos_);
+        b_.free(sin_);
+        cos_ = sin_ = kNone;
+      }
+    } else {
+      b_.free(grad);
+      b_.free(saved_input);
+      b_.free(rstd);
+    }
+    if (into_residual)
+      b_.free(gx);  // added in place into the residual gradient
+    else
+      residual_grad_ = gx;
+    accumulate(wparam, gw);
+  }
+
   // The residual add hands the residual gradient to a 16-bit branch: a cast when they differ.
   TensorId branch_grad(int l) {
     if (d_.res == d_.act)
@@ -312,11 +366,7 @@ class LlamaGenerator final : public StepGenerator {
       after_backward_matmul();
       gi = b_.alloc(in_bytes, Category::temporary, "grad.input", l);
     }
-    if (grad_owned)
-      b_.free(grad);
-    b_.free(saved_weight);
-    if (casts_inputs_)
-      b_.free(saved_input);
+    release(grad_owned ? grad : kNone, {saved_weight, casts_inputs_ ? saved_input : kNone});
     const TensorId g_in = input_grad_to_residual(gi, casts_inputs_, l);
     if (accumulated)
       b_.free(g_in);
@@ -341,25 +391,20 @@ class LlamaGenerator final : public StepGenerator {
     const TensorId gdw = b_.alloc(numel(p.down) * d_.act, wcat, "grad.weight", l);
     after_backward_matmul();
     const TensorId gprod = b_.alloc(tok(inter_, d_.act), Category::temporary, "grad.input", l);
-    b_.free(owned);
-    b_.free(s.dw);
-    b_.free(s.prod);
+    release(owned, {s.dw, s.prod});
     weight_grad_cast(p.down, gdw, "grad.weight", l);
     // mul backward: grad of up's output (g · silu), grad of silu's output (g · up)
     const TensorId gup = b_.alloc(tok(inter_, d_.act), Category::temporary, "grad.up_out", l);
     const TensorId gsilu = b_.alloc(tok(inter_, d_.act), Category::temporary, "grad.silu_out", l);
-    b_.free(gprod);
-    b_.free(s.up_out);
-    b_.free(s.silu_out);
+    release(gprod, {s.up_out, s.silu_out});
     const TensorId gin =
         linear_backward(p.up, -1, gup, true, s.uw, s.uin, bth(d_.act), inter_, l, false);
     const TensorId ggate = b_.alloc(tok(inter_, d_.act), Category::temporary, "grad.gate_out", l);
-    b_.free(gsilu);
-    b_.free(s.gate_out);
+    release(gsilu, {s.gate_out});
     linear_backward(p.gate, -1, ggate, true, s.gw, s.gin, bth(d_.act), inter_, l, true);
     if (!casts_inputs_)
       b_.free(s.rms2_out);  // saved by gate and up themselves
-    layernorm_backward(p.post_norm, -1, gin, s.x1, kNone, s.rms2_rstd, l, true);
+    rms_backward(p.post_norm, gin, s.x1, s.rms2_rstd, l, true, true);
   }
 
   // Backward of q·cos + rotate_half(q)·sin for gradient g (rotary dtype): the gradient of the
@@ -402,8 +447,7 @@ class LlamaGenerator final : public StepGenerator {
     const TensorId gow = b_.alloc(numel(p.o) * d_.act, wcat, "grad.weight", l);
     after_backward_matmul();
     const TensorId gy = b_.alloc(tok(qw_, d_.act), Category::temporary, "grad.input", l);
-    b_.free(owned);
-    b_.free(s.ow);
+    release(owned, {s.ow});
     weight_grad_cast(p.o, gow, "grad.weight", l);
     // SDPA backward
     TensorId dq = b_.alloc(tok(qw_, d_.act), Category::temporary, "grad.sdpa_q", l);
@@ -412,9 +456,7 @@ class LlamaGenerator final : public StepGenerator {
     b_.free(b_.alloc(sdpa_backward_workspace(static_cast<Bytes>(n_), static_cast<Bytes>(a_),
                                              static_cast<Bytes>(hd_), d_.act),
                      Category::temporary, "grad.sdpa_workspace", l));
-    b_.free(gy);
-    for (TensorId t : {s.k_sdpa, s.q_sdpa, s.v, s.lse, s.attn_o, s.rng_offset, s.rng_seed})
-      b_.free(t);
+    release(gy, {s.k_sdpa, s.q_sdpa, s.v, s.lse, s.attn_o, s.rng_offset, s.rng_seed});
     if (rot_ != d_.act) {
       const TensorId dq32 = b_.alloc(tok(qw_, rot_), Category::temporary, "grad.sdpa_q_fp32", l);
       b_.free(dq);
@@ -424,7 +466,7 @@ class LlamaGenerator final : public StepGenerator {
       dk = dk32;
     }
     const TensorId gk = rotary_backward(dk, kvw_, l, false);
-    const TensorId gq = rotary_backward(dq, qw_, l, l == 0);
+    const TensorId gq = rotary_backward(dq, qw_, l, l == 0 && !recomputed_);
     // v, k, q projections; the gradients of k and q are made contiguous for the views
     const TensorId gin =
         linear_backward(p.v, p.vb, dv, true, s.vw, s.vin, bth(d_.act), kvw_, l, false);
@@ -436,7 +478,7 @@ class LlamaGenerator final : public StepGenerator {
     linear_backward(p.q, p.qb, gqc, true, s.qw, s.qin, bth(d_.act), qw_, l, true);
     if (!casts_inputs_)
       b_.free(s.rms1_out);  // saved by the projections themselves
-    layernorm_backward(p.in_norm, -1, gin, s.x_in, kNone, s.rms1_rstd, l, true);
+    rms_backward(p.in_norm, gin, s.x_in, s.rms1_rstd, l, false, true, l == 0 && recomputed_);
     recomputed_ = false;
   }
 
@@ -476,7 +518,7 @@ class LlamaGenerator final : public StepGenerator {
     lm_head_backward(grad_logits, head_w, head_in, casts_inputs_);
     if (!casts_inputs_)
       b_.free(norm_out);
-    layernorm_backward(norm_, -1, residual_grad_, x, kNone, norm_rstd, -1, false);
+    rms_backward(norm_, residual_grad_, x, norm_rstd, -1, false, false);
     for (int l = m_.layers - 1; l >= 0; --l) {
       LayerState& s = states[static_cast<std::size_t>(l)];
       const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;

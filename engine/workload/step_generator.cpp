@@ -275,8 +275,11 @@ void StepGenerator::after_backward_matmul() {
 void StepGenerator::bias_grad_workspace(Bytes out_features, int layer) {
   if (n_ <= kBiasGradWorkspaceMinTokens)
     return;
+  // the cap is on rows, in blocks of 128: the fewest that hold kBiasGradWorkspaceCap bytes
+  const Bytes row_bytes = out_features * 4;
   const Bytes rows = (static_cast<Bytes>(2 * n_) + 127) / 128 * 128;
-  const Bytes size = std::min(rows * out_features * 4, kBiasGradWorkspaceCap);
+  const Bytes cap_rows = (kBiasGradWorkspaceCap + 128 * row_bytes - 1) / (128 * row_bytes) * 128;
+  const Bytes size = std::min(rows, cap_rows) * row_bytes;
   const TensorId ws = b_.alloc(size, Category::temporary, "cublaslt.bgrad_workspace", layer);
   const TensorId sem =
       b_.alloc(out_features / 32, Category::temporary, "cublaslt.bgrad_sem", layer);

@@ -22,8 +22,9 @@ namespace fragscope::workload::detail {
 inline constexpr Bytes kCublasWorkspace = 32 * kMiB;
 inline constexpr Bytes kCublasLtWorkspace = 1 * kMiB;
 // cuBLASLt's bias-gradient epilogue (BGRADB) asks for a split-K buffer of roundup(2n, 128) rows
-// of fp32 per output feature, capped at 132 MiB; for small token counts it uses none. Fitted
-// exactly on every biased linear backward of the four GPT fixtures.
+// of fp32 per output feature, capped at the fewest multiple-of-128 rows holding 132 MiB; for small
+// token counts it uses none. Fitted exactly on every biased linear backward of the GPT fixtures
+// (3072, 4096, 1024 outputs) and the held-out hidden-1536 recording (4608, 6144, 1536 outputs).
 inline constexpr Bytes kBiasGradWorkspaceCap = 138412032;
 inline constexpr std::int64_t kBiasGradWorkspaceMinTokens = 1024;
 // embedding_dense_backward sorts the indices when there are more than 3072 of them.

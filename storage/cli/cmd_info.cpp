@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
 #include "storage/cli/command.h"
@@ -57,7 +58,10 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
   if (!trace.empty() && trace.front().time_us != 0) {
     out["first_time_us"] = trace.front().time_us;
     out["last_time_us"] = trace.back().time_us;
-    out["duration_s"] = static_cast<double>(trace.back().time_us - trace.front().time_us) / 1e6;
+    // In double: the difference of two hostile times (±2^63) overflows 64-bit integers.
+    out["duration_s"] =
+        (static_cast<double>(trace.back().time_us) - static_cast<double>(trace.front().time_us)) /
+        1e6;
   }
   return out;
 }
@@ -68,8 +72,17 @@ int run_info(const std::vector<std::string>& argv) {
   const std::string& path = args.positional()[0];
   const snapshot::Snapshot snap = snapshot::read_snapshot(path);
   nlohmann::json devices = nlohmann::json::array();
-  for (std::size_t d = 0; d < snap.device_count(); ++d)
-    devices.push_back(device_info(snap, static_cast<int>(d)));
+  for (std::size_t d = 0; d < snap.device_count(); ++d) {
+    try {
+      devices.push_back(device_info(snap, static_cast<int>(d)));
+    } catch (const InputError& e) {
+      // The timeline's errors name the trace entry, not the file: add it, once.
+      const std::string what = e.what();
+      if (what.rfind(path, 0) == 0)
+        throw;
+      throw InputError(path + ": device " + std::to_string(d) + ": " + what);
+    }
+  }
   nlohmann::json info = {
       {"file", path},
       {"format", snap.format == snapshot::SnapshotFormat::v2_0 ? "2.0" : "2.1+"},

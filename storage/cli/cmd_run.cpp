@@ -15,10 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/workload/experiment.h"
+#include "engine/workload/hf_config.h"
 #include "engine/workload/runner.h"
 #include "storage/cli/command.h"
 #include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #include "storage/db/simulated_run.h"
 
@@ -85,14 +87,45 @@ class PointPool {
 };
 
 int run_experiment(const std::vector<std::string>& argv) {
-  std::set<std::string> flags = {"--no-store"},
-                        options = {"--db", "--json", "--threads", "--point"};
+  std::set<std::string> flags = {"--no-store"};
+  std::set<std::string> option_names = {"--db",        "--json",   "--threads",
+                                        "--hf-config", "--device", "--batch-size",
+                                        "--seq-len",   "--steps",  "--point"};
   flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
-  options.insert(kSlurmOptions.begin(), kSlurmOptions.end());
-  const Args args(argv, flags, options);
-  args.expect_positional(1, "one EXPERIMENT.json file");
-  const std::filesystem::path file = args.positional()[0];
-  workload::Experiment experiment = workload::load_experiment(file);
+  option_names.insert(kSlurmOptions.begin(), kSlurmOptions.end());
+  const Args args(argv, flags, option_names);
+  if (args.flag("--slurm") && args.option("--hf-config"))
+    throw UsageError{
+        "--slurm runs an experiment file (the tasks read a copy of it); write the "
+        "--hf-config model into one first"};
+  workload::Experiment experiment;
+  if (const auto hf = args.option("--hf-config")) {
+    // the model of a Hugging Face config.json: on its own, or in place of an experiment's model
+    if (args.positional().size() > 1)
+      throw UsageError{"run --hf-config FILE takes at most one EXPERIMENT.json"};
+    if (args.positional().size() == 1) {
+      for (const char* own : {"--device", "--batch-size", "--seq-len", "--steps"})
+        if (args.option(own))
+          throw UsageError{std::string(own) + " is given by the experiment file; set it there"};
+      experiment = workload::experiment_with_hf_model(args.positional()[0], *hf);
+    } else {
+      workload::HfRunOptions options;
+      options.device = args.option_or("--device", options.device);
+      const auto bounded = [&](const char* name, int fallback) {
+        const auto v = args.uint_option(name);
+        if (v && (*v == 0 || *v > (1U << 20)))
+          throw UsageError{std::string(name) + ": expected 1..1048576"};
+        return v ? static_cast<int>(*v) : fallback;
+      };
+      options.batch_size = bounded("--batch-size", options.batch_size);
+      options.seq_len = bounded("--seq-len", options.seq_len);
+      options.steps = bounded("--steps", options.steps);
+      experiment = workload::experiment_from_hf_config(*hf, options);
+    }
+  } else {
+    args.expect_positional(1, "one EXPERIMENT.json file (or --hf-config FILE)");
+    experiment = workload::load_experiment(args.positional()[0]);
+  }
   if (args.flag("--slurm")) {
     if (args.option("--point") || args.flag("--no-store"))
       throw UsageError{
@@ -142,8 +175,9 @@ int run_experiment(const std::vector<std::string>& argv) {
       const workload::PointResult result = pool.take(i);
       nlohmann::json summary = workload::to_json(result);
       if (store) {
-        if (i == 0)
-          experiment_id = store->create_experiment(experiment.name, experiment.definition);
+        if (i == 0)  // incomplete until the last point is stored (experiment_status.h)
+          experiment_id = storage::begin_experiment(*store, experiment.name, experiment.definition,
+                                                    experiment.points.size());
         summary["run_id"] =
             storage::store_simulated_run(*store, experiment_id, point, result).value;
       }
@@ -152,6 +186,8 @@ int run_experiment(const std::vector<std::string>& argv) {
                 << result.peak_allocated << " B, peak reserved " << result.peak_reserved << " B\n";
       runs.push_back(std::move(summary));
     }
+    if (store && !experiment.points.empty())
+      storage::finish_experiment(*store, experiment_id);
   }
   nlohmann::json out = {{"experiment", experiment.name}, {"runs", runs}};
   if (store)
@@ -163,12 +199,14 @@ int run_experiment(const std::vector<std::string>& argv) {
 }  // namespace
 
 FRAGSCOPE_CLI_COMMAND({"run",
-                       "run EXPERIMENT.json [--db FILE] [--json FILE|-] [--threads N] [--no-store] "
-                       "[--point INDEX]\n  run EXPERIMENT.json --slurm [--out DIR] [--partition P] "
-                       "[--account A] [--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
-                       "Simulate every variant and sweep point of an experiment and store the "
-                       "runs; --slurm submits one Slurm array task per point instead (collect "
-                       "the results with fragscope-cli collect DIR)",
+                       "run EXPERIMENT.json | --hf-config CONFIG.json [EXPERIMENT.json] [--device "
+                       "PRESET] [--batch-size N] [--seq-len N] [--steps N] [--db FILE] [--json "
+                       "FILE|-] [--threads N] [--no-store] [--point INDEX]\n"
+                       "  run EXPERIMENT.json --slurm [--out DIR] [--partition P] [--account A] "
+                       "[--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
+                       "Simulate every variant and sweep point of an experiment (or a Hugging "
+                       "Face config.json's model) and store the runs; --slurm submits one Slurm "
+                       "array task per point instead (collect them with fragscope-cli collect DIR)",
                        run_experiment});
 
 }  // namespace fragscope::cli

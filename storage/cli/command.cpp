@@ -1,5 +1,7 @@
 #include "storage/cli/command.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -93,6 +95,29 @@ void Args::expect_positional(std::size_t count, std::string_view what) const {
   }
 }
 
+namespace {
+
+std::string write_failure(const std::string& target, int error) {
+  if (error == ENOSPC)
+    return target + ": the disk is full; nothing was written";
+  return target + ": write failed" +
+         (error != 0 ? " (" + std::string(std::strerror(error)) + ")" : "");
+}
+
+// Writes `text` into `path` as it is: for what is not a regular file (/dev/null, a FIFO, a
+// terminal), which a rename would replace with a regular file.
+void write_through(const std::string& text, const std::string& path, const std::string& target) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    throw InputError(target + ": cannot open for writing");
+  out << text;
+  out.flush();
+  if (!out)
+    throw InputError(write_failure(target, errno));
+}
+
+}  // namespace
+
 void write_json(const nlohmann::json& value, const std::string& target) {
   const std::string text =
       value.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -100,7 +125,20 @@ void write_json(const nlohmann::json& value, const std::string& target) {
     std::cout << text << std::flush;
     return;
   }
-  const std::filesystem::path final_path(target);
+  std::error_code error;
+  const auto status = std::filesystem::status(target, error);
+  if (!error && status.type() != std::filesystem::file_type::regular &&
+      status.type() != std::filesystem::file_type::not_found) {
+    if (status.type() == std::filesystem::file_type::directory)
+      throw InputError(target + ": is a directory");
+    write_through(text, target, target);
+    return;
+  }
+  // A regular file (or a new one) is replaced atomically: written beside it, then renamed, so a
+  // failure never leaves half a file. Through a symlink, the file it points to is replaced.
+  std::filesystem::path final_path(target);
+  if (std::filesystem::is_symlink(final_path, error))
+    final_path = std::filesystem::weakly_canonical(final_path, error);
   std::filesystem::path temp_path = final_path;
   temp_path += ".partial";
   {
@@ -110,11 +148,17 @@ void write_json(const nlohmann::json& value, const std::string& target) {
     out << text;
     out.flush();
     if (!out) {
-      std::filesystem::remove(temp_path);
-      throw InputError(target + ": write failed");
+      const int saved = errno;
+      std::filesystem::remove(temp_path, error);
+      throw InputError(write_failure(target, saved));
     }
   }
-  std::filesystem::rename(temp_path, final_path);
+  std::error_code rename_error;
+  std::filesystem::rename(temp_path, final_path, rename_error);
+  if (rename_error) {
+    std::filesystem::remove(temp_path, error);
+    throw InputError(target + ": cannot replace the file (" + rename_error.message() + ")");
+  }
 }
 
 }  // namespace fragscope::cli

@@ -51,8 +51,9 @@ class Args {
   std::vector<std::string> positional_;
 };
 
-// Writes `value` to `target` ("-" = stdout) as pretty JSON with a trailing newline. The file is
-// written to a temporary name and renamed, so a failure never leaves half a file behind.
+// Writes `value` to `target` ("-" = stdout) as pretty JSON with a trailing newline. A regular
+// file is written to a temporary name and renamed, so a failure never leaves half a file behind;
+// anything else (/dev/null, a FIFO, a terminal) is written through, never replaced.
 void write_json(const nlohmann::json& value, const std::string& target);
 
 }  // namespace fragscope::cli

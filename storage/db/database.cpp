@@ -1,7 +1,14 @@
 #include "storage/db/database.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
 #include <utility>
 
 namespace fragscope::storage {
@@ -10,14 +17,29 @@ namespace {
 // How long a connection waits for another connection's write lock before reporting "locked".
 constexpr int kBusyTimeoutMs = 5000;
 
-std::string describe(int rc, sqlite3* db) {
+}  // namespace
+
+bool is_disk_full(int rc, int system_errno) {
+  // SQLite says SQLITE_FULL where it writes pages; where it grows the WAL index, syncs, truncates
+  // or creates a journal on a full disk it says "disk I/O error" (SQLITE_IOERR_*) or "cannot
+  // open", and only the OS error tells.
+  // SQLite keeps the last OS error until the next one: it belongs to I/O and open failures only.
+  const int primary = rc & 0xff;
+  return primary == SQLITE_FULL || ((primary == SQLITE_IOERR || primary == SQLITE_CANTOPEN) &&
+                                    (system_errno == ENOSPC || system_errno == EDQUOT));
+}
+
+std::string describe_sqlite_error(int rc, int system_errno, const char* message) {
+  if (is_disk_full(rc, system_errno)) {
+    return (rc & 0xff) != SQLITE_FULL && system_errno == EDQUOT
+               ? "the disk quota is exhausted; the change was rolled back"
+               : "the disk is full; the change was rolled back";
+  }
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
       return "not a database (the file is not SQLite, or it is encrypted)";
     case SQLITE_CORRUPT:
       return "the database file is corrupt (" + std::string(sqlite3_errstr(rc)) + ")";
-    case SQLITE_FULL:
-      return "the disk or the database is full; the change was rolled back";
     case SQLITE_READONLY:
       return "the database is read-only";
     case SQLITE_BUSY:
@@ -27,16 +49,66 @@ std::string describe(int rc, sqlite3* db) {
     case SQLITE_CANTOPEN:
       return "cannot open the database file";
     case SQLITE_IOERR:
-      return "I/O error (" + std::string(sqlite3_errstr(rc)) + ")";
+      return "I/O error (" + std::string(sqlite3_errstr(rc)) +
+             (system_errno > 0 ? ": " + std::string(std::strerror(system_errno)) : "") + ")";
     default:
       break;
   }
-  if (db != nullptr && sqlite3_errcode(db) == rc)
-    return sqlite3_errmsg(db);
+  if (message != nullptr)
+    return message;
   return sqlite3_errstr(rc);
 }
 
+namespace {
+
+std::string describe(int rc, sqlite3* db) {
+  const bool own = db != nullptr && sqlite3_extended_errcode(db) == rc;
+  return describe_sqlite_error(rc, db != nullptr ? sqlite3_system_errno(db) : 0,
+                               own ? sqlite3_errmsg(db) : nullptr);
+}
+
+// The files this process has open, so that one connection can tell whether it is the first
+// (open_store_database checks a file left by a crashed writer only then).
+std::mutex open_files_mutex;
+std::map<std::string, int>& open_files() {
+  static std::map<std::string, int> files;
+  return files;
+}
+
+std::string file_key(const std::string& path) {
+  std::error_code error;
+  const auto canonical = std::filesystem::weakly_canonical(path, error);
+  return error ? path : canonical.string();
+}
+
 }  // namespace
+
+bool left_by_crashed_writer(const std::string& path) {
+  if (path == ":memory:" || path.empty())
+    return false;
+  std::error_code error;
+  const auto wal_size = std::filesystem::file_size(path + "-wal", error);
+  if (error || wal_size == 0)
+    return false;  // the last connection closed cleanly (it checkpoints and removes the WAL)
+  const std::lock_guard lock(open_files_mutex);
+  // Closing any descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+  // included: probe only while no connection of ours has the file open (the mutex keeps it so).
+  if (open_files().count(file_key(path)) != 0)
+    return false;
+  const std::string shm = path + "-shm";
+  const int fd = ::open(shm.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    return true;  // a WAL with content and nobody's WAL index: its writer died
+  // Every live connection holds a read lock on the WAL index's "DMS" byte (offset 128).
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = 128;
+  probe.l_len = 1;
+  const bool probed = ::fcntl(fd, F_GETLK, &probe) == 0;
+  ::close(fd);
+  return probed && probe.l_type == F_UNLCK;
+}
 
 Database::Database(const std::string& path, OpenMode mode) : path_(path) {
   int flags = SQLITE_OPEN_NOMUTEX;  // one thread per connection, see the header
@@ -51,11 +123,18 @@ Database::Database(const std::string& path, OpenMode mode) : path_(path) {
       flags |= SQLITE_OPEN_READONLY;
       break;
   }
+  if (path_ != ":memory:" && !path_.empty()) {
+    // Registered before opening, so left_by_crashed_writer() never probes beside an open.
+    file_key_ = file_key(path_);
+    const std::lock_guard lock(open_files_mutex);
+    ++open_files()[file_key_];
+  }
   const int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string message = describe(rc, db_);
     sqlite3_close_v2(db_);
     db_ = nullptr;
+    unregister();
     throw DatabaseError(path_ + ": " + message);
   }
   sqlite3_extended_result_codes(db_, 1);
@@ -64,6 +143,32 @@ Database::Database(const std::string& path, OpenMode mode) : path_(path) {
 
 Database::~Database() {
   sqlite3_close_v2(db_);
+  unregister();
+}
+
+void Database::unregister() {
+  if (file_key_.empty())
+    return;
+  const std::lock_guard lock(open_files_mutex);
+  if (--open_files()[file_key_] == 0)
+    open_files().erase(file_key_);
+  file_key_.clear();
+}
+
+bool Database::only_connection_in_process() const {
+  if (file_key_.empty())
+    return true;
+  const std::lock_guard lock(open_files_mutex);
+  const auto it = open_files().find(file_key_);
+  return it == open_files().end() || it->second <= 1;
+}
+
+std::size_t Database::open_statements() const {
+  std::size_t count = 0;
+  for (sqlite3_stmt* stmt = sqlite3_next_stmt(db_, nullptr); stmt != nullptr;
+       stmt = sqlite3_next_stmt(db_, stmt))
+    ++count;
+  return count;
 }
 
 void Database::fail(int rc, std::string_view context) const {
@@ -71,7 +176,7 @@ void Database::fail(int rc, std::string_view context) const {
   std::string message = (rc & 0xff) == SQLITE_NOTADB
                             ? path_ + ": " + describe(rc, db_)
                             : path_ + ": " + std::string(context) + ": " + describe(rc, db_);
-  if ((rc & 0xff) == SQLITE_FULL)
+  if (is_disk_full(rc, sqlite3_system_errno(db_)))
     throw DatabaseFullError(message);
   throw DatabaseError(message);
 }
@@ -120,8 +225,14 @@ Statement::Statement(Database& db, std::string_view sql) : db_(&db) {
   if (rc != SQLITE_OK)
     db.fail(rc, "preparing '" + std::string(sql) + "'");
   // A second statement after the first would be silently ignored; refuse it instead.
-  if (tail != nullptr && std::string_view(tail).find_first_not_of(" \t\r\n;") != std::string::npos)
+  if (tail != nullptr &&
+      std::string_view(tail, static_cast<std::size_t>(sql.data() + sql.size() - tail))
+              .find_first_not_of(" \t\r\n;") != std::string::npos) {
+    // The destructor does not run for a constructor that throws: finalize here, or the
+    // connection can never be closed (a leak, and a zombie handle on the file).
+    sqlite3_finalize(std::exchange(stmt_, nullptr));
     throw DatabaseError(db.path() + ": more than one SQL statement in '" + std::string(sql) + "'");
+  }
 }
 
 Statement::~Statement() {

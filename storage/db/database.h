@@ -5,6 +5,7 @@
 //
 // Thread-safety: one Database (and its Statements) belongs to one thread at a time. Concurrent
 // readers and a writer each open their own Database on the same file (WAL mode allows that).
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -63,13 +64,30 @@ class Database {
   bool in_transaction() const;
 
   // Throws the DatabaseError for SQLite result code `rc`, prefixed with the file and `context`.
+  // A full disk (SQLITE_FULL, or any error whose OS cause is ENOSPC) is a DatabaseFullError.
   [[noreturn]] void fail(int rc, std::string_view context) const;
+
+  // Statements prepared on this connection and not yet finalized (tests check for leaks).
+  std::size_t open_statements() const;
+  // True when no other Database in this process has the same file open.
+  bool only_connection_in_process() const;
 
  private:
   friend class Statement;
   sqlite3* db_ = nullptr;
   std::string path_;
+  std::string file_key_;  // the canonical path, for only_connection_in_process()
+  void unregister();
 };
+
+// True when `path` has a write-ahead log with content that no live connection owns: the last
+// writer died (killed, power loss) before it could checkpoint. Call before opening the file.
+bool left_by_crashed_writer(const std::string& path);
+
+// The message for SQLite result code `rc` whose OS error was `system_errno` (0 = none);
+// `message` is SQLite's own text for it, when there is one. Exposed for tests.
+std::string describe_sqlite_error(int rc, int system_errno, const char* message);
+bool is_disk_full(int rc, int system_errno);
 
 // A prepared statement, owned by the caller and short-lived. Bind indices start at 1 (SQLite's
 // convention) while column indices start at 0.

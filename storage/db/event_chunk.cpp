@@ -29,27 +29,28 @@ enum Column : std::size_t {
 };
 
 SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
-  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
-          a.requested + b.requested};
+  return {wrapping_add(a.allocated, b.allocated), wrapping_add(a.reserved, b.reserved),
+          wrapping_add(a.active, b.active), wrapping_add(a.requested, b.requested)};
 }
 
 }  // namespace
 
 SeriesPoint trace_delta(const TraceEvent& event) {
   const auto size = static_cast<std::int64_t>(event.size);
+  const std::int64_t minus = wrapping_neg(size);
   switch (event.action) {
     case TraceAction::alloc:
       return {size, 0, size, size};
     case TraceAction::free_requested:
-      return {-size, 0, 0, 0};
+      return {minus, 0, 0, 0};
     case TraceAction::free_completed:
-      return {0, 0, -size, -size};
+      return {0, 0, minus, minus};
     case TraceAction::segment_alloc:
     case TraceAction::segment_map:
       return {0, size, 0, 0};
     case TraceAction::segment_free:
     case TraceAction::segment_unmap:
-      return {0, -size, 0, 0};
+      return {0, minus, 0, 0};
     case TraceAction::snapshot:
     case TraceAction::oom:
       break;
@@ -87,7 +88,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
     put_signed(columns[kAddress], static_cast<std::int64_t>(event.addr - previous_addr));
     put_varint(columns[kSize], event.size);
     put_signed(columns[kStream], static_cast<std::int64_t>(event.stream.value - previous_stream));
-    put_signed(columns[kTime], event.time_us - previous_time);
+    put_signed(columns[kTime], wrapping_sub(event.time_us, previous_time));
     put_signed(columns[kFrames], static_cast<std::int64_t>(event.frames.value) -
                                      static_cast<std::int64_t>(previous_frames));
     if (has_labels)
@@ -95,10 +96,10 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
     // Only what the trace alone cannot predict is stored: zero for trace-derived series.
     const SeriesPoint predicted = plus(previous, trace_delta(event));
     const SeriesPoint& actual = chunk.series[i];
-    put_signed(columns[kResidualAllocated], actual.allocated - predicted.allocated);
-    put_signed(columns[kResidualReserved], actual.reserved - predicted.reserved);
-    put_signed(columns[kResidualActive], actual.active - predicted.active);
-    put_signed(columns[kResidualRequested], actual.requested - predicted.requested);
+    put_signed(columns[kResidualAllocated], wrapping_sub(actual.allocated, predicted.allocated));
+    put_signed(columns[kResidualReserved], wrapping_sub(actual.reserved, predicted.reserved));
+    put_signed(columns[kResidualActive], wrapping_sub(actual.active, predicted.active));
+    put_signed(columns[kResidualRequested], wrapping_sub(actual.requested, predicted.requested));
     previous_addr = event.addr;
     previous_stream = event.stream.value;
     previous_time = event.time_us;
@@ -207,7 +208,7 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
     event.size = columns[kSize].varint();
     stream += static_cast<std::uint64_t>(columns[kStream].signed_varint());
     event.stream = StreamId{stream};
-    time += columns[kTime].signed_varint();
+    time = wrapping_add(time, columns[kTime].signed_varint());
     event.time_us = time;
     frames += columns[kFrames].signed_varint();
     event.frames = FrameStackId{static_cast<std::uint32_t>(frames)};
@@ -215,10 +216,12 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
       chunk.labels[i] = LabelId{static_cast<std::uint32_t>(columns[kLabel].varint())};
     const SeriesPoint predicted = plus(previous, trace_delta(event));
     SeriesPoint& actual = chunk.series[i];
-    actual.allocated = predicted.allocated + columns[kResidualAllocated].signed_varint();
-    actual.reserved = predicted.reserved + columns[kResidualReserved].signed_varint();
-    actual.active = predicted.active + columns[kResidualActive].signed_varint();
-    actual.requested = predicted.requested + columns[kResidualRequested].signed_varint();
+    actual.allocated =
+        wrapping_add(predicted.allocated, columns[kResidualAllocated].signed_varint());
+    actual.reserved = wrapping_add(predicted.reserved, columns[kResidualReserved].signed_varint());
+    actual.active = wrapping_add(predicted.active, columns[kResidualActive].signed_varint());
+    actual.requested =
+        wrapping_add(predicted.requested, columns[kResidualRequested].signed_varint());
     previous = actual;
   }
   for (const auto& column : columns) {

@@ -16,6 +16,18 @@ inline std::int64_t unzigzag(std::uint64_t value) {
   return static_cast<std::int64_t>(value >> 1) ^ -static_cast<std::int64_t>(value & 1);
 }
 
+// Deltas between stored integers (times, addresses, series) wrap modulo 2^64 instead of
+// overflowing: a hostile trace's time_us of -2^63 and 2^63-1 still encodes and decodes exactly.
+inline std::int64_t wrapping_sub(std::int64_t a, std::int64_t b) {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) - static_cast<std::uint64_t>(b));
+}
+inline std::int64_t wrapping_add(std::int64_t a, std::int64_t b) {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+inline std::int64_t wrapping_neg(std::int64_t a) {
+  return static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(a));
+}
+
 inline void put_varint(std::vector<std::uint8_t>& out, std::uint64_t value) {
   while (value >= 0x80) {
     out.push_back(static_cast<std::uint8_t>(value | 0x80));

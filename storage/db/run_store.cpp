@@ -493,15 +493,15 @@ void RunStore::add_oom_report(RunId run, std::uint64_t event_index, const nlohma
 }
 
 RunRecord RunStore::finish_run(RunId run, RunStatus status, const nlohmann::json& summary,
-                               double wall_seconds) {
+                               double wall_seconds, const CancelToken& cancel) {
   Ingest& ingest = ingest_for(run);
-  abort_on_failure([&] { commit_ingest(ingest, status, summary, wall_seconds); });
+  abort_on_failure([&] { commit_ingest(ingest, status, summary, wall_seconds, cancel); });
   ingest_.reset();
   return this->run(run);
 }
 
 void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
-                             double wall_seconds) {
+                             double wall_seconds, const CancelToken& cancel) {
   const RunId run = ingest.run;
   flush_chunk(ingest);
   ingest.write_pending_chunks(0);
@@ -525,6 +525,7 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
       .bind_int(4, static_cast<std::int64_t>(ingest.event_count()))
       .bind_int(5, run.value);
   update.run();
+  cancel.throw_if_cancelled();
   ingest.transaction.commit();
 }
 

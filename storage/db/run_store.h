@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/cancel.h"
 #include "engine/core/request.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
@@ -194,8 +195,10 @@ class RunStore {
   // Writes what is buffered, sets status, wall time and summary, and commits. Returns the run.
   // If any ingest call throws (disk full, I/O error), the run is rolled back and the store is
   // ready for the next begin_run().
+  // `cancel` is polled once more right before the commit: a cancel seen there rolls the run
+  // back and throws Cancelled; the commit itself is the point of no return.
   RunRecord finish_run(RunId run, RunStatus status, const nlohmann::json& summary = {},
-                       double wall_seconds = 0);
+                       double wall_seconds = 0, const CancelToken& cancel = {});
   // Rolls the run back as if begin_run() had never been called.
   void cancel_run(RunId run);
   bool ingesting() const { return ingest_ != nullptr; }
@@ -261,7 +264,7 @@ class RunStore {
   void abort_on_failure(Work&& work);
   void append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns);
   void commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
-                     double wall_seconds);
+                     double wall_seconds, const CancelToken& cancel);
   void write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
   void write_labels(RunId run, std::span<const RequestLabel> labels);
   void flush_chunk(Ingest& ingest);

@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 4> kMigrations = {
+constexpr std::array<std::string_view, 5> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -145,11 +145,41 @@ CREATE TABLE sweep_tasks(
   PRIMARY KEY (sweep_dir, task)) WITHOUT ROWID;
 CREATE INDEX sweep_tasks_by_run ON sweep_tasks(run_id);
 )sql",
+    // 5: whether an experiment holds all of its points: a run killed (or out of disk) halfway
+    // leaves it 'incomplete', visibly. Experiments written before this version count as complete.
+    R"sql(
+ALTER TABLE experiments ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'
+  CHECK (status IN ('complete', 'incomplete'));
+ALTER TABLE experiments ADD COLUMN expected_points INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 // True when the file holds tables although it was never a FragScope database.
 bool has_foreign_tables(Database& db) {
   return db.query_int("SELECT count(*) FROM sqlite_schema") > 0;
+}
+
+// The last writer died: before writing into the file, make sure its b-trees are sound (a damaged
+// page would otherwise go unnoticed until a read of that run, and new rows would be written
+// into a broken tree).
+void check_after_crash(Database& db) {
+  std::string verdict;
+  try {
+    auto check = db.prepare("PRAGMA quick_check(3)");
+    while (check.step()) {
+      verdict += (verdict.empty() ? "" : "; ") + check.column_text(0);
+    }
+  } catch (const DatabaseFullError&) {
+    throw;
+  } catch (const DatabaseError& e) {
+    verdict = e.what();
+  }
+  if (verdict != "ok") {
+    throw DatabaseError(db.path() + ": the database is damaged (found after an unclean " +
+                        "shutdown: " + verdict.substr(0, 300) + "); nothing was written to it. " +
+                        "Recover what is readable with `sqlite3 " + db.path() +
+                        " .recover | sqlite3 NEW.db`, or restore a backup");
+  }
 }
 
 }  // namespace
@@ -163,7 +193,12 @@ int schema_version(Database& db) {
 }
 
 void migrate_to(Database& db, int target) {
-  for (int version = schema_version(db); version < target; ++version) {
+  const int from = schema_version(db);
+  if (from < 0 || target > latest_schema_version()) {
+    throw DatabaseError(db.path() + ": cannot migrate from schema version " + std::to_string(from) +
+                        " to " + std::to_string(target));
+  }
+  for (int version = from; version < target; ++version) {
     Transaction transaction(db);
     db.exec(kMigrations[static_cast<std::size_t>(version)]);
     if (version == 0)
@@ -181,10 +216,18 @@ std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode 
     if (!parent.empty())
       std::filesystem::create_directories(parent, ignored);
   }
+  const bool unclean = mode != OpenMode::read_only && left_by_crashed_writer(path);
   auto db = std::make_unique<Database>(path, mode);
   // Reading the header first also turns "not a database" into a clear error before any write.
   const int version = schema_version(*db);
   const int latest = latest_schema_version();
+  if (version < 0) {
+    // FragScope never writes a negative version; indexing the migrations with it ran past the
+    // table's start.
+    throw DatabaseError(path + ": schema version " + std::to_string(version) +
+                        " is not one FragScope writes (an SQLite database, but not FragScope's); " +
+                        "the file was not modified");
+  }
   if (version > latest) {
     throw SchemaTooNewError(path + ": database schema version " + std::to_string(version) +
                             " was written by a newer FragScope (this build reads up to version " +
@@ -196,6 +239,8 @@ std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode 
     throw DatabaseError(path + ": an SQLite database, but not FragScope's; the file was not " +
                         "modified");
   }
+  if (unclean && !db->read_only())
+    check_after_crash(*db);
   db->exec("PRAGMA foreign_keys = ON");
   if (db->read_only()) {
     if (version < latest) {

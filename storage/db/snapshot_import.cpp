@@ -1,11 +1,13 @@
 #include "storage/db/snapshot_import.h"
 
+#include "storage/db/recording_stats.h"
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 
 #include "engine/core/error.h"
+#include "engine/core/input_file.h"
 #include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
 
@@ -61,43 +63,6 @@ SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device
   return map;
 }
 
-namespace {
-
-std::string string_field(const nlohmann::json& json, const char* key) {
-  const auto it = json.find(key);
-  return it != json.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-Environment recorded_environment(const nlohmann::json& stats) {
-  Environment environment = Environment::current();
-  environment.torch_version = string_field(stats, "torch");
-  environment.cuda_version = string_field(stats, "cuda");
-  environment.gpu_name = string_field(stats, "device");
-  if (const auto total = stats.find("total_memory");
-      total != stats.end() && total->is_number_unsigned())
-    environment.gpu_memory = total->get<Bytes>();
-  return environment;
-}
-
-void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
-  // What PyTorch itself reported after the run, shown beside FragScope's figures.
-  if (const auto it = stats.find("memory_stats"); it != stats.end() && it->is_object())
-    summary["memory_stats"] = *it;
-  if (const auto it = stats.find("outcome"); it != stats.end())
-    summary["recorded_outcome"] = *it;
-  if (const auto it = stats.find("alloc_conf"); it != stats.end())
-    summary["recorded_alloc_conf"] = *it;
-  // record_torch_traces.py's cap: set_per_process_memory_fraction to exactly cap_gib GiB.
-  const auto params = stats.find("params");
-  if (params != stats.end() && params->is_object()) {
-    const auto cap = params->find("cap_gib");
-    if (cap != params->end() && cap->is_number() && cap->get<double>() > 0)
-      summary["allowed_bytes"] = static_cast<Bytes>(cap->get<double>() * static_cast<double>(kGiB));
-  }
-}
-
-}  // namespace
-
 std::string run_name_for(const std::string& snapshot_path) {
   std::string name = std::filesystem::path(snapshot_path).filename().string();
   for (const std::string suffix : {".pickle.gz", ".pickle", ".pkl.gz", ".pkl"}) {
@@ -109,27 +74,6 @@ std::string run_name_for(const std::string& snapshot_path) {
   return name;
 }
 
-namespace {
-nlohmann::json parse_recording_stats(std::istream& in, const std::string& stats_path) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(stats_path + ": not valid JSON: " + error.what());
-  }
-  if (!json.is_object())
-    throw InputError(stats_path + ": expected a JSON object (the recording's memory_stats)");
-  return json;
-}
-}  // namespace
-
-nlohmann::json read_recording_stats(const std::string& stats_path) {
-  std::ifstream in(stats_path, std::ios::binary);
-  if (!in)
-    throw InputError(stats_path + ": cannot open the stats file");
-  return parse_recording_stats(in, stats_path);
-}
-
 std::string companion_stats_path(const std::string& snapshot_path) {
   return (std::filesystem::path(snapshot_path).parent_path() /
           (run_name_for(snapshot_path) + ".stats.json"))
@@ -138,14 +82,18 @@ std::string companion_stats_path(const std::string& snapshot_path) {
 
 std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path) {
   const std::string stats = companion_stats_path(snapshot_path);
-  std::ifstream in(stats, std::ios::binary);
-  if (!in)
+  std::error_code error;
+  if (!std::filesystem::exists(stats, error))
     return std::nullopt;  // no recording stats beside the snapshot
-  return parse_recording_stats(in, stats);
+  return read_recording_stats(stats);
 }
 
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
-                             const ImportOptions& options) {
+                             const ImportOptions& options, const WorkControl& control) {
+  const auto stage = [&control](std::string_view name, std::uint64_t done, std::uint64_t total) {
+    control.progress.report(name, done, total);
+    control.check();
+  };
   const std::size_t device_count = std::max<std::size_t>(snapshot.device_traces.size(), 1);
   const std::size_t device = options.device.value_or(busiest_device(snapshot));
   if (device >= device_count) {
@@ -156,6 +104,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   const std::vector<TraceEvent>& events =
       device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNoEvents;
 
+  stage("layout", 0, 1);
   const SegmentMap final_state = segment_map_of(snapshot, device);
   const SegmentMap initial = rewind(final_state, events);
 
@@ -165,8 +114,10 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   record.source = options.source;
   if (options.environment)
     record.environment = *options.environment;
-  else if (options.recorded_stats && options.recorded_stats->is_object())
-    record.environment = recorded_environment(*options.recorded_stats);
+  else if (options.recorded_stats && options.recorded_stats->is_object()) {
+    record.environment = Environment::current();
+    apply_recorded_environment(*options.recorded_stats, record.environment);
+  }
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
       conf != snapshot.allocator_settings.end() && conf->is_string())
     record.alloc_config = conf->get<std::string>();
@@ -202,8 +153,10 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     series_info = {{"source", "trace"}, {"layout_error", e.what()}};
   }
 
+  stage("layout", 1, 1);
   const RunId run = store.begin_run(record, initial, start);
   try {
+    stage("stacks", 0, 1);
     std::vector<std::vector<StackFrame>> stacks;
     for (std::size_t id = 1; id < snapshot.frames.stack_count(); ++id) {
       std::vector<StackFrame> stack;
@@ -214,7 +167,20 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     }
     if (!stacks.empty())
       store.set_frame_stacks(run, stacks);
-    store.append_events(run, events, {series, {}});
+    // In slices, so that a cancel is seen within a fraction of a second on a 1M-event trace.
+    constexpr std::size_t kSlice = 1u << 16;
+    if (series.size() != events.size())
+      throw InputError(options.source_file + ": " + std::to_string(series.size()) +
+                       " series samples for " + std::to_string(events.size()) + " events");
+    const std::span<const TraceEvent> all_events(events);
+    const std::span<const SeriesPoint> all_series(series);
+    for (std::size_t first = 0; first < events.size(); first += kSlice) {
+      stage("events", first, events.size());
+      const std::size_t count = std::min(kSlice, events.size() - first);
+      store.append_events(run, all_events.subspan(first, count),
+                          {all_series.subspan(first, count), {}});
+    }
+    stage("ooms", 0, 1);
     for (std::size_t i = 0; i < events.size(); ++i) {
       const TraceEvent& event = events[i];
       if (event.action != TraceAction::oom)
@@ -246,7 +212,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     };
     if (options.recorded_stats && options.recorded_stats->is_object())
       add_recorded_stats(*options.recorded_stats, summary);
-    store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary);
+    stage("commit", 0, 1);
+    store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
+                     control.cancel);
   } catch (...) {
     if (store.ingesting())
       store.cancel_run(run);

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/cancel.h"
 #include "engine/snapshot/snapshot.h"
+#include "storage/db/recording_stats.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::storage {
@@ -28,9 +30,6 @@ struct ImportOptions {
   std::optional<nlohmann::json> recorded_stats;
 };
 
-// A recording's stats file (NAME.stats.json, or any file given for it): an InputError naming the
-// file when it cannot be read or is not a JSON object.
-nlohmann::json read_recording_stats(const std::string& stats_path);
 // Where the stats of a snapshot file lie: NAME.stats.json beside NAME.pickle[.gz] / .pkl[.gz].
 std::string companion_stats_path(const std::string& snapshot_path);
 // read_recording_stats of the companion file; nullopt when there is none.
@@ -54,7 +53,10 @@ SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device
 // Stores one device of `snapshot` as an imported run, in one transaction: on any error nothing
 // is written. An unknown device is an InputError. The series are PyTorch's exact counters
 // (snapshot::build_timeline); summary["series"] records how they were obtained.
+// `control` is polled at every stage ("layout", "stacks", "events", "ooms", "commit") and reported
+// to; a cancel seen at any of them, up to the last poll right before the commit, rolls the run
+// back and throws fragscope::Cancelled. Once committed, the import has happened.
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
-                             const ImportOptions& options);
+                             const ImportOptions& options, const WorkControl& control = {});
 
 }  // namespace fragscope::storage

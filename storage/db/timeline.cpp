@@ -23,17 +23,18 @@ SeriesPoint series_min(const SeriesPoint& a, const SeriesPoint& b) {
 
 void put_series(std::vector<std::uint8_t>& out, const SeriesPoint& value,
                 const SeriesPoint& previous) {
-  put_signed(out, value.allocated - previous.allocated);
-  put_signed(out, value.reserved - previous.reserved);
-  put_signed(out, value.active - previous.active);
-  put_signed(out, value.requested - previous.requested);
+  put_signed(out, wrapping_sub(value.allocated, previous.allocated));
+  put_signed(out, wrapping_sub(value.reserved, previous.reserved));
+  put_signed(out, wrapping_sub(value.active, previous.active));
+  put_signed(out, wrapping_sub(value.requested, previous.requested));
 }
 SeriesPoint get_series(ByteReader& in, const SeriesPoint& previous, std::uint8_t format) {
   SeriesPoint value;
-  value.allocated = previous.allocated + in.signed_varint();
-  value.reserved = previous.reserved + in.signed_varint();
-  value.active = previous.active + in.signed_varint();
-  value.requested = format >= 2 ? previous.requested + in.signed_varint() : value.active;
+  value.allocated = wrapping_add(previous.allocated, in.signed_varint());
+  value.reserved = wrapping_add(previous.reserved, in.signed_varint());
+  value.active = wrapping_add(previous.active, in.signed_varint());
+  value.requested =
+      format >= 2 ? wrapping_add(previous.requested, in.signed_varint()) : value.active;
   return value;
 }
 
@@ -69,8 +70,8 @@ std::vector<std::uint8_t> encode_buckets(std::span<const TimelineBucket> buckets
   for (const auto& bucket : buckets) {
     put_varint(raw, bucket.first_event - previous.end_event);
     put_varint(raw, bucket.end_event - bucket.first_event);
-    put_signed(raw, bucket.t0_us - previous.t1_us);
-    put_signed(raw, bucket.t1_us - bucket.t0_us);
+    put_signed(raw, wrapping_sub(bucket.t0_us, previous.t1_us));
+    put_signed(raw, wrapping_sub(bucket.t1_us, bucket.t0_us));
     put_series(raw, bucket.max, previous.max);
     put_series(raw, bucket.min, previous.min);
     previous = bucket;
@@ -105,8 +106,8 @@ std::vector<TimelineBucket> decode_buckets(std::span<const std::uint8_t> blob,
     TimelineBucket bucket;
     bucket.first_event = previous.end_event + in.varint();
     bucket.end_event = bucket.first_event + in.varint();
-    bucket.t0_us = previous.t1_us + in.signed_varint();
-    bucket.t1_us = bucket.t0_us + in.signed_varint();
+    bucket.t0_us = wrapping_add(previous.t1_us, in.signed_varint());
+    bucket.t1_us = wrapping_add(bucket.t0_us, in.signed_varint());
     bucket.max = get_series(in, previous.max, format);
     bucket.min = get_series(in, previous.min, format);
     buckets.push_back(bucket);

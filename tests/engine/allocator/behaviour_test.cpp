@@ -112,11 +112,11 @@ TEST(Devices, SimulatedDeviceReusesFreedRangesAndFailsAtCapacity) {
   const auto a = device.allocate_segment(20_MiB);
   const auto b = device.allocate_segment(20_MiB);
   ASSERT_TRUE(a && b);
-  EXPECT_EQ(*a, SimulatedDevice::kSegmentBase);
-  EXPECT_EQ(*b, *a + 20_MiB);
+  EXPECT_EQ(*a, SimulatedDevice::kSegmentBase - 20_MiB);  // top down, as cudaMalloc
+  EXPECT_EQ(*b, *a - 20_MiB);
   device.free_segment(*a, 20_MiB);
-  const auto c = device.allocate_segment(10_MiB);  // first fit: the freed range
-  EXPECT_EQ(c, a);
+  const auto c = device.allocate_segment(10_MiB);  // the freed range, from its top
+  EXPECT_EQ(*c, *a + 10_MiB);
   EXPECT_FALSE(device.allocate_segment(80_MiB).has_value());
   EXPECT_EQ(device.free_memory(), 70_MiB);
   EXPECT_EQ(device.calls().segment_alloc_failures, 1u);

@@ -15,8 +15,8 @@
 namespace fragscope::workload {
 namespace {
 
-const std::string kTurn2 =
-    std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/fixtures/torch-2.11-h200-turn2";
+const std::string kFixtureRoot = std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/fixtures/";
+const std::string kTurn2 = kFixtureRoot + "torch-2.11-h200-turn2";
 
 const Experiment& calibration() {
   static const Experiment experiment = load_experiment(
@@ -24,15 +24,34 @@ const Experiment& calibration() {
   return experiment;
 }
 
+const Experiment& gpt_references() {
+  static const Experiment experiment =
+      load_experiment(std::string(FRAGSCOPE_SOURCE_DIR) +
+                      "/experiments/calibration-torch-2.11-h200-gpt-turn2.json");
+  return experiment;
+}
+
 const ExperimentPoint& point(const std::string& name) {
-  for (const ExperimentPoint& p : calibration().points)
-    if (p.name == name)
-      return p;
+  for (const Experiment* e : {&calibration(), &gpt_references()})
+    for (const ExperimentPoint& p : e->points)
+      if (p.name == name)
+        return p;
   throw std::runtime_error("no point " + name);
 }
 
+// The recordings of record2.py (turn2) and of record3.py (turn3, held out: other shapes, GQA
+// ratios, checkpointing, tied embeddings, max_split_size_mb).
+std::string fixture(const std::string& name) {
+  for (const char* dir : {"torch-2.11-h200-turn2/", "torch-2.11-h200-turn3/"}) {
+    const std::string path = kFixtureRoot + dir + name;
+    if (std::ifstream(path + ".stats.json"))
+      return path;
+  }
+  throw std::runtime_error("no recording " + name);
+}
+
 nlohmann::json real_stats(const std::string& name) {
-  std::ifstream in(kTurn2 + "/" + name + ".stats.json");
+  std::ifstream in(fixture(name) + ".stats.json");
   return nlohmann::json::parse(in);
 }
 
@@ -59,7 +78,10 @@ TEST_P(CalibrationTurn2, PeaksMatchRealMemoryStats) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchFixturesTurn2, CalibrationTurn2,
-                         testing::Values("llama_l8_h1024_varlen"));
+                         testing::Values("llama_l8_h1024_varlen", "llama_l6_h1024_gqa2_tied_varlen",
+                                         "llama_l16_h2048_bs4_t1024_split128",
+                                         "llama_l12_h1536_t2048_ckpt", "gpt_nocompile_reference",
+                                         "gpt_l6_h1536_t1024_bs4_nocompile"));
 
 // The point's micro-batch shapes are the recording's own.
 TEST(CalibrationTurn2Llama, MicroBatchesAreTheRecordings) {

@@ -2,6 +2,13 @@
 // this test checks that what it computes is the physical story of workload-model.md §7.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/snapshot/snapshot.h"
+
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
 
@@ -12,6 +19,13 @@ const Experiment& case_study() {
   static const Experiment experiment = load_experiment(
       std::string(FRAGSCOPE_SOURCE_DIR) + "/experiments/case-study-1.2b-a100-40gb.json");
   return experiment;
+}
+
+const Training& run_point_config(const std::string& name) {
+  for (const ExperimentPoint& p : case_study().points)
+    if (p.name == name)
+      return p.workload.training;
+  throw std::runtime_error("no variant " + name);
 }
 
 PointResult run(const std::string& name) {
@@ -46,6 +60,99 @@ TEST(CaseStudy, Bs8FitsBs16OomsMitigatedFitsMuchLower) {
   EXPECT_NEAR(static_cast<double>(mitigated.peak_allocated) / 26.47e9, 1.0, 0.03);
   // recompute and accumulation cost time
   EXPECT_GT(mitigated.estimated_step_time_ratio, 1.1);
+}
+
+const std::string kTurn2 =
+    std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/fixtures/torch-2.11-h200-turn2";
+
+// allocated and reserved bytes when the recorded OOM happened, and the failing request's size,
+// summed from the recorded trace (history from torch.cuda.init()).
+struct RecordedOomState {
+  Bytes allocated = 0, reserved = 0, request = 0;
+};
+RecordedOomState recorded_oom(const std::string& pickle) {
+  const snapshot::Snapshot snap = snapshot::read_snapshot(pickle);
+  RecordedOomState s;
+  std::unordered_map<std::uint64_t, Bytes> live;
+  for (const TraceEvent& e : snap.device_traces.at(0)) {
+    switch (e.action) {
+      case TraceAction::alloc:
+        live[e.addr] = e.size;
+        s.allocated += e.size;
+        break;
+      case TraceAction::free_completed:
+        s.allocated -= live[e.addr];
+        live.erase(e.addr);
+        break;
+      case TraceAction::segment_alloc:
+        s.reserved += e.size;
+        break;
+      case TraceAction::segment_free:
+        s.reserved -= e.size;
+        break;
+      case TraceAction::oom:
+        s.request = e.size;
+        return s;
+      default:
+        break;
+    }
+  }
+  return s;
+}
+
+// Fixed length 1024, batch 16: a capacity OOM — what is allocated plus the request exceeds the
+// device, whatever the layout.
+TEST(CaseStudyStories, FixedLengthBatch16IsACapacityOom) {
+  const PointResult bs16 = run("baseline-bs16");
+  ASSERT_TRUE(bs16.oom);
+  ASSERT_TRUE(bs16.oom_info.has_value());
+  const alloc::OutOfMemory& oom = bs16.oom_info->oom;
+  const Bytes capacity = case_study().points.at(0).device.capacity;
+  EXPECT_GT(oom.allocated + oom.rounded_size, capacity);
+}
+
+// Variable lengths, batch 6: a fragmentation OOM at the recorded step, asking the recorded size,
+// with the recorded allocated bytes and about the recorded reserved-but-unallocated bytes
+// (cs_varlen_bs6_default: 1.82 GiB asked, 36.07 GiB allocated, 1.93 GiB reserved but unallocated).
+TEST(CaseStudyStories, VariableLengthBatch6IsAFragmentationOomAsRecorded) {
+  const RecordedOomState real = recorded_oom(kTurn2 + "/cs_varlen_bs6_default.pickle.gz");
+  ASSERT_GT(real.request, 0U);
+  std::ifstream in(kTurn2 + "/cs_varlen_bs6_default.stats.json");
+  const nlohmann::json stats = nlohmann::json::parse(in);
+  const PointResult r = run("varlen-bs6");
+  ASSERT_TRUE(r.oom);
+  ASSERT_TRUE(r.oom_info.has_value());
+  const alloc::OutOfMemory& oom = r.oom_info->oom;
+  EXPECT_EQ(oom.rounded_size, real.request);
+  // the recording completed every step before the failing one (steps are 0-based)
+  std::size_t completed = 0;
+  for (const nlohmann::json& s : stats["steps"])
+    completed = std::max<std::size_t>(completed, s["step"].get<std::size_t>() + 1);
+  EXPECT_EQ(static_cast<std::size_t>(r.oom_step), completed);
+  EXPECT_NEAR(static_cast<double>(oom.allocated) / static_cast<double>(real.allocated), 1.0, 0.01);
+  const double real_unallocated = static_cast<double>(real.reserved - real.allocated);
+  const double unallocated = static_cast<double>(oom.reserved - oom.allocated);
+  EXPECT_NEAR(unallocated / real_unallocated, 1.0, 0.1);
+  // fragmentation, not capacity: without the holes it would have fitted
+  const Bytes capacity = case_study().points.at(0).device.capacity;
+  EXPECT_LE(oom.allocated + oom.rounded_size, capacity);
+  EXPECT_GE(oom.reserved - oom.allocated, oom.rounded_size);
+  // the lengths are the recording's
+  const std::vector<MicroBatch> shapes = micro_batches(run_point_config("varlen-bs6"));
+  for (std::size_t i = 0; i < stats["micro_batches"].size(); ++i)
+    EXPECT_EQ(shapes.at(i).seq_len, stats["micro_batches"][i]["seq_len"].get<int>()) << i;
+  std::cout << "varlen-bs6: OOM at step " << r.oom_step << " asking " << oom.rounded_size
+            << " B with " << oom.allocated << " B allocated (recorded " << real.allocated << "), "
+            << oom.reserved - oom.allocated << " B reserved but unallocated (recorded "
+            << real.reserved - real.allocated << ")\n";
+}
+
+// What the GPU showed for the same workload: expandable segments fit, max_split_size_mb:128 still
+// fails, batch 5 fits.
+TEST(CaseStudyStories, MitigationsOfTheFragmentationOom) {
+  EXPECT_FALSE(run("varlen-bs6-expandable").oom);
+  EXPECT_TRUE(run("varlen-bs6-split128").oom);
+  EXPECT_FALSE(run("varlen-bs5").oom);
 }
 
 }  // namespace

@@ -1,0 +1,854 @@
+#pragma once
+// CachingAllocator::Impl: every decision of the model (spec §3-§7, §13), over the state in
+// allocator_state.h. Internal to engine/allocator: caching_allocator.cpp holds the public shell,
+// allocator_seed.cpp the mid-run seeding, allocator_invariants.cpp the checker.
+#include <algorithm>
+#include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory_resource>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "engine/allocator/allocator_state.h"
+#include "engine/allocator/caching_allocator.h"
+#include "engine/allocator/summary.h"
+
+namespace fragscope::alloc {
+namespace detail {
+
+inline StatType stat_type(PoolKind pool) {
+  return pool == PoolKind::small ? StatType::small_pool : StatType::large_pool;
+}
+
+inline void increase(StatArray& stat, PoolKind pool, std::int64_t amount) {
+  stat[StatType::aggregate].increase(amount);
+  stat[stat_type(pool)].increase(amount);
+}
+
+inline void decrease(StatArray& stat, PoolKind pool, std::int64_t amount) {
+  stat[StatType::aggregate].decrease(amount);
+  stat[stat_type(pool)].decrease(amount);
+}
+
+inline std::int64_t to_signed(Bytes bytes) {
+  return static_cast<std::int64_t>(bytes);
+}
+
+inline std::string hex_address(std::uint64_t address) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, address);
+  return buffer;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+struct CachingAllocator::Impl : AllocatorState {
+  Impl(AllocatorConfig c, Device& d, EventSink* s) : AllocatorState(std::move(c), d, s) {
+    stats.max_split_size =
+        config.max_split_size == kUnlimited ? -1 : static_cast<std::int64_t>(config.max_split_size);
+    if (config.per_process_memory_fraction && *config.per_process_memory_fraction < 1.0)
+      allowed = static_cast<Bytes>(*config.per_process_memory_fraction *
+                                   static_cast<double>(device.total_memory()));
+  }
+
+  bool gc_enabled() const { return allowed && config.garbage_collection_threshold > 0.0; }
+  Bytes max_split() const { return config.max_split_size; }
+
+  void emit(TraceAction action, std::uint64_t addr, Bytes size, std::uint64_t stream) {
+    if (sink)
+      sink->on_event(TraceEvent{action, addr, size, StreamId{stream}, 0, FrameStackId{}});
+  }
+
+  Block* new_block() {
+    if (spare_blocks.empty()) {
+      constexpr std::size_t kChunk = 1024;
+      block_chunks.push_back(std::make_unique<Block[]>(kChunk));
+      Block* chunk = block_chunks.back().get();
+      for (std::size_t i = kChunk; i > 0; --i)
+        spare_blocks.push_back(&chunk[i - 1]);
+    }
+    Block* block = spare_blocks.back();
+    spare_blocks.pop_back();
+    return block;
+  }
+
+  void delete_block(Block* block) {
+    std::vector<std::uint64_t> uses = std::move(block->stream_uses);
+    uses.clear();
+    *block = Block{};
+    block->stream_uses = std::move(uses);  // keep the capacity for the next user
+    spare_blocks.push_back(block);
+  }
+
+  // --- process_events / synchronize ---------------------------------------------------------
+
+  void process_events() {
+    insert_events_deferred_until_no_capture();
+    for (auto it = events.begin(); it != events.end();) {
+      auto& queue = it->second;
+      while (!queue.empty() && queue.front()->events_ready) {
+        Block* block = queue.front();
+        queue.pop_front();
+        if (--block->event_count == 0)
+          free_block(block);
+      }
+      it = queue.empty() ? events.erase(it) : std::next(it);
+    }
+  }
+
+  // Waits for the outstanding events (of one private pool's blocks, or all) and frees blocks.
+  void synchronize_and_free_events(const PrivatePool* only = nullptr) {
+    ++stats.num_sync_all_streams;
+    insert_events_deferred_until_no_capture();
+    for (auto it = events.begin(); it != events.end();) {
+      auto& queue = it->second;
+      for (auto e = queue.begin(); e != queue.end();) {
+        Block* block = *e;
+        if (only && block->owner != only) {
+          ++e;
+          continue;
+        }
+        e = queue.erase(e);
+        if (--block->event_count == 0)
+          free_block(block);
+      }
+      it = queue.empty() ? events.erase(it) : std::next(it);
+    }
+  }
+
+  // Frees deferred during a capture: the streams recorded during the capture are done once the
+  // graph is; events are recorded for the others (none: freed now).
+  void insert_events_deferred_until_no_capture() {
+    if (deferred_blocks.empty())
+      return;
+    auto deferred = std::move(deferred_blocks);
+    deferred_blocks.clear();
+    for (auto& [block, capture_uses] : deferred) {
+      std::erase_if(block->stream_uses, [&](std::uint64_t s) {
+        return std::find(capture_uses.begin(), capture_uses.end(), s) != capture_uses.end();
+      });
+      insert_events(block);
+      if (block->event_count == 0)
+        free_block(block);
+    }
+  }
+
+  void insert_events(Block* block) {
+    for (std::uint64_t use : block->stream_uses) {
+      ++block->event_count;
+      events[use].push_back(block);
+    }
+    block->stream_uses.clear();
+  }
+
+  // --- search ---------------------------------------------------------------------------------
+
+  static Bytes expandable_size(const Block* b) {
+    return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+  }
+
+  Block* get_free_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    if (gc_enabled())
+      ++pool.get_free_blocks_call_count;
+    auto it = pool.blocks.lower_bound(SizeKey{stream, size, 0});
+    if (it == pool.blocks.end() || (*it)->stream != stream)
+      return nullptr;
+    if ((*it)->segment->expandable) {
+      // Best fit counts a block next to the unmapped tail as the size it can grow to.
+      auto next = std::next(it);
+      while ((*it)->segment->expandable && next != pool.blocks.end() && (*next)->stream == stream &&
+             expandable_size(*next) < expandable_size(*it)) {
+        it = next++;
+      }
+    }
+    const Bytes candidate = (*it)->size;
+    if (size < max_split() && candidate >= max_split())
+      return nullptr;
+    if (size >= max_split() && candidate >= size + config.max_non_split_rounding_size)
+      return nullptr;
+    Block* block = *it;
+    pool.blocks.erase(it);
+    return block;
+  }
+
+  bool should_split(const Block* block, Bytes size, bool expandable) const {
+    if (block->owner && block->owner->options.no_split)
+      return false;
+    if (expandable == config.expandable_segments)
+      return alloc::should_split(block->size, size, block->pool, config);
+    // Expandable segments are off for this request's pool (custom allocator, use_on_oom).
+    const Bytes remaining = block->size - size;
+    if (block->pool == PoolKind::small)
+      return remaining >= kMinBlockSize;
+    return size < max_split() && remaining > kSmallSize;
+  }
+
+  // --- new memory -----------------------------------------------------------------------------
+
+  bool expandable_active(const BlockPool& pool) const {
+    return config.expandable_segments && !(pool.owner && pool.owner->options.custom_allocator);
+  }
+
+  Block* alloc_block(BlockPool& pool, std::uint64_t stream, Bytes size, Bytes alloc_size,
+                     bool is_retry) {
+    const PoolKind kind = pool.kind;
+    if (is_retry)
+      ++stats.num_alloc_retries;
+    if (allowed && total_allocated + alloc_size > *allowed)
+      return nullptr;
+    if (expandable_active(pool)) {
+      Block* block = try_allocate_expandable_block(pool, stream, size);
+      if (block && pool.owner)
+        ++pool.owner->cuda_malloc_count;
+      return block;
+    }
+    auto address = device.allocate_segment(alloc_size);
+    if (!address)
+      return nullptr;
+    if (pool.owner)
+      ++pool.owner->cuda_malloc_count;
+    total_allocated += alloc_size;
+    auto segment = std::make_unique<Segment>();
+    segment->base = *address;
+    segment->size = alloc_size;
+    segment->stream = stream;
+    segment->pool = kind;
+    segment->owner = pool.owner;
+    Block* block = new_block();
+    block->ptr = *address;
+    block->size = alloc_size;
+    block->stream = stream;
+    block->pool = kind;
+    block->owner = pool.owner;
+    block->segment = segment.get();
+    segment->head = block;
+    segments.emplace(*address, std::move(segment));
+    increase(stats.segment, kind, 1);
+    increase(stats.reserved_bytes, kind, to_signed(alloc_size));
+    if (alloc_size >= max_split())
+      stats.oversize_segments.increase(1);
+    ++stats.num_device_alloc;
+    emit(TraceAction::segment_alloc, *address, alloc_size, stream);
+    return block;
+  }
+
+  static bool allocatable(const Block* b) {
+    return b != nullptr && !b->allocated && b->event_count == 0 && b->stream_uses.empty();
+  }
+
+  Block* find_expandable_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    const PoolKind kind = pool.kind;
+    auto has_room = [size](const Block* b) {
+      Bytes bytes = 0;
+      while (bytes < size && allocatable(b)) {
+        bytes += b->size;
+        b = b->next;
+      }
+      return bytes >= size;
+    };
+    for (auto it = pool.unmapped.lower_bound(AddressKey{stream, 0});
+         it != pool.unmapped.end() && (*it)->stream == stream; ++it) {
+      Block* candidate = *it;
+      if (allocatable(candidate->prev))
+        candidate = candidate->prev;
+      if (has_room(candidate))
+        return candidate;
+    }
+    // A new reservation of ~1.125 x the device, in pages of the pool's page size.
+    const Bytes page = kind == PoolKind::small ? kSmallBuffer : config.large_segment_size;
+    const Bytes total = device.total_memory();
+    const Bytes pages = (total + total / 8 + page - 1) / page;
+    const Bytes bytes = pages * page;
+    auto address = device.reserve_address_space(bytes, page);
+    if (!address)
+      return nullptr;
+    auto segment = std::make_unique<Segment>();
+    segment->base = *address;
+    segment->size = bytes;
+    segment->stream = stream;
+    segment->pool = kind;
+    segment->owner = pool.owner;
+    segment->expandable = true;
+    segment->page_size = page;
+    Block* block = new_block();
+    block->ptr = *address;
+    block->size = bytes;
+    block->stream = stream;
+    block->pool = kind;
+    block->owner = pool.owner;
+    block->mapped = false;
+    block->segment = segment.get();
+    segment->head = block;
+    segments.emplace(*address, std::move(segment));
+    pool.unmapped.insert(block);
+    return block;
+  }
+
+  // Merges `src` into `dst` if it is a free neighbour of the same mapped-ness (spec §4).
+  Bytes try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+    if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() ||
+        dst->mapped != src->mapped)
+      return 0;
+    if (dst->prev == src) {
+      dst->ptr = src->ptr;
+      dst->prev = src->prev;
+      if (dst->prev)
+        dst->prev->next = dst;
+      else
+        dst->segment->head = dst;
+    } else {
+      dst->next = src->next;
+      if (dst->next)
+        dst->next->prev = dst;
+    }
+    const Bytes subsumed = src->size;
+    dst->size += subsumed;
+    if (src->mapped)
+      pool.blocks.erase(src);
+    else
+      pool.unmapped.erase(src);
+    delete_block(src);
+    return subsumed;
+  }
+
+  bool map_block(Block* to_map, Bytes size) {
+    Segment& segment = *to_map->segment;
+    const Bytes page = segment.page_size;
+    const Bytes offset = to_map->ptr - segment.base;
+    const Bytes first_page = offset / page;
+    const Bytes end_page = (offset + size + page - 1) / page;
+    const std::uint64_t mapped_ptr = segment.base + first_page * page;
+    const Bytes mapped_size = (end_page - first_page) * page;
+    if (!device.map_pages(mapped_ptr, mapped_size))
+      return false;
+    BlockPool& pool = home(to_map);
+    pool.unmapped.erase(to_map);
+    to_map->mapped = true;
+    if (mapped_size < to_map->size) {
+      Block* remaining = new_block();
+      remaining->ptr = to_map->ptr + mapped_size;
+      remaining->size = to_map->size - mapped_size;
+      remaining->stream = to_map->stream;
+      remaining->pool = to_map->pool;
+      remaining->owner = to_map->owner;
+      remaining->segment = to_map->segment;
+      remaining->mapped = false;
+      remaining->prev = to_map;
+      remaining->next = to_map->next;
+      if (remaining->next)
+        remaining->next->prev = remaining;
+      to_map->next = remaining;
+      pool.unmapped.insert(remaining);
+      to_map->size = mapped_size;
+    }
+    try_merge_blocks(to_map, to_map->prev, pool);
+    try_merge_blocks(to_map, to_map->next, pool);
+    pool.insert(to_map);
+    total_allocated += mapped_size;
+    increase(stats.reserved_bytes, to_map->pool, to_signed(mapped_size));
+    ++stats.num_device_alloc;
+    emit(TraceAction::segment_map, mapped_ptr, mapped_size, to_map->stream);
+    return true;
+  }
+
+  Block* try_allocate_expandable_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    Block* candidate = find_expandable_block(pool, stream, size);
+    if (!candidate)
+      return nullptr;
+    if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size)))
+      return nullptr;
+    while (candidate->size < size) {
+      Block* next = candidate->next;
+      if (!map_block(next, std::min(size - candidate->size, next->size)))
+        return nullptr;
+      candidate = next;
+    }
+    pool.blocks.erase(candidate);
+    return candidate;
+  }
+
+  // --- releasing memory -----------------------------------------------------------------------
+
+  void release_block(Block* block) {
+    if (block->segment->expandable || block->is_split())
+      throw std::logic_error("caching allocator: release_block of a split or expandable block");
+    BlockPool& pool = home(block);
+    pool.blocks.erase(block);
+    if (block->owner)
+      --block->owner->cuda_malloc_count;
+    ++stats.num_device_free;
+    emit(TraceAction::segment_free, block->ptr, block->size, block->stream);
+    device.free_segment(block->ptr, block->size);
+    total_allocated -= block->size;
+    decrease(stats.segment, block->pool, 1);
+    decrease(stats.reserved_bytes, block->pool, to_signed(block->size));
+    if (block->size >= max_split())
+      stats.oversize_segments.decrease(1);
+    segments.erase(block->ptr);
+    delete_block(block);
+  }
+
+  void unmap_block(Block* block) {
+    Segment& segment = *block->segment;
+    const Bytes page = segment.page_size;
+    const Bytes start = block->ptr - segment.base;
+    const Bytes end = start + block->size;
+    const Bytes first_page = (start + page - 1) / page;
+    const Bytes end_page = end / page;
+    if (first_page >= end_page)
+      return;
+    const std::uint64_t unmapped_ptr = segment.base + first_page * page;
+    const Bytes unmapped_size = (end_page - first_page) * page;
+    device.unmap_pages(unmapped_ptr, unmapped_size);
+    BlockPool& pool = home(block);
+    pool.blocks.erase(block);
+    const Bytes before_size = unmapped_ptr - block->ptr;
+    if (before_size > 0) {
+      Block* before = new_block();
+      before->ptr = block->ptr;
+      before->size = before_size;
+      before->stream = block->stream;
+      before->pool = block->pool;
+      before->owner = block->owner;
+      before->segment = block->segment;
+      before->prev = block->prev;
+      before->next = block;
+      if (before->prev)
+        before->prev->next = before;
+      else
+        segment.head = before;
+      block->prev = before;
+      pool.insert(before);
+    }
+    const Bytes after_size = block->size - (before_size + unmapped_size);
+    if (after_size > 0) {
+      Block* after = new_block();
+      after->ptr = unmapped_ptr + unmapped_size;
+      after->size = after_size;
+      after->stream = block->stream;
+      after->pool = block->pool;
+      after->owner = block->owner;
+      after->segment = block->segment;
+      after->prev = block;
+      after->next = block->next;
+      if (after->next)
+        after->next->prev = after;
+      block->next = after;
+      pool.insert(after);
+    }
+    block->ptr = unmapped_ptr;
+    block->size = unmapped_size;
+    block->mapped = false;
+    try_merge_blocks(block, block->prev, pool);
+    try_merge_blocks(block, block->next, pool);
+    pool.unmapped.insert(block);
+    total_allocated -= unmapped_size;
+    decrease(stats.reserved_bytes, block->pool, to_signed(unmapped_size));
+    if (block->owner)
+      --block->owner->cuda_malloc_count;
+    ++stats.num_device_free;
+    emit(TraceAction::segment_unmap, unmapped_ptr, unmapped_size, block->stream);
+  }
+
+  void release_expandable_segment(Block* block) {
+    Segment* segment = block->segment;
+    home(block).unmapped.erase(block);
+    device.release_address_space(segment->base, segment->size);
+    segments.erase(segment->base);
+    delete_block(block);
+  }
+
+  void release_blocks(BlockPool& pool) {
+    std::vector<Block*> to_unmap;
+    for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+      Block* block = *it;
+      ++it;
+      if (block->segment->expandable)
+        to_unmap.push_back(block);
+      else if (!block->is_split())
+        release_block(block);
+    }
+    for (Block* block : to_unmap) {
+      unmap_block(block);
+      if (!block->mapped && !block->is_split())
+        release_expandable_segment(block);
+    }
+  }
+
+  // release_cached_blocks(mempool_id): for the default id, and no capture underway, every
+  // event is waited for and the default pools' unsplit segments are returned; then the freeable
+  // private pools (or only the given one) return theirs, small pool first, and a pool left with
+  // no device memory is deleted.
+  void release_cached_blocks(MempoolId only = {}) {
+    if (only.is_default() && captures_underway.empty()) {
+      synchronize_and_free_events();
+      release_blocks(pool_of(PoolKind::large));
+      release_blocks(pool_of(PoolKind::small));
+    }
+    for (const auto& [id, pool] : graph_pools_freeable.in_order()) {
+      if (!only.is_default()) {
+        if (id != only)
+          continue;
+        synchronize_and_free_events(pool);
+      }
+      release_blocks(pool->pools[static_cast<std::size_t>(PoolKind::small)]);
+      release_blocks(pool->pools[static_cast<std::size_t>(PoolKind::large)]);
+      if (pool->cuda_malloc_count == 0) {
+        graph_pools_freeable.erase(id);
+        use_on_oom_pools.erase(id);
+        graph_pools.erase(id);
+      }
+    }
+  }
+
+  bool release_available_cached_blocks(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    if (max_split() == kUnlimited)
+      return false;
+    const Bytes key_size = std::max(size, max_split());
+    auto it = pool.blocks.lower_bound(SizeKey{stream, key_size, 0});
+    if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->segment->expandable) {
+      // No single block is large enough: release oversize blocks, largest first.
+      if (it == pool.blocks.begin())
+        return false;
+      Bytes released = 0;
+      --it;
+      while (released < key_size && (*it)->size >= max_split() && (*it)->stream == stream) {
+        auto current = it;
+        const bool is_first = current == pool.blocks.begin();
+        if (!is_first)
+          --it;
+        if (!(*current)->segment->expandable) {
+          released += (*current)->size;
+          release_block(*current);
+        }
+        if (is_first)
+          break;
+      }
+      return released >= key_size;
+    }
+    release_block(*it);
+    return true;
+  }
+
+  void garbage_collect_cached_blocks() {
+    const auto gc_limit =
+        static_cast<Bytes>(config.garbage_collection_threshold * static_cast<double>(*allowed));
+    if (total_allocated <= gc_limit)
+      return;
+    const Bytes target = total_allocated - gc_limit;
+    BlockPool& large = pool_of(PoolKind::large);
+    Bytes reclaimed = 0;
+    std::uint64_t total_age = 0;
+    std::int64_t freeable = 0;
+    for (const Block* block : large.blocks) {
+      if (!block->is_split()) {
+        total_age += large.get_free_blocks_call_count - block->gc_count_base;
+        ++freeable;
+      }
+    }
+    if (freeable == 0)
+      return;
+    bool freed = true;
+    while (reclaimed < target && freed && freeable > 0) {
+      const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
+      freed = false;
+      for (auto it = large.blocks.begin(); it != large.blocks.end();) {
+        Block* block = *it;
+        ++it;
+        const std::uint64_t age = large.get_free_blocks_call_count - block->gc_count_base;
+        if (!block->is_split() && !block->segment->expandable &&
+            static_cast<double>(age) >= age_threshold) {
+          freed = true;
+          reclaimed += block->size;
+          total_age -= age;
+          --freeable;
+          release_block(block);
+        }
+      }
+    }
+  }
+
+  // --- handing out and taking back ------------------------------------------------------------
+
+  Block* alloc_found_block(Block* block, Bytes requested, Bytes size, bool split) {
+    BlockPool& pool = home(block);
+    const bool already_split = block->is_split();
+    const bool expandable = block->segment->expandable;
+    const PoolKind kind = block->pool;
+    if (split) {
+      Block* remaining = block;
+      block = new_block();
+      block->ptr = remaining->ptr;
+      block->size = size;
+      block->stream = remaining->stream;
+      block->pool = kind;
+      block->owner = remaining->owner;
+      block->segment = remaining->segment;
+      block->prev = remaining->prev;
+      if (block->prev)
+        block->prev->next = block;
+      else
+        block->segment->head = block;
+      block->next = remaining;
+      remaining->prev = block;
+      remaining->ptr += size;
+      remaining->size -= size;
+      pool.insert(remaining);
+      if (already_split && !expandable) {
+        decrease(stats.inactive_split_bytes, kind, to_signed(block->size));
+      } else if (!expandable) {
+        increase(stats.inactive_split_bytes, kind, to_signed(remaining->size));
+        increase(stats.inactive_split, kind, 1);
+      }
+    } else if (already_split && !expandable) {
+      decrease(stats.inactive_split_bytes, kind, to_signed(block->size));
+      decrease(stats.inactive_split, kind, 1);
+    }
+    block->allocated = true;
+    block->requested_size = requested;
+    active.insert_or_assign(block->ptr, block);
+    emit(TraceAction::alloc, block->ptr, requested, block->stream);
+    increase(stats.allocation, kind, 1);
+    increase(stats.allocated_bytes, kind, to_signed(block->size));
+    increase(stats.active, kind, 1);
+    increase(stats.active_bytes, kind, to_signed(block->size));
+    increase(stats.requested_bytes, kind, to_signed(requested));
+    if (block->size >= max_split())
+      stats.oversize_allocations.increase(1);
+    return block;
+  }
+
+  void free_block(Block* block) {
+    emit(TraceAction::free_completed, block->ptr, block->requested_size, block->stream);
+    const Bytes original_size = block->size;
+    const Bytes requested = block->requested_size;
+    const PoolKind kind = block->pool;
+    BlockPool& pool = home(block);
+    active.erase(block->ptr);
+    block->events_ready = false;
+    std::int64_t net_blocks = 0;
+    std::int64_t net_bytes = 0;
+    const std::array<Block*, 2> neighbours = {block->prev, block->next};
+    for (Block* neighbour : neighbours) {
+      const Bytes subsumed = try_merge_blocks(block, neighbour, pool);
+      if (subsumed > 0) {
+        net_blocks -= 1;
+        net_bytes -= to_signed(subsumed);
+      }
+    }
+    pool.insert(block);
+    if (block->is_split()) {
+      net_blocks += 1;
+      net_bytes += to_signed(block->size);
+    }
+    if (!block->segment->expandable) {
+      if (net_blocks > 0)
+        increase(stats.inactive_split, kind, net_blocks);
+      else if (net_blocks < 0)
+        decrease(stats.inactive_split, kind, -net_blocks);
+      if (net_bytes > 0)
+        increase(stats.inactive_split_bytes, kind, net_bytes);
+      else if (net_bytes < 0)
+        decrease(stats.inactive_split_bytes, kind, -net_bytes);
+    }
+    decrease(stats.active, kind, 1);
+    decrease(stats.active_bytes, kind, to_signed(original_size));
+    decrease(stats.requested_bytes, kind, to_signed(requested));
+  }
+
+  MallocResult malloc(Bytes requested, std::uint64_t stream) {
+    MallocResult result;
+    if (requested == 0)
+      return result;
+    if (requested >= kOneExbibyte) {
+      OutOfMemory oom;
+      oom.requested = requested;
+      oom.stream = StreamId{stream};
+      oom.message = std::string(kOomMoreThan1EB);
+      result.oom = std::move(oom);
+      return result;
+    }
+    // During a capture event queries are illegal: pending frees wait until it ends.
+    if (captures_underway.empty())
+      process_events();
+    const Bytes size = round_size(requested, config);
+    BlockPool& pool = select_pool(*this, size, stream);
+    const Bytes alloc_size = allocation_size(size, config);
+    bool expandable = expandable_active(pool);
+
+    Block* block = get_free_block(pool, stream, size);
+    if (!block) {
+      if (gc_enabled())
+        garbage_collect_cached_blocks();
+      block = alloc_block(pool, stream, size, alloc_size, false);
+      if (!block && !pool.owner) {
+        block = try_mempool_fallback(stream, size);
+        expandable = expandable && !block;
+      }
+      if (!block && release_available_cached_blocks(pool, stream, size))
+        block = alloc_block(pool, stream, size, alloc_size, false);
+      if (!block && captures_underway.empty()) {
+        release_cached_blocks();
+        block = alloc_block(pool, stream, size, alloc_size, true);
+      }
+    }
+    if (!block) {
+      OutOfMemory oom;
+      oom.requested = requested;
+      oom.rounded_size = size;
+      oom.segment_size = alloc_size;
+      oom.allocated = static_cast<Bytes>(stats.allocated_bytes[StatType::aggregate].current);
+      oom.reserved = static_cast<Bytes>(stats.reserved_bytes[StatType::aggregate].current);
+      oom.allowed = allowed;
+      oom.device_total = device.total_memory();
+      oom.device_free = device.free_memory();
+      oom.stream = StreamId{stream};
+      emit(TraceAction::oom, oom.device_free, size, stream);
+      ++stats.num_ooms;
+      OomMessageInputs text;
+      text.device = 0;
+      text.tried_to_allocate = alloc_size;
+      text.total_capacity = oom.device_total;
+      text.device_free = oom.device_free;
+      if (auto in_use = device.process_memory_in_use())
+        text.processes.push_back(GpuProcessMemory{0, *in_use, true});
+      text.allowed = allowed;
+      text.allocated = oom.allocated;
+      text.reserved = oom.reserved;
+      text.private_pool_free = private_pool_free_bytes(*this);
+      oom.message = oom_message(text);
+      result.oom = std::move(oom);
+      return result;
+    }
+    const bool split = should_split(block, size, expandable);
+    result.address = alloc_found_block(block, requested, size, split)->ptr;
+    return result;
+  }
+
+  // use_on_oom MemPools, in id order: their cached blocks (no new segments) serve a request the
+  // default pool could not.
+  Block* try_mempool_fallback(std::uint64_t stream, Bytes size) {
+    for (const MempoolId& id : use_on_oom_pools) {
+      PrivatePool& pool = *graph_pools.at(id);
+      if (pool.use_count <= 0)
+        continue;  // PyTorch would assert: a freeable pool cannot be re-entered
+      const auto kind = static_cast<std::size_t>(pool_for(size));
+      if (Block* block = get_free_block(pool.pools[kind], stream, size))
+        return block;
+    }
+    return nullptr;
+  }
+
+  Block* find_active(std::uint64_t address, const char* what) {
+    Block* const* found = address == 0 ? nullptr : active.find(address);
+    if (!found)
+      throw InvalidPointerError(std::string(what) +
+                                ": invalid device pointer: " + hex_address(address));
+    return *found;
+  }
+
+  void free(std::uint64_t address) {
+    if (address == 0)
+      return;
+    Block* block = find_active(address, "free");
+    if (!block->allocated)
+      throw InvalidPointerError("free: invalid device pointer: " + hex_address(address) +
+                                " (already freed, waiting for stream events)");
+    block->allocated = false;
+    decrease(stats.allocation, block->pool, 1);
+    decrease(stats.allocated_bytes, block->pool, to_signed(block->size));
+    emit(TraceAction::free_requested, block->ptr, block->requested_size, block->stream);
+    if (block->size >= max_split())
+      stats.oversize_allocations.decrease(1);
+    auto capture_uses = capture_stream_uses.extract(block);
+    if (!block->stream_uses.empty()) {
+      if (!captures_underway.empty()) {
+        deferred_blocks.emplace_back(
+            block, capture_uses ? std::move(capture_uses.mapped()) : std::vector<std::uint64_t>{});
+      } else {
+        insert_events(block);
+      }
+    } else {
+      free_block(block);
+    }
+  }
+
+  void record_stream(std::uint64_t address, std::uint64_t stream) {
+    Block* block = find_active(address, "record_stream");
+    if (!block->allocated)
+      throw InvalidPointerError("record_stream: invalid device pointer: " + hex_address(address) +
+                                " (already freed)");
+    if (stream == block->stream)
+      return;
+    if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+        block->stream_uses.end())
+      block->stream_uses.push_back(stream);
+    if (!captures_underway.empty()) {
+      auto& uses = capture_stream_uses[block];
+      if (std::find(uses.begin(), uses.end(), stream) == uses.end())
+        uses.push_back(stream);
+    }
+  }
+
+  void mark_events_ready(std::uint64_t address) {
+    Block* block = find_active(address, "mark_events_ready");
+    // A block whose free waits for a capture to end has no events yet; they inherit the flag.
+    if (block->allocated || (block->event_count == 0 && block->stream_uses.empty()))
+      throw InvalidPointerError("mark_events_ready: " + hex_address(address) +
+                                " is not a block waiting for stream events");
+    block->events_ready = true;
+  }
+
+  // --- inspection -----------------------------------------------------------------------------
+
+  static BlockState state_of(const Block* b) {
+    if (b->allocated)
+      return BlockState::active_allocated;
+    if (b->event_count > 0 || !b->stream_uses.empty())  // or deferred until a capture ends
+      return BlockState::active_pending_free;
+    return BlockState::inactive;
+  }
+
+  std::vector<SegmentInfo> snapshot() const {
+    std::vector<SegmentInfo> out;
+    for (const auto& [base, segment] : segments) {
+      SegmentInfo* current = nullptr;
+      for (const Block* b = segment->head; b; b = b->next) {
+        if (!b->mapped) {
+          current = nullptr;
+          continue;
+        }
+        if (!current) {
+          out.emplace_back();
+          current = &out.back();
+          current->address = b->ptr;
+          current->stream = StreamId{segment->stream};
+          current->pool = segment->pool;
+          current->pool_id = segment->owner ? segment->owner->id : MempoolId{};
+          current->is_expandable = segment->expandable;
+        }
+        const BlockState state = state_of(b);
+        current->blocks.push_back(BlockInfo{b->ptr, b->size, b->requested_size, state});
+        current->total_size += b->size;
+        if (state == BlockState::active_allocated)
+          current->allocated_size += b->size;
+        if (state != BlockState::inactive) {
+          current->active_size += b->size;
+          current->requested_size += b->requested_size;
+        }
+      }
+    }
+    return out;
+  }
+
+  std::vector<std::uint64_t> seed(const std::vector<SeedSegment>& seeds);  // mid-run traces
+};
+
+}  // namespace fragscope::alloc

@@ -1,0 +1,468 @@
+#include "engine/replay/pool_inference.h"
+
+#include <algorithm>
+
+namespace fragscope::replay {
+namespace {
+
+bool inside(std::uint64_t address, std::uint64_t base, Bytes size) {
+  return address >= base && address < base + size;
+}
+
+}  // namespace
+
+PoolRouter::PoolRouter(PoolInferenceSettings settings)
+    : settings_(std::move(settings)),
+      simulated_(settings_.capacity.value_or(alloc::kUnlimited), settings_.total_memory),
+      device_(settings_.recorded_segments, simulated_),
+      model_(settings_.config, device_, &recorder_) {
+  if (settings_.allowed_memory)
+    model_.set_allowed_memory(settings_.allowed_memory);
+}
+
+PoolRouter::~PoolRouter() = default;
+
+// --- what the pass knows and learns -------------------------------------------------------------
+
+bool PoolRouter::known(std::size_t segment_index) const {
+  return final_pool_.contains(segment_index) ||
+         settings_.hints.segment_pool.contains(segment_index);
+}
+
+MempoolId PoolRouter::invented_pool(std::uint64_t stream) const {
+  // A capture cannot run on the legacy default stream: a pool used there is a MemPool, which
+  // PyTorch 2.11 numbers (0,n); graph pools are (n,0). One made-up pool per family.
+  const bool mem_pool = stream == 0;
+  for (const PoolHints* hints : {revised_ ? &*revised_ : nullptr, &settings_.hints}) {
+    if (!hints)
+      continue;
+    for (const auto& [index, id] : hints->segment_pool)
+      if ((id.first == 0) == mem_pool)
+        return id;
+  }
+  std::set<MempoolId> used;
+  for (const SegmentPool& segment : settings_.final_segments)
+    used.insert(segment.pool);
+  MempoolId id = mem_pool ? MempoolId{0, 1} : MempoolId{1, 0};
+  while (used.contains(id)) {
+    if (mem_pool)
+      ++id.second;
+    else
+      ++id.first;
+  }
+  return id;
+}
+
+void PoolRouter::learn_private(std::size_t segment_index, std::uint64_t stream) {
+  if (known(segment_index))
+    return;
+  if (!revised_)
+    revised_ = settings_.hints;
+  if (!revised_->segment_pool.contains(segment_index))
+    revised_->segment_pool[segment_index] = invented_pool(stream);
+}
+
+void PoolRouter::learn_no_split(MempoolId pool) {
+  if (!revised_)
+    revised_ = settings_.hints;
+  revised_->no_split.insert(pool);
+}
+
+std::uint64_t PoolRouter::segment_base(std::uint64_t address) const {
+  auto it = live_segments_.upper_bound(address);
+  if (it == live_segments_.begin() ||
+      !inside(address, std::prev(it)->first, std::prev(it)->second.size))
+    return 0;
+  return std::prev(it)->first;
+}
+
+// --- requests -----------------------------------------------------------------------------------
+
+void PoolRouter::push(RequestStream& out, RequestOp op, MempoolId pool, std::uint64_t stream,
+                      Bytes size) {
+  Request r{};
+  r.op = op;
+  r.stream = StreamId{stream};
+  r.size = size;
+  r.pool = out.pool_index(pool);
+  out.requests.push_back(r);
+  ++summary_.pool_requests;
+}
+
+void PoolRouter::end_context(MempoolId pool, RequestStream& out) {
+  if (!open_.erase(pool))
+    return;
+  // endAllocateToPool + releasePool, as a warm-up / use_mem_pool context ends.
+  push(out, RequestOp::pool_end, pool);
+  push(out, RequestOp::pool_release, pool);
+  after_entry(out);
+}
+
+void PoolRouter::route(std::uint64_t stream, MempoolId pool, RequestStream& out) {
+  // Contexts that would catch this stream for another pool end first.
+  std::vector<MempoolId> catching;
+  for (const auto& [id, context] : open_)
+    if (id != pool && (!context.stream || *context.stream == stream))
+      catching.push_back(id);
+  for (const MempoolId& id : catching)
+    end_context(id, out);
+  if (pool.is_default())
+    return;
+  auto open = open_.find(pool);
+  if (open != open_.end()) {
+    if (!open->second.stream || *open->second.stream == stream)
+      return;
+    // The pool serves a second stream: one context for every stream (use_mem_pool).
+    end_context(pool, out);
+    std::vector<MempoolId> all_streams;
+    for (const auto& [id, context] : open_)
+      if (!context.stream)
+        all_streams.push_back(id);
+    for (const MempoolId& id : all_streams)
+      end_context(id, out);
+    push(out, RequestOp::pool_begin, pool, stream, 1);
+    open_[pool] = Context{std::nullopt};
+    after_entry(out);
+    return;
+  }
+  if (!owned_.contains(pool)) {
+    // The owner's reference (the graph, the MemPool object), held until a release is seen.
+    push(out, RequestOp::pool_create, pool);
+    out.pools[out.requests.back().pool].no_split = settings_.hints.no_split.contains(pool);
+    owned_[pool] = true;
+    summary_.pools.push_back(pool);
+  }
+  push(out, RequestOp::pool_begin, pool, stream, 0);
+  open_[pool] = Context{stream};
+  after_entry(out);
+}
+
+MempoolId PoolRouter::pool_of_new_segment(std::size_t index, Bytes request, std::uint64_t stream) {
+  std::optional<MempoolId> decided;
+  if (auto it = final_pool_.find(index); it != final_pool_.end())
+    decided = it->second;
+  else if (auto hint = settings_.hints.segment_pool.find(index);
+           hint != settings_.hints.segment_pool.end())
+    decided = hint->second;
+  if (decided) {
+    // The recording opened a segment, so that pool had no block for the request: a block the
+    // model would take instead sits in a segment of another pool, or the pool never splits.
+    if (auto block = model_.cached_block(*decided, request, StreamId{stream})) {
+      if (const std::uint64_t base = segment_base(*block); base != 0) {
+        const LiveSegment& other = live_segments_.at(base);
+        if (!known(other.index))
+          learn_private(other.index, other.stream);
+        else if (!decided->is_default() && !split_seen_.contains(*decided))
+          learn_no_split(*decided);
+      }
+    }
+    return *decided;
+  }
+  // Freed before the end: the first pool that could not have served the request from its
+  // cache: the one this stream allocates to now, then the default pools, then the others.
+  std::vector<MempoolId> candidates;
+  for (const auto& [id, context] : open_)
+    if (!context.stream || *context.stream == stream)
+      candidates.push_back(id);
+  // A side stream that joined a capture (it waited on the capturing stream) allocates from the
+  // capture's pool too; the legacy default stream cannot join one.
+  if (stream != 0) {
+    for (const auto& [id, context] : open_)
+      if (context.stream && *context.stream != 0 && *context.stream != stream)
+        candidates.push_back(id);
+  }
+  candidates.push_back(MempoolId{});
+  for (const MempoolId& id : model_.private_pools())
+    if (owned_[id] && std::find(candidates.begin(), candidates.end(), id) == candidates.end())
+      candidates.push_back(id);
+  for (const MempoolId& id : candidates)
+    if (!model_.cached_block(id, request, StreamId{stream}))
+      return id;
+  // A private pool that never split a block would have had nothing to offer: no_split.
+  for (const MempoolId& id : candidates) {
+    if (!id.is_default() && !split_seen_.contains(id) && !settings_.hints.no_split.contains(id)) {
+      learn_no_split(id);
+      return id;
+    }
+  }
+  // Every pool would have reused memory: a pool nothing else shows.
+  return invented_pool(stream);
+}
+
+bool PoolRouter::is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const {
+  return segment_frees_inside_malloc(
+      trace, first_free, settings_.capacity.has_value() || settings_.allowed_memory.has_value());
+}
+
+void PoolRouter::prepare(const std::vector<TraceEvent>& trace) {
+  trace_ = &trace;
+  // The final snapshot's pools belong to the segments alive at the end: the last segment_alloc
+  // at each address, with no segment_free after it.
+  std::map<std::uint64_t, std::size_t> last_alloc;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::segment_alloc)
+      last_alloc[trace[i].addr] = i;
+    else if (trace[i].action == TraceAction::segment_free)
+      last_alloc.erase(trace[i].addr);
+  }
+  for (const SegmentPool& segment : settings_.final_segments) {
+    auto it = last_alloc.find(segment.address);
+    if (it != last_alloc.end() && trace[it->second].size == segment.size)
+      final_pool_[it->second] = segment.pool;
+  }
+}
+
+void PoolRouter::before_entry(const std::vector<TraceEvent>& trace, std::size_t index,
+                              RequestStream& out) {
+  if (trace_ != &trace)
+    prepare(trace);
+  const TraceEvent& e = trace[index];
+  expected_address_.reset();
+  switch (e.action) {
+    case TraceAction::alloc: {
+      MempoolId pool;
+      std::uint64_t base = segment_base(e.addr);
+      if (index > 0 && trace[index - 1].action == TraceAction::segment_alloc &&
+          trace[index - 1].addr == base) {
+        pool = pool_of_new_segment(index - 1, e.size, e.stream.value);
+        live_segments_.at(base).pool = pool;
+      } else if (base != 0) {
+        pool = live_segments_.at(base).pool;
+        if (e.addr != base || live_allocs_[base] > 0)
+          split_seen_.insert(pool);
+      }
+      if (base != 0)
+        ++live_allocs_[base];
+      route(e.stream.value, pool, out);
+      if (!pool.is_default())
+        ++summary_.private_allocations;
+      expected_address_ = e.addr;
+      break;
+    }
+    case TraceAction::free_requested:
+      if (const std::uint64_t base = segment_base(e.addr); base != 0 && live_allocs_[base] > 0)
+        --live_allocs_[base];
+      break;
+    case TraceAction::free_completed:
+      // A free completed by a malloc's event processing: no capture was underway then.
+      if (index == 0 || trace[index - 1].action != TraceAction::free_requested ||
+          trace[index - 1].addr != e.addr) {
+        while (!open_.empty())
+          end_context(open_.begin()->first, out);
+      }
+      break;
+    case TraceAction::oom: {
+      // A pool with a block for the request would have served it.
+      MempoolId pool;
+      for (const auto& [id, context] : open_)
+        if (!context.stream || *context.stream == e.stream.value)
+          pool = id;
+      if (auto block = model_.cached_block(pool, e.size, e.stream)) {
+        if (const std::uint64_t base = segment_base(*block); base != 0)
+          learn_private(live_segments_.at(base).index, live_segments_.at(base).stream);
+      }
+      break;
+    }
+    case TraceAction::segment_alloc:
+      live_segments_[e.addr] = LiveSegment{e.size, MempoolId{}, index, e.stream.value};
+      live_allocs_[e.addr] = 0;
+      break;
+    case TraceAction::segment_free: {
+      const bool burst_start = index == 0 || trace[index - 1].action != TraceAction::segment_free;
+      if (burst_start && !is_oom_path(trace, index))
+        infer_empty_cache(trace, index, out);
+      if (auto it = live_segments_.find(e.addr); it != live_segments_.end())
+        freed_segments_[e.addr] = it->second;
+      live_segments_.erase(e.addr);
+      live_allocs_.erase(e.addr);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void PoolRouter::infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
+                                   RequestStream& out) {
+  // Pools whose segments it returns were released before it; when it returns default-pool
+  // segments no capture was underway.
+  bool releases_default = false;
+  std::vector<MempoolId> released;
+  burst_.clear();
+  burst_order_.clear();
+  for (std::size_t i = index; i < trace.size() && trace[i].action == TraceAction::segment_free;
+       ++i) {
+    burst_.insert(trace[i].addr);
+    burst_order_.push_back(trace[i].addr);
+    auto it = live_segments_.find(trace[i].addr);
+    const MempoolId pool = it == live_segments_.end() ? MempoolId{} : it->second.pool;
+    if (pool.is_default())
+      releases_default = true;
+    else if (std::find(released.begin(), released.end(), pool) == released.end())
+      released.push_back(pool);
+  }
+  for (const MempoolId& pool : released)
+    end_context(pool, out);
+  if (releases_default) {
+    while (!open_.empty())
+      end_context(open_.begin()->first, out);
+  }
+  for (const MempoolId& pool : released) {
+    if (owned_[pool]) {
+      push(out, RequestOp::pool_release, pool);
+      owned_[pool] = false;
+    }
+  }
+  if (releases_default) {
+    Request r{};
+    r.op = RequestOp::empty_cache;
+    out.requests.push_back(r);
+  } else {
+    // Only private pools gave memory back: that pool's own empty_cache (MemPool's destructor).
+    for (const MempoolId& pool : released)
+      push(out, RequestOp::pool_empty_cache, pool);
+  }
+  ++summary_.empty_cache_requests;
+}
+
+// --- the lockstep model -------------------------------------------------------------------------
+
+void PoolRouter::check_malloc(std::uint64_t model_address) {
+  // The model took another block than the recording: one of the two segments is in another pool
+  // than assumed (or the pool never splits).
+  const std::uint64_t recorded = segment_base(*expected_address_);
+  const std::uint64_t taken = segment_base(model_address);
+  if (taken != 0 && !known(live_segments_.at(taken).index)) {
+    learn_private(live_segments_.at(taken).index, live_segments_.at(taken).stream);
+  } else if (recorded != 0 && !known(live_segments_.at(recorded).index)) {
+    learn_private(live_segments_.at(recorded).index, live_segments_.at(recorded).stream);
+  } else if (recorded != 0) {
+    const MempoolId pool = live_segments_.at(recorded).pool;
+    if (!pool.is_default() && !split_seen_.contains(pool) &&
+        !settings_.hints.no_split.contains(pool))
+      learn_no_split(pool);
+  }
+}
+
+void PoolRouter::check_empty_cache(std::size_t events_before) {
+  // The model returned a segment the recording kept: the recorded ones were a private pool's.
+  bool extra = false;
+  for (std::size_t i = events_before; i < recorder_.events().size(); ++i) {
+    const TraceEvent& e = recorder_.events()[i];
+    if (e.action == TraceAction::segment_free && !burst_.contains(e.addr))
+      extra = true;
+  }
+  if (extra) {
+    for (std::uint64_t address : burst_) {
+      if (auto it = live_segments_.find(address); it != live_segments_.end())
+        learn_private(it->second.index, it->second.stream);
+    }
+    return;
+  }
+  // One call returns the default pools' segments before any private pool's: a segment returned
+  // after a private pool's one is private too.
+  bool after_private = false;
+  for (std::uint64_t address : burst_order_) {
+    const LiveSegment* segment = nullptr;
+    if (auto it = live_segments_.find(address); it != live_segments_.end())
+      segment = &it->second;
+    else if (auto freed = freed_segments_.find(address); freed != freed_segments_.end())
+      segment = &freed->second;
+    if (!segment)
+      continue;
+    if (!segment->pool.is_default())
+      after_private = true;
+    else if (after_private)
+      learn_private(segment->index, segment->stream);
+  }
+}
+
+void PoolRouter::after_entry(const RequestStream& out) {
+  while (applied_ < out.requests.size())
+    apply(out.requests[applied_++], out);
+}
+
+void PoolRouter::apply(const Request& r, const RequestStream& stream) {
+  const std::uint64_t tensor = r.tensor.value;
+  switch (r.op) {
+    case RequestOp::malloc: {
+      alloc::MallocResult got = model_.malloc(r.size, r.stream);
+      if (got.ok() && got.address != 0)
+        address_of_[tensor] = got.address;
+      if (got.ok() && expected_address_ && got.address != *expected_address_)
+        check_malloc(got.address);
+      expected_address_.reset();
+      break;
+    }
+    case RequestOp::free: {
+      auto it = address_of_.find(tensor);
+      if (it == address_of_.end())
+        break;
+      const std::uint64_t address = it->second;
+      address_of_.erase(it);
+      model_.free(address);
+      if (model_.block_state(address) == BlockState::active_pending_free)
+        pending_[tensor] = address;
+      break;
+    }
+    case RequestOp::record_stream:
+      if (auto it = address_of_.find(tensor); it != address_of_.end())
+        model_.record_stream(it->second, r.stream);
+      break;
+    case RequestOp::events_ready:
+      if (auto it = pending_.find(tensor); it != pending_.end()) {
+        if (model_.block_state(it->second) == BlockState::active_pending_free)
+          model_.mark_events_ready(it->second);
+        pending_.erase(it);
+      }
+      break;
+    case RequestOp::empty_cache: {
+      const std::size_t before = recorder_.events().size();
+      model_.empty_cache();
+      check_empty_cache(before);
+      break;
+    }
+    case RequestOp::pool_create: {
+      const RequestPool& pool = stream.pools.at(r.pool);
+      model_.create_pool(pool.id, alloc::PoolOptions{pool.use_on_oom, pool.no_split, false});
+      break;
+    }
+    case RequestOp::pool_begin: {
+      std::optional<StreamId> filter;
+      if (r.size == 0)
+        filter = r.stream;
+      model_.begin_allocate_to_pool(stream.pools.at(r.pool).id, filter);
+      break;
+    }
+    case RequestOp::pool_end:
+      model_.end_allocate_to_pool(stream.pools.at(r.pool).id);
+      break;
+    case RequestOp::pool_release:
+      model_.release_pool(stream.pools.at(r.pool).id);
+      break;
+    case RequestOp::pool_empty_cache: {
+      const std::size_t before = recorder_.events().size();
+      model_.empty_cache(stream.pools.at(r.pool).id);
+      check_empty_cache(before);
+      break;
+    }
+    case RequestOp::step_begin:
+    case RequestOp::reset_peak:
+      break;
+  }
+}
+
+bool segment_frees_inside_malloc(const std::vector<TraceEvent>& trace, std::size_t first_free,
+                                 bool memory_capped) {
+  // Frees inside a malloc (release_available_cached_blocks, the OOM retry) come right before
+  // that malloc's new segment or its oom entry, and only when memory is capped.
+  if (!memory_capped)
+    return false;
+  std::size_t i = first_free;
+  while (i < trace.size() && trace[i].action == TraceAction::segment_free)
+    ++i;
+  return i < trace.size() &&
+         (trace[i].action == TraceAction::segment_alloc || trace[i].action == TraceAction::oom);
+}
+
+}  // namespace fragscope::replay

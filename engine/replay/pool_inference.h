@@ -1,0 +1,135 @@
+#pragma once
+// Which pool each recorded allocation used. PyTorch's trace entries carry no pool id (2.11), so
+// a replay of a recording with CUDA graphs or MemPools infers the pool requests the program made
+// (beginAllocateToPool / endAllocateToPool / releasePool, empty_cache) from what the recording
+// shows: the segment an allocation landed in, the final snapshot's `segment_pool_id` of every
+// segment still alive, the stream, and, for a segment opened and freed within the trace, which
+// pools could not have served the request (the model is run in lockstep to ask). The inference
+// is checked by the replay itself: every segment event must then match.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/allocator/caching_allocator.h"
+#include "engine/allocator/config.h"
+#include "engine/allocator/device.h"
+#include "engine/core/mempool_id.h"
+#include "engine/core/request.h"
+#include "engine/core/trace.h"
+
+namespace fragscope::replay {
+
+// A segment of the final snapshot and the pool it belongs to (`segment_pool_id`).
+struct SegmentPool {
+  std::uint64_t address = 0;
+  Bytes size = 0;
+  MempoolId pool;
+};
+
+// What an earlier pass learned: segments (by the trace index of their segment_alloc) that belong
+// to a private pool although nothing at the end shows it, and pools that never split blocks
+// (MemPool(no_split=True)).
+struct PoolHints {
+  std::map<std::size_t, MempoolId> segment_pool;
+  std::set<MempoolId> no_split;
+  friend bool operator==(const PoolHints&, const PoolHints&) = default;
+};
+
+struct PoolInferenceSettings {
+  alloc::AllocatorConfig config;
+  Bytes total_memory = 0;
+  std::optional<Bytes> capacity;
+  std::optional<Bytes> allowed_memory;
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
+  std::vector<SegmentPool> final_segments;
+  PoolHints hints;
+};
+
+struct PoolInferenceSummary {
+  std::size_t private_allocations = 0;   // allocations routed to a private pool
+  std::size_t pool_requests = 0;         // pool_* requests inserted
+  std::size_t empty_cache_requests = 0;  // empty_cache calls inferred from segment_free bursts
+  std::size_t passes = 1;                // inference passes (each adds what the last learned)
+  std::vector<MempoolId> pools;          // private pools seen or inferred, in order of first use
+};
+
+class PoolRouter {
+ public:
+  explicit PoolRouter(PoolInferenceSettings settings);
+  ~PoolRouter();
+  PoolRouter(const PoolRouter&) = delete;
+  PoolRouter& operator=(const PoolRouter&) = delete;
+
+  // Before trace entry `index` becomes requests: appends the pool requests it needs first.
+  void before_entry(const std::vector<TraceEvent>& trace, std::size_t index, RequestStream& out);
+  // After its requests were appended: runs them through the lockstep model.
+  void after_entry(const RequestStream& out);
+  const PoolInferenceSummary& summary() const { return summary_; }
+  // Set when this pass met a recorded decision its pool assignment cannot explain and learned
+  // something: run again with these hints.
+  const std::optional<PoolHints>& revised_hints() const { return revised_; }
+
+ private:
+  struct Context {
+    std::optional<std::uint64_t> stream;  // nullopt: every stream
+  };
+  struct LiveSegment {
+    Bytes size = 0;
+    MempoolId pool;
+    std::size_t index = 0;  // trace index of its segment_alloc
+    std::uint64_t stream = 0;
+  };
+
+  void prepare(const std::vector<TraceEvent>& trace);
+  MempoolId pool_of_new_segment(std::size_t index, Bytes request, std::uint64_t stream);
+  void infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
+                         RequestStream& out);
+  bool known(std::size_t segment_index) const;
+  MempoolId invented_pool(std::uint64_t stream) const;
+  // Contradictions teach the next pass: a segment belongs to a private pool, a pool never splits.
+  void learn_private(std::size_t segment_index, std::uint64_t stream);
+  void learn_no_split(MempoolId pool);
+  void check_malloc(std::uint64_t model_address);
+  void check_empty_cache(std::size_t events_before);
+  std::uint64_t segment_base(std::uint64_t address) const;  // 0 when in no live segment
+  void route(std::uint64_t stream, MempoolId pool, RequestStream& out);
+  void end_context(MempoolId pool, RequestStream& out);
+  void push(RequestStream& out, RequestOp op, MempoolId pool, std::uint64_t stream = 0,
+            Bytes size = 0);
+  void apply(const Request& request, const RequestStream& stream);
+  bool is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const;
+
+  PoolInferenceSettings settings_;
+  alloc::SimulatedDevice simulated_;
+  alloc::RecordedAddressDevice device_;
+  alloc::TraceRecorder recorder_;
+  alloc::CachingAllocator model_;
+  std::size_t applied_ = 0;  // requests of the stream already run through the model
+  std::unordered_map<std::uint64_t, std::uint64_t> address_of_;  // tensor -> model address
+  std::unordered_map<std::uint64_t, std::uint64_t> pending_;     // tensor -> address (events)
+  std::map<std::uint64_t, LiveSegment> live_segments_;   // recorded segments alive now, by base
+  std::map<std::uint64_t, std::size_t> live_allocs_;     // recorded live allocations per segment
+  std::map<std::uint64_t, LiveSegment> freed_segments_;  // the latest freed segment at a base
+  std::map<std::size_t, MempoolId> final_pool_;    // by segment_alloc index, segments alive at end
+  std::set<MempoolId> split_seen_;                 // pools the recording shows splitting a block
+  std::set<std::uint64_t> burst_;                  // segments the current empty_cache returns
+  std::vector<std::uint64_t> burst_order_;         // the same, in the recorded order
+  std::optional<std::uint64_t> expected_address_;  // of the malloc being applied
+  std::optional<PoolHints> revised_;
+  const std::vector<TraceEvent>* trace_ = nullptr;
+  std::map<MempoolId, Context> open_;  // contexts underway
+  std::map<MempoolId, bool> owned_;    // pools created here; false once released
+  PoolInferenceSummary summary_;
+};
+
+// Whether the segment_free burst starting at `first_free` happened inside a malloc (returning
+// cached memory before an OOM retry) rather than in an empty_cache call.
+bool segment_frees_inside_malloc(const std::vector<TraceEvent>& trace, std::size_t first_free,
+                                 bool memory_capped);
+
+}  // namespace fragscope::replay

@@ -1,0 +1,157 @@
+// Hostile inputs to fragscope-cli: FIFOs, nesting 200k deep, numbers a double cannot hold, and
+// `--json` pointed at something that is not a regular file. Each is exit 2 with one line naming
+// the file (never a crash or a hang), or, for --json, the target left what it was.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_process.h"
+#include "engine/snapshot/pickle_writer.h"
+#include "engine/snapshot/snapshot.h"
+#include "storage/storage_test_util.h"
+
+namespace fragscope::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+class HostileInput : public ::testing::Test {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir.file(name);
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::string fifo(const std::string& name) {
+    const std::string path = dir.file(name);
+    EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    return path;
+  }
+  static void expect_one_line_error(const CliResult& result, const std::string& needle) {
+    EXPECT_EQ(result.exit_code, 2) << result.err;
+    EXPECT_THAT(result.err, HasSubstr(needle));
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  }
+  std::string fixture_copy(const std::string& stem) {
+    const std::string path = dir.file(stem + ".pickle.gz");
+    std::filesystem::copy_file(std::string(FRAGSCOPE_FIXTURES) + "/gpt_oom_cap.pickle.gz", path);
+    return path;
+  }
+  storage::test::TempDir dir;
+  std::string db = dir.file("hostile.db");
+};
+
+TEST_F(HostileInput, FifoSnapshotIsRefusedNotWaitedOn) {
+  const std::string pipe = fifo("snapshot.pickle");
+  expect_one_line_error(run_cli({"import", pipe, "--db", db}), pipe + ": the snapshot is a FIFO");
+  expect_one_line_error(run_cli({"info", pipe}), "FIFO");
+}
+
+TEST_F(HostileInput, FifoExperimentAndStatsAreRefused) {
+  const std::string experiment = fifo("experiment.json");
+  expect_one_line_error(run_cli({"run", experiment, "--db", db}),
+                        experiment + ": the experiment file is a FIFO");
+  const std::string snapshot = fixture_copy("rec");
+  const std::string stats = fifo("rec.stats.json");
+  expect_one_line_error(run_cli({"import", snapshot, "--db", db}),
+                        stats + ": the stats file is a FIFO");
+  expect_one_line_error(run_cli({"import", snapshot, "--db", db, "--stats", stats}), "FIFO");
+}
+
+TEST_F(HostileInput, DeepExperimentIsRefusedWithThePlace) {
+  const std::string file =
+      write("deep.json", "{\"name\": \"x\", \"model\": " + std::string(200'000, '[') +
+                             std::string(200'000, ']') + "}");
+  expect_one_line_error(run_cli({"run", file, "--db", db}),
+                        file + ": line 1, column 87: JSON nested deeper than 64 levels");
+}
+
+TEST_F(HostileInput, LongDottedOverrideIsRefused) {
+  std::string dotted = "training";
+  for (int i = 0; i < 100'000; ++i)
+    dotted += ".x";
+  const std::string file = write("dotted.json", R"({"name": "x", "device": {"preset": "L4"},
+    "model": {"kind": "gpt", "layers": 1, "hidden": 64, "heads": 1, "vocab": 100},
+    "variants": [{"name": "v", "set": {")" + dotted +
+                                                    R"(": 1}}]})");
+  expect_one_line_error(run_cli({"run", file, "--db", db}), "more than 8 dotted segments");
+}
+
+TEST_F(HostileInput, DeepCompanionStatsAreRefusedWithTheFile) {
+  const std::string snapshot = fixture_copy("deep");
+  const std::string stats =
+      write("deep.stats.json",
+            "{\"memory_stats\": " + std::string(200'000, '[') + std::string(200'000, ']') + "}");
+  expect_one_line_error(run_cli({"import", snapshot, "--db", db}),
+                        stats + ": line 1, column 81: JSON nested deeper than 64 levels");
+  EXPECT_FALSE(std::filesystem::exists(db)) << "nothing may be written";
+}
+
+TEST_F(HostileInput, NumberOutOfRangeIsExitTwoNamingTheFile) {
+  const std::string file = write("big.json", "{\"name\": \"x\",\n  \"seed\": 1e400}");
+  const CliResult result = run_cli({"run", file, "--db", db});
+  expect_one_line_error(result, file + ": line 2, column 11: the number 1e400 is out of range");
+  EXPECT_THAT(result.err, ::testing::Not(HasSubstr("internal error")));
+}
+
+TEST_F(HostileInput, JsonIntoAFifoWritesThroughAndKeepsTheFifo) {
+  const std::string pipe = fifo("out.json");
+  // The reader must be there before the writer opens the FIFO.
+  auto reader = std::async(std::launch::async, [&] {
+    std::ifstream in(pipe, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  });
+  const CliResult result = run_cli({"runs", "--db", db, "--json", pipe});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  const std::string text = reader.get();
+  EXPECT_TRUE(nlohmann::json::parse(text).is_array()) << text;
+  struct stat info {};
+  ASSERT_EQ(::stat(pipe.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode)) << "--json replaced the FIFO with a regular file";
+  EXPECT_FALSE(std::filesystem::exists(pipe + ".partial"));
+}
+
+TEST_F(HostileInput, JsonIntoDevNullLeavesItADevice) {
+  const CliResult result = run_cli({"runs", "--db", db, "--json", "/dev/null"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
+TEST_F(HostileInput, JsonIntoARegularFileIsReplacedWhole) {
+  const std::string target = write("out.json", std::string(100'000, 'x'));
+  ASSERT_EQ(run_cli({"runs", "--db", db, "--json", target}).exit_code, 0);
+  std::ifstream in(target);
+  EXPECT_TRUE(nlohmann::json::parse(in).is_array());
+  EXPECT_FALSE(std::filesystem::exists(target + ".partial"));
+}
+
+TEST_F(HostileInput, InfoErrorsFromTheTimelineNameTheFile) {
+  // An inconsistent trace (the same block allocated twice) cannot be laid out.
+  snapshot::Snapshot snap =
+      snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/gpt_oom_cap.pickle.gz");
+  auto& trace = snap.device_traces.at(0);
+  const auto first_alloc = std::find_if(trace.begin(), trace.end(), [](const TraceEvent& event) {
+    return event.action == TraceAction::alloc;
+  });
+  ASSERT_NE(first_alloc, trace.end());
+  trace.insert(first_alloc + 1, *first_alloc);
+  const std::string path = dir.file("twice.pickle");
+  snapshot::write_snapshot(snap, path);
+  const CliResult result = run_cli({"info", path});
+  EXPECT_NE(result.exit_code, 1) << result.err;  // never an internal error
+  if (result.exit_code != 0)
+    expect_one_line_error(result, "error: " + path + ": ");
+}
+
+}  // namespace
+}  // namespace fragscope::test
