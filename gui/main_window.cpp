@@ -27,6 +27,7 @@
 #include "fragscope/version.h"
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
+#include "gui/job_page.h"
 #include "gui/post_mortem_page.h"
 #include "gui/report.h"
 #include "gui/runs_browser.h"
@@ -35,6 +36,7 @@
 #include "gui/summary_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
+#include "storage/db/job_import.h"
 #include "storage/db/simulated_run.h"
 #include "storage/db/stats_at.h"
 
@@ -69,6 +71,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_compare(new ComparePage(this)),
       m_postMortem(new PostMortemPage(this)),
       m_designer(new DesignerPage(this)),
+      m_jobs(new JobPage(this)),
       m_statusLabel(new QLabel(this)),
       m_progress(new QProgressBar(this)),
       m_cancelButton(new QPushButton(tr("Cancel"), this)) {
@@ -138,6 +141,7 @@ MainWindow::MainWindow(QWidget* parent)
   m_pages->addTab(m_postMortem, tr("Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
   m_pages->addTab(m_designer, tr("Experiment Designer"));
+  m_pages->addTab(m_jobs, tr("Jobs"));
   m_pages->setDocumentMode(true);
   setCentralWidget(m_pages);
 
@@ -154,6 +158,15 @@ MainWindow::MainWindow(QWidget* parent)
   connect(m_cancelButton, &QPushButton::clicked, this, &MainWindow::cancelImport);
 
   connect(m_browser, &RunsBrowser::runActivated, this, &MainWindow::showRun);
+  // A rank of a multi-rank job opens like any run: timeline, segment map, post-mortem.
+  connect(m_jobs, &JobPage::rankActivated, this, [this](storage::RunId run) {
+    m_browser->selectRuns({run});
+    showRun(run);
+    showPage(Page::run);
+  });
+  connect(this, &MainWindow::runsChanged, m_jobs, &JobPage::refreshJobs);
+  connect(m_jobs, &JobPage::errorOccurred, this,
+          [this](const QString& message) { m_statusLabel->setText(message); });
   connect(m_browser, &RunsBrowser::compareRequested, this, &MainWindow::compareRuns);
   connect(m_browser, &RunsBrowser::deleteRequested, this, &MainWindow::deleteRuns);
   connect(m_browser, &RunsBrowser::renameRequested, this, &MainWindow::renameRun);
@@ -265,11 +278,10 @@ void MainWindow::createActions() {
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(m_browserDock->toggleViewAction());
   view->addSeparator();
-  const std::pair<QString, Page> pages[] = {{tr("&Timeline && Segments"), Page::run},
-                                            {tr("&Summary"), Page::summary},
-                                            {tr("&Post-mortem"), Page::postMortem},
-                                            {tr("&Compare"), Page::compare},
-                                            {tr("&Experiment Designer"), Page::designer}};
+  const std::pair<QString, Page> pages[] = {
+      {tr("&Timeline && Segments"), Page::run},     {tr("&Summary"), Page::summary},
+      {tr("&Post-mortem"), Page::postMortem},       {tr("&Compare"), Page::compare},
+      {tr("&Experiment Designer"), Page::designer}, {tr("&Jobs"), Page::jobs}};
   int key = Qt::Key_1;
   for (const auto& [name, page] : pages) {
     auto* action = view->addAction(name);
@@ -375,6 +387,7 @@ bool MainWindow::openDatabase(const QString& path) {
   m_compare->setDatabase(path);
   m_postMortem->setDatabase(path);
   m_designer->setDatabase(path);
+  m_jobs->setDatabase(path);
   m_summary->clear();
   setWindowTitle(QStringLiteral("%1 — FragScope").arg(QFileInfo(path).fileName()));
   refreshRuns();
@@ -535,6 +548,9 @@ void MainWindow::showPage(Page page) {
     case Page::designer:
       m_pages->setCurrentWidget(m_designer);
       break;
+    case Page::jobs:
+      m_pages->setCurrentWidget(m_jobs);
+      break;
   }
 }
 
@@ -554,6 +570,8 @@ bool MainWindow::showPage(const QString& name) {
     showPage(Page::designer);
   } else if (page == QLatin1String("compare")) {
     showPage(Page::compare);
+  } else if (page == QLatin1String("jobs") || page == QLatin1String("job")) {
+    showPage(Page::jobs);
   } else {
     return false;
   }
@@ -562,8 +580,8 @@ bool MainWindow::showPage(const QString& name) {
 
 bool MainWindow::busy() const {
   return m_timeline->busy() || m_segments->busy() || m_summary->busy() || m_compare->busy() ||
-         m_postMortem->busy() || m_designer->busy() || importing() || m_exportJob.busy() ||
-         m_deleteJob.busy() || m_caseStudyJob.busy();
+         m_postMortem->busy() || m_designer->busy() || m_jobs->busy() || importing() ||
+         m_exportJob.busy() || m_deleteJob.busy() || m_caseStudyJob.busy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {
@@ -778,8 +796,52 @@ void MainWindow::exportCsvDialog() {
 void MainWindow::openSnapshotDialog() {
   const QStringList paths = QFileDialog::getOpenFileNames(
       this, tr("Open PyTorch Memory Snapshot"), QString(),
-      tr("PyTorch memory snapshots (*.pickle *.pickle.gz *.pkl *.pkl.gz);;All files (*)"));
-  importFiles(paths);
+      tr("PyTorch memory snapshots and multi-rank jobs (*.pickle *.pickle.gz *.pkl *.pkl.gz "
+         "fragscope-job.json);;All files (*)"));
+  std::vector<std::string> files;
+  for (const QString& path : paths)
+    files.push_back(path.toStdString());
+  // Several rank snapshots (rank<N> in every name) or a job manifest: one job, one run per rank.
+  if (storage::looks_like_job(files))
+    importJob(paths);
+  else
+    importFiles(paths);
+}
+
+void MainWindow::importJob(const QStringList& paths) {
+  if (m_databasePath.isEmpty() || paths.isEmpty())
+    return;
+  std::vector<std::string> files;
+  for (const QString& path : paths)
+    files.push_back(path.toStdString());
+  const QString database = m_databasePath;
+  setProgress(tr("Importing a job of %n file(s)…", nullptr, static_cast<int>(paths.size())), 0);
+  m_importJob.start(
+      [database, files](const JobContext& job) {
+        storage::RunStore store(database.toStdString());
+        const storage::JobSource source = storage::job_source_of(files);
+        storage::JobImportOptions options;
+        options.job_name = storage::unused_job_name(store, source);
+        options.control.progress =
+            Progress([&job](std::string_view, std::uint64_t done, std::uint64_t total) {
+              job.progress(total ? static_cast<double>(done) / static_cast<double>(2 * total) : 0);
+            });
+        const storage::JobImportResult result = storage::import_job(store, source, options);
+        return result.job;
+      },
+      [this](storage::JobId job) {
+        hideProgress();
+        refreshRuns();
+        m_jobs->showJob(job);
+        showPage(Page::jobs);
+        m_statusLabel->setText(tr("Imported the job."));
+      },
+      [this](const QString& message) {
+        hideProgress();
+        showError(tr("Job import failed"), message);
+        emit importFailed(message);
+      },
+      [this](double fraction) { setProgress(tr("Importing the job…"), fraction); });
 }
 
 void MainWindow::openDatabaseDialog() {

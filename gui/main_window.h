@@ -31,11 +31,12 @@ class SummaryPage;
 class ComparePage;
 class PostMortemPage;
 class DesignerPage;
+class JobPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class Page { run, summary, postMortem, compare, designer };
+  enum class Page { run, summary, postMortem, compare, designer, jobs };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -46,6 +47,9 @@ class MainWindow : public QMainWindow {
 
   // Imports snapshot files one after another in the background (File ▸ Open, drag and drop).
   void importFiles(const QStringList& paths);
+  // Imports several rank snapshots or a fragscope-job.json as one multi-rank job in the
+  // background, then shows it on the Jobs page.
+  void importJob(const QStringList& paths);
   void cancelImport();
   bool importing() const { return m_importJob.busy() || !m_importQueue.isEmpty(); }
 
@@ -75,6 +79,7 @@ class MainWindow : public QMainWindow {
   ComparePage* comparePage() const { return m_compare; }
   PostMortemPage* postMortemPage() const { return m_postMortem; }
   DesignerPage* designerPage() const { return m_designer; }
+  JobPage* jobPage() const { return m_jobs; }
   QTabWidget* pages() const { return m_pages; }
   // The first tab shows this until a run is selected: how to start (open, drag, case study).
   QWidget* welcome() const { return m_welcome; }
@@ -132,6 +137,7 @@ class MainWindow : public QMainWindow {
   ComparePage* m_compare;
   PostMortemPage* m_postMortem;
   DesignerPage* m_designer;
+  JobPage* m_jobs;
 
   QLabel* m_statusLabel;
   QProgressBar* m_progress;

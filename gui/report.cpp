@@ -8,9 +8,11 @@
 #include <QPdfWriter>
 #include <QTextDocument>
 #include <QUrl>
+#include <algorithm>
 
 #include "fragscope/version.h"
 #include "gui/format.h"
+#include "gui/job_page.h"
 #include "gui/job_tracker.h"
 #include "gui/plot_style.h"
 #include "gui/run_data.h"
@@ -112,6 +114,19 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
   ReportData data;
   data.databasePath = databasePath;
   data.comparison = loadComparison(databasePath, runs, 1200, job);
+  {
+    // A rank's run brings its job's imbalance table, once per job.
+    auto store =
+        storage::open_run_store(databasePath.toStdString(), storage::OpenMode::read_only, true);
+    std::vector<std::int64_t> seen;
+    for (const storage::RunId run : runs) {
+      const auto owner = storage::job_of_run(*store, run);
+      if (!owner || std::find(seen.begin(), seen.end(), owner->first.id.value) != seen.end())
+        continue;
+      seen.push_back(owner->first.id.value);
+      data.jobs.push_back(storage::job_balance(*store, owner->first));
+    }
+  }
   for (const ComparedRun& compared : data.comparison.runs) {
     ReportRun run;
     run.run = compared;
@@ -266,6 +281,33 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
     for (const QString& warning : warnings)
       html += warning.toHtmlEscaped() + QStringLiteral("<br>");
     html += QStringLiteral("</p>\n");
+  }
+  for (const analysis::JobBalance& balance : data.jobs) {
+    // The Jobs page's imbalance table, the worst rank in bold.
+    JobBalanceModel jobModel;
+    jobModel.resetData(balance);
+    html += QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n<table><tr>")
+                .arg(QObject::tr("Job %1").arg(QString::fromStdString(balance.job).toHtmlEscaped()),
+                     QObject::tr("Reserved imbalance %1×, allocated imbalance %2× (highest over "
+                                 "mean peak).")
+                         .arg(balance.reserved_imbalance, 0, 'f', 3)
+                         .arg(balance.allocated_imbalance, 0, 'f', 3));
+    for (int c = 0; c < jobModel.columnCount(); ++c)
+      html += QStringLiteral("<th>%1</th>")
+                  .arg(jobModel.headerData(c, Qt::Horizontal).toString().toHtmlEscaped());
+    html += QStringLiteral("</tr>\n");
+    for (int r = 0; r < jobModel.rowCount(); ++r) {
+      const bool worst = r == jobModel.worstRow();
+      html += QStringLiteral("<tr>");
+      for (int c = 0; c < jobModel.columnCount(); ++c)
+        html += QStringLiteral("<td class=\"%1\">%2%3%4</td>")
+                    .arg(worst ? QStringLiteral("num diff") : QStringLiteral("num"),
+                         worst ? QStringLiteral("<b>") : QString(),
+                         jobModel.index(r, c).data().toString().toHtmlEscaped(),
+                         worst ? QStringLiteral("</b>") : QString());
+      html += QStringLiteral("</tr>\n");
+    }
+    html += QStringLiteral("</table>\n");
   }
   if (data.runs.size() >= 2 && plots.size() > data.runs.size())
     html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")

@@ -7,6 +7,7 @@
 #include <QString>
 #include <vector>
 
+#include "engine/analysis/job_balance.h"
 #include "gui/compare_page.h"
 #include "gui/post_mortem_page.h"
 #include "storage/db/run_store.h"
@@ -39,6 +40,8 @@ struct ReportData {
   QString databasePath;
   std::vector<ReportRun> runs;
   ComparisonData comparison;  // the same runs, for the aligned table and warnings
+  // The multi-rank jobs the runs belong to: their imbalance tables (the Jobs page's).
+  std::vector<analysis::JobBalance> jobs;
 };
 
 enum class ReportFormat { html, pdf };

@@ -13,6 +13,7 @@ FRAGSCOPE_BUILD_PACKAGES=(
   clang clang-format libclang-rt-14-dev
   xvfb xauth dpkg-dev file
   python3-pytest
+  slurm-wlm munge
 )
 
 fragscope_sudo() {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds the libFuzzer targets (preset `fuzz`, clang) and fuzzes each
-# briefly from its seed corpus, builds the `dev` preset and runs every test with ctest (engine,
-# storage, CLI, GUI offscreen, packaging, style, and python/tests with pytest as the one ctest test
-# python.fragscope_record: its exit 5 "no tests" counts as a pass), then builds the `asan` preset
-# and runs the tests again under ASan + UBSan.
+# briefly from its seed corpus, builds the `dev` preset, starts a one-node Slurm cluster on
+# localhost (installer/slurm-localhost.sh, stopped again on exit) and runs every test with ctest
+# (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style, and python/tests with
+# pytest as the one ctest test python.fragscope_record: its exit 5 "no tests" counts as a pass),
+# then builds the `asan` preset and runs the tests again under ASan + UBSan.
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -21,6 +22,22 @@ ctest --test-dir build/fuzz -L fuzz --output-on-failure
 fragscope_build dev
 cd "$FRAGSCOPE_ROOT"
 export QT_QPA_PLATFORM=offscreen
+
+# The `slurm` tests submit to a real Slurm: munged, slurmctld and slurmd on this machine, their
+# files in a temporary folder, stopped by the trap whether the tests pass or fail. Where the
+# daemons cannot start, the tests say SKIPPED and why.
+slurm_dir="$(mktemp -d "${TMPDIR:-/tmp}/fragscope-slurm-XXXXXX")"
+trap 'installer/slurm-localhost.sh stop "$slurm_dir"; rm -rf "$slurm_dir"' EXIT
+slurm_status=0
+slurm_env="$(installer/slurm-localhost.sh start "$slurm_dir")" || slurm_status=$?
+if [ "$slurm_status" -eq 0 ]; then
+  eval "$slurm_env"
+  echo "fragscope: local Slurm cluster up (SLURM_CONF=$SLURM_CONF)"
+elif [ "$slurm_status" -eq 77 ]; then
+  echo "fragscope: SKIPPING the slurm tests: the Slurm daemons cannot start here (reason above)"
+else
+  exit "$slurm_status"
+fi
 ctest --preset dev --parallel "$(nproc)" --timeout 600 "$@"
 
 # ASan + UBSan (preset asan): every test again under the sanitizers. FRAGSCOPE_CI_ASAN=0 skips it

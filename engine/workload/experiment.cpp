@@ -422,6 +422,8 @@ ExperimentPoint decode_point(const json& config, const std::string& name, std::s
   if (const json* parallel = top.find("parallel")) {
     Reader pr(*parallel, top.at("parallel"), source);
     p.workload.parallel.fsdp_shards = pr.int32("fsdp_shards", 1, 1, 65536);
+    p.workload.parallel.ddp = pr.boolean("ddp", false);
+    p.workload.parallel.ddp_bucket_cap_mb = pr.int32("ddp_bucket_cap_mb", 25, 1, 1 << 20);
     pr.finish();
   }
   top.finish();

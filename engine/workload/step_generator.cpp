@@ -3,6 +3,8 @@
 // model rounds them).
 #include "engine/workload/step_generator.h"
 
+#include "engine/workload/ddp.h"
+
 #include <algorithm>
 
 namespace fragscope::workload::detail {
@@ -100,10 +102,20 @@ void StepGenerator::run() {
   for (const Param& p : buffers_)
     buffer_ids_.push_back(b_.alloc(p.numel, Category::parameter, p.name, p.layer));
   grads_.assign(params_.size(), kNone);
+  if (w_.parallel.ddp) {
+    std::vector<Bytes> grad_bytes;
+    for (const Param& p : params_)
+      grad_bytes.push_back(p.numel * d_.param);
+    ddp_ = std::make_shared<DdpBuckets>(b_, std::move(grad_bytes),
+                                        static_cast<Bytes>(w_.parallel.ddp_bucket_cap_mb) * kMiB);
+    ddp_->construct();
+  }
   const std::vector<MicroBatch> shapes = micro_batches(t_);
   std::size_t mb = 0;
   for (int step = 0; step < t_.steps; ++step) {
     b_.marker(RequestOp::step_begin, static_cast<Bytes>(step));
+    if (ddp_)
+      ddp_->step_begins(step);
     for (int micro = 0; micro < t_.grad_accum; ++micro)
       micro_batch(shapes[mb++]);
     optimizer_step(step == 0);
@@ -117,6 +129,8 @@ void StepGenerator::run() {
     return;
   for (TensorId id : state_ids_)
     b_.free(id);
+  if (ddp_)
+    ddp_->teardown();
   for (auto it = buffer_ids_.rbegin(); it != buffer_ids_.rend(); ++it)
     b_.free(*it);
   for (auto it = param_ids_.rbegin(); it != param_ids_.rend(); ++it)
@@ -152,6 +166,8 @@ void StepGenerator::reduce_scatter(std::size_t unit) {
 // AccumulateGrad: the first gradient becomes .grad; later ones are added in place and freed.
 // Under FSDP the gradients of a unit wait for its reduce-scatter.
 void StepGenerator::accumulate(int param, TensorId grad) {
+  if (ddp_)
+    ddp_->gradient_ready(param);
   if (fsdp_) {
     pending_[unit_of(params_[static_cast<std::size_t>(param)])].push_back(grad);
     return;

@@ -6,6 +6,7 @@
 // parameters and its blocks' forward and backward; the order of requests is the one the real
 // PyTorch 2.11 recordings show (tests/fixtures/torch-2.11-h200*).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,7 @@ struct Dtypes {
 Dtypes dtypes_for(Precision precision);
 
 inline constexpr TensorId kNone{};
+class DdpBuckets;  // ddp.h
 
 class Builder {
  public:
@@ -159,6 +161,7 @@ class StepGenerator {
   std::vector<Param> buffers_;
   int emb_ = -1, head_ = -1;
   std::vector<TensorId> param_ids_, buffer_ids_, grads_, state_ids_;
+  std::shared_ptr<DdpBuckets> ddp_;  // parallel.ddp: the Reducer's buckets
   std::vector<TensorId> autocast_cache_;
   TensorId residual_grad_{};
   bool forward_workspace_ = false;

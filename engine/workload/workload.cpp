@@ -145,6 +145,10 @@ void validate(const Workload& w) {
                                     std::to_string(longest) + " long");
   }
   require_positive(w.parallel.fsdp_shards, "parallel.fsdp_shards");
+  if (w.parallel.ddp && w.parallel.fsdp_shards > 1)
+    throw InputError(
+        "parallel.ddp and parallel.fsdp_shards > 1 exclude each other: a model is "
+        "wrapped in DDP or sharded by FSDP, not both");
 }
 
 double estimated_step_time_ratio(const Workload& w) {

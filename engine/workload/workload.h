@@ -119,6 +119,9 @@ struct Training {
 
 struct Parallel {
   int fsdp_shards = 1;  // FSDP FULL_SHARD / ZeRO-3 over this many ranks; 1 = one GPU
+  // DistributedDataParallel (engine/workload/ddp.h): the Reducer's gradient buckets on each rank.
+  bool ddp = false;
+  int ddp_bucket_cap_mb = 25;  // bucket_cap_mb
 };
 
 struct Workload {

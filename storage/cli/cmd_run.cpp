@@ -9,6 +9,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "engine/workload/hf_config.h"
 #include "engine/workload/runner.h"
 #include "storage/cli/command.h"
+#include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
 #include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
@@ -85,9 +87,17 @@ class PointPool {
 };
 
 int run_experiment(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--no-store"},
-                  {"--db", "--json", "--threads", "--hf-config", "--device", "--batch-size",
-                   "--seq-len", "--steps"});
+  std::set<std::string> flags = {"--no-store"};
+  std::set<std::string> option_names = {"--db",        "--json",   "--threads",
+                                        "--hf-config", "--device", "--batch-size",
+                                        "--seq-len",   "--steps",  "--point"};
+  flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
+  option_names.insert(kSlurmOptions.begin(), kSlurmOptions.end());
+  const Args args(argv, flags, option_names);
+  if (args.flag("--slurm") && args.option("--hf-config"))
+    throw UsageError{
+        "--slurm runs an experiment file (the tasks read a copy of it); write the "
+        "--hf-config model into one first"};
   workload::Experiment experiment;
   if (const auto hf = args.option("--hf-config")) {
     // the model of a Hugging Face config.json: on its own, or in place of an experiment's model
@@ -115,6 +125,30 @@ int run_experiment(const std::vector<std::string>& argv) {
   } else {
     args.expect_positional(1, "one EXPERIMENT.json file (or --hf-config FILE)");
     experiment = workload::load_experiment(args.positional()[0]);
+  }
+  if (args.flag("--slurm")) {
+    if (args.option("--point") || args.flag("--no-store"))
+      throw UsageError{
+          "--slurm runs every point, one array task each; --point and --no-store "
+          "do not apply"};
+    storage::SweepSpec spec;
+    spec.kind = storage::SweepKind::simulated;
+    spec.name = experiment.name;
+    for (const workload::ExperimentPoint& point : experiment.points)
+      spec.points.push_back(point.name);
+    apply_slurm_options(args, spec);
+    return submit_sweep(args, std::move(spec), experiment.definition);
+  }
+  reject_slurm_options(args);
+  if (args.option("--out"))
+    throw UsageError{"--out goes with --slurm"};
+  if (const auto point = args.uint_option("--point")) {
+    // One point by its index (a Slurm array task runs point $SLURM_ARRAY_TASK_ID).
+    if (*point >= experiment.points.size())
+      throw UsageError{"--point " + std::to_string(*point) + ": the experiment has " +
+                       std::to_string(experiment.points.size()) + " point(s), 0.." +
+                       std::to_string(experiment.points.size() - 1)};
+    experiment.points = {experiment.points[static_cast<std::size_t>(*point)]};
   }
 
   unsigned threads = std::max(1U, std::thread::hardware_concurrency());
@@ -167,9 +201,12 @@ int run_experiment(const std::vector<std::string>& argv) {
 FRAGSCOPE_CLI_COMMAND({"run",
                        "run EXPERIMENT.json | --hf-config CONFIG.json [EXPERIMENT.json] [--device "
                        "PRESET] [--batch-size N] [--seq-len N] [--steps N] [--db FILE] [--json "
-                       "FILE|-] [--threads N] [--no-store]",
+                       "FILE|-] [--threads N] [--no-store] [--point INDEX]\n"
+                       "  run EXPERIMENT.json --slurm [--out DIR] [--partition P] [--account A] "
+                       "[--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
                        "Simulate every variant and sweep point of an experiment (or a Hugging "
-                       "Face config.json's model) and store the runs",
+                       "Face config.json's model) and store the runs; --slurm submits one Slurm "
+                       "array task per point instead (collect them with fragscope-cli collect DIR)",
                        run_experiment});
 
 }  // namespace fragscope::cli

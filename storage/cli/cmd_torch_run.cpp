@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
 #include "storage/cli/command.h"
+#include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
@@ -146,17 +148,44 @@ storage::Environment environment_of(const json& stats) {
 }
 
 int run_torch_run(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--stacks"},
-                  {"--variant", "--python", "--runner", "--out", "--db", "--json"});
+  std::set<std::string> flags = {"--stacks"};
+  std::set<std::string> options = {"--variant", "--point", "--python", "--runner",
+                                   "--out",     "--db",    "--json"};
+  flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
+  options.insert(kSlurmOptions.begin(), kSlurmOptions.end());
+  const Args args(argv, flags, options);
   args.expect_positional(1, "one EXPERIMENT.json");
   const fs::path file = args.positional()[0];
   const workload::Experiment experiment = workload::load_experiment(file);
-  const std::vector<const workload::ExperimentPoint*> points =
+  std::vector<const workload::ExperimentPoint*> points =
       workload::select_points(experiment, args.option("--variant"), file.string());
-  const fs::path runner = args.option_or("--runner", default_runner().string());
+  if (const auto index = args.uint_option("--point")) {
+    if (args.option("--variant"))
+      throw UsageError{"give --variant NAME or --point INDEX, not both"};
+    if (*index >= experiment.points.size())
+      throw UsageError{"--point " + std::to_string(*index) + ": the experiment has " +
+                       std::to_string(experiment.points.size()) + " point(s)"};
+    points = {&experiment.points[static_cast<std::size_t>(*index)]};
+  }
+  const fs::path runner = fs::absolute(args.option_or("--runner", default_runner().string()));
   if (!fs::exists(runner))
     throw InputError(runner.string() + ": no torch runner there (give --runner PATH)");
   const std::string python = args.option_or("--python", "python3");
+  if (args.flag("--slurm")) {
+    if (args.option("--variant") || args.option("--point"))
+      throw UsageError{"--slurm runs every point, one array task each"};
+    storage::SweepSpec spec;
+    spec.kind = storage::SweepKind::torch;
+    spec.name = experiment.name;
+    for (const workload::ExperimentPoint* point : points)
+      spec.points.push_back(point->name);
+    spec.python = python;
+    spec.runner = runner;
+    spec.stacks = args.flag("--stacks");
+    apply_slurm_options(args, spec);
+    return submit_sweep(args, std::move(spec), experiment.definition);
+  }
+  reject_slurm_options(args);
 
   fs::path out_dir;
   if (auto out = args.option("--out")) {
@@ -298,10 +327,13 @@ int run_torch_run(const std::vector<std::string>& argv) {
 }  // namespace
 
 FRAGSCOPE_CLI_COMMAND({"torch-run",
-                       "torch-run EXPERIMENT.json [--variant NAME] [--python PATH] "
-                       "[--runner PATH] [--out DIR] [--stacks] [--db FILE] [--json FILE|-]",
+                       "torch-run EXPERIMENT.json [--variant NAME | --point INDEX] [--python PATH] "
+                       "[--runner PATH] [--out DIR] [--stacks] [--db FILE] [--json FILE|-]\n"
+                       "  torch-run EXPERIMENT.json --slurm [--out DIR] [--partition P] "
+                       "[--gpus-per-task N] [--time T] [--account A] [--dry-run]",
                        "Run an experiment as a real PyTorch training loop, import its snapshot "
-                       "and link it to its simulated twin",
+                       "and link it to its simulated twin; --slurm submits one Slurm array task "
+                       "per point (collect them with fragscope-cli collect DIR)",
                        run_torch_run});
 
 }  // namespace fragscope::cli

@@ -184,6 +184,29 @@ JobSource job_source_of(const std::vector<std::string>& paths) {
   return from_files(paths, "files");
 }
 
+bool looks_like_job(const std::vector<std::string>& paths) {
+  if (paths.size() == 1)
+    return fs::path(paths.front()).extension() == ".json";
+  if (paths.size() < 2)
+    return false;
+  return std::all_of(paths.begin(), paths.end(),
+                     [](const std::string& path) { return rank_in_name(path).has_value(); });
+}
+
+std::string unused_job_name(RunStore& store, const JobSource& source) {
+  std::string base = source.name;
+  if (base.empty() && !source.ranks.empty()) {
+    static const std::regex rank(R"([_\-. ]?rank[_-]?[0-9]{1,6})", std::regex::icase);
+    base = std::regex_replace(run_name_for(source.ranks.front().snapshot), rank, "");
+  }
+  if (base.empty())
+    base = "job";
+  std::string name = base;
+  for (int n = 2; find_job(store, name); ++n)
+    name = base + " (" + std::to_string(n) + ")";
+  return name;
+}
+
 JobImportResult import_job(RunStore& store, const JobSource& source,
                            const JobImportOptions& options) {
   const std::string name = options.job_name.empty() ? source.name : options.job_name;

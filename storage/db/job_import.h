@@ -41,6 +41,13 @@ JobSource read_job_manifest(const std::string& path);
 // Names that mix both, or a rank given twice, are an InputError.
 JobSource job_source_of(const std::vector<std::string>& paths);
 
+// True when `paths` name a job rather than unrelated snapshots: a manifest, or two or more files
+// that all carry a rank in their names (what File > Open imports as one job).
+bool looks_like_job(const std::vector<std::string>& paths);
+// A name for a job that has none in `store`: the manifest's, else the first snapshot's file name
+// without its rank ("train_rank0.pickle.gz" -> "train"), with " (2)", " (3)"... when taken.
+std::string unused_job_name(RunStore& store, const JobSource& source);
+
 struct JobImportOptions {
   std::string job_name;  // empty: the manifest's job name, else an InputError
   unsigned threads = 0;  // snapshots read at once; 0 = hardware concurrency

@@ -161,3 +161,24 @@ TEST(Jobs, CancelledImportLeavesNothing) {
 
 }  // namespace
 }  // namespace fragscope::storage
+
+namespace fragscope::storage {
+namespace {
+
+TEST(Jobs, WhatFileOpenTakesForAJobAndTheNameItGivesIt) {
+  EXPECT_TRUE(looks_like_job({"a/fragscope-job.json"}));
+  EXPECT_TRUE(looks_like_job({"t_rank0.pickle", "t_rank1.pickle"}));
+  EXPECT_FALSE(looks_like_job({"t_rank0.pickle"}));
+  EXPECT_FALSE(looks_like_job({"a.pickle", "b_rank1.pickle"}));
+  RunStore store(":memory:");
+  JobSource files = job_source_of({(kFixed / "ddp_gloo_gpt_fixed_rank0.pickle.gz").string(),
+                                   (kFixed / "ddp_gloo_gpt_fixed_rank1.pickle.gz").string()});
+  EXPECT_EQ(unused_job_name(store, files), "ddp_gloo_gpt_fixed");
+  JobImportOptions options;
+  options.job_name = unused_job_name(store, files);
+  import_job(store, files, options);
+  EXPECT_EQ(unused_job_name(store, files), "ddp_gloo_gpt_fixed (2)");
+}
+
+}  // namespace
+}  // namespace fragscope::storage

@@ -1,0 +1,126 @@
+// The Jobs page: a real 2-rank DDP job (gloo, one H200; the rank 1 that ran out of memory
+// because its sequences were longer) imported into a temporary database — the imbalance table's
+// rows and worst rank, the small multiples (one per rank, one shared scale), and activating a rank.
+#include <qcustomplot.h>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gui/job_page.h"
+#include "gui/main_window.h"
+#include "gui/report.h"
+#include "gui/timeline_page.h"
+#include "storage/db/job_import.h"
+
+using namespace fragscope;
+
+namespace {
+
+const std::filesystem::path kJob = std::filesystem::path(FRAGSCOPE_FIXTURES).parent_path() /
+                                   "ddp-gloo-2.11-h200" / "ddp_gloo_gpt_imbalance";
+
+bool waitUntil(const std::function<bool()>& done, int ms = 20000) {
+  QElapsedTimer timer;
+  timer.start();
+  while (!done() && timer.elapsed() < ms)
+    QTest::qWait(20);
+  return done();
+}
+
+}  // namespace
+
+class TestJobPage : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    m_db = m_dir.filePath(QStringLiteral("jobs.db"));
+    storage::RunStore store(m_db.toStdString());
+    m_result = storage::import_job(
+        store, storage::job_source_of({(kJob / storage::kJobManifestName).string()}), {});
+  }
+
+  void modelHasOneRowPerRankAndMarksTheWorst() {
+    storage::RunStore store(m_db.toStdString());
+    const storage::JobRecord job = storage::job(store, m_result.job);
+    gui::JobBalanceModel model;
+    model.resetData(storage::job_balance(store, job));
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.columnCount(), int(gui::JobBalanceModel::ColumnCount));
+    // rank 1 recorded the OOM (its stats file says so), so it is the worst one
+    std::ifstream in(kJob / "ddp_gloo_gpt_imbalance_rank1.stats.json");
+    const auto stats = nlohmann::json::parse(in);
+    QVERIFY(stats["outcome"].get<std::string>().rfind("oom", 0) == 0);
+    QCOMPARE(model.worstRow(), 1);
+    QVERIFY(model.index(1, 0).data(gui::JobBalanceModel::WorstRole).toBool());
+    QVERIFY(!model.index(0, 0).data(gui::JobBalanceModel::WorstRole).toBool());
+    QVERIFY(model.index(1, 0).data(Qt::FontRole).value<QFont>().bold());
+    QCOMPARE(model.index(1, gui::JobBalanceModel::OomColumn).data().toString(),
+             QStringLiteral("OOM"));
+    QCOMPARE(model.index(1, gui::JobBalanceModel::ReservedColumn)
+                 .data(gui::JobBalanceModel::SortRole)
+                 .toDouble(),
+             stats["memory_stats"]["reserved_bytes.all.peak"].get<double>());
+    QCOMPARE(model.index(0, 0).data(gui::JobBalanceModel::RunIdRole).toLongLong(),
+             m_result.ranks[0].result.run.value);
+  }
+
+  void pageShowsSmallMultiplesOnOneScaleAndOpensARank() {
+    gui::JobPage page;
+    page.resize(1000, 700);
+    QSignalSpy ready(&page, &gui::JobPage::dataReady);
+    page.setDatabase(m_db);
+    QVERIFY(waitUntil([&] { return ready.count() > 0 && !page.busy(); }));
+    QCOMPARE(page.jobChoice()->count(), 1);
+    QCOMPARE(page.data().ranks.size(), std::size_t{2});
+    const auto plots = page.multiples()->findChildren<QCustomPlot*>();
+    QCOMPARE(plots.size(), 2);
+    QCOMPARE(plots[0]->yAxis->range().upper, plots[1]->yAxis->range().upper);
+    QCOMPARE(plots[0]->xAxis->range().upper, plots[1]->xAxis->range().upper);
+    QVERIFY(plots[0]->graphCount() == 2 && plots[0]->graph(0)->dataCount() > 0);
+    // by share of events: both axes end at 100 %
+    page.setAlignment(gui::JobPage::Alignment::share);
+    const auto shared = page.multiples()->findChildren<QCustomPlot*>();
+    QCOMPARE(shared.size(), 2);
+    QCOMPARE(shared[0]->xAxis->range().upper, 100.0);
+
+    QSignalSpy activated(&page, &gui::JobPage::rankActivated);
+    emit page.table()->activated(page.model()->index(1, 0));
+    QCOMPARE(activated.count(), 1);
+    QCOMPARE(activated.first().first().value<storage::RunId>().value,
+             m_result.ranks[1].result.run.value);
+  }
+
+  void reportOfARankIncludesItsJobsImbalanceTable() {
+    const gui::ReportData data = gui::loadReportData(m_db, {m_result.ranks[0].result.run});
+    QCOMPARE(data.jobs.size(), std::size_t{1});
+    QCOMPARE(data.jobs[0].worst_rank.value(), 1);
+    const QString html = gui::reportHtml(data, {}, true);
+    QVERIFY(html.contains(QStringLiteral("Job ddp_gloo_gpt_imbalance")));
+    QVERIFY(html.contains(QStringLiteral("Fragmentation")));
+  }
+
+  void mainWindowOpensTheRankThatWasActivated() {
+    gui::MainWindow window;
+    QVERIFY(window.openDatabase(m_db));
+    QVERIFY(window.showPage(QStringLiteral("jobs")));
+    QCOMPARE(window.pages()->currentWidget(), static_cast<QWidget*>(window.jobPage()));
+    QVERIFY(
+        waitUntil([&] { return !window.busy() && window.jobPage()->data().ranks.size() == 2; }));
+    emit window.jobPage()->rankActivated(m_result.ranks[1].result.run);
+    QCOMPARE(window.currentRun().value().value, m_result.ranks[1].result.run.value);
+    QVERIFY(window.pages()->currentWidget() != static_cast<QWidget*>(window.jobPage()));
+    QVERIFY(waitUntil([&] { return !window.busy(); }));
+  }
+
+ private:
+  QTemporaryDir m_dir;
+  QString m_db;
+  storage::JobImportResult m_result;
+};
+
+QTEST_MAIN(TestJobPage)
+#include "tst_job_page.moc"
