@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
 #include "storage/cli/command.h"
@@ -68,8 +69,13 @@ int run_info(const std::vector<std::string>& argv) {
   const std::string& path = args.positional()[0];
   const snapshot::Snapshot snap = snapshot::read_snapshot(path);
   nlohmann::json devices = nlohmann::json::array();
-  for (std::size_t d = 0; d < snap.device_count(); ++d)
-    devices.push_back(device_info(snap, static_cast<int>(d)));
+  for (std::size_t d = 0; d < snap.device_count(); ++d) {
+    try {
+      devices.push_back(device_info(snap, static_cast<int>(d)));
+    } catch (const InputError& error) {
+      throw InputError(path + ": " + error.what());  // the timeline names only the entry
+    }
+  }
   nlohmann::json info = {
       {"file", path},
       {"format", snap.format == snapshot::SnapshotFormat::v2_0 ? "2.0" : "2.1+"},
