@@ -12,6 +12,7 @@ FRAGSCOPE_BUILD_PACKAGES=(
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
   clang clang-format libclang-rt-14-dev
   xvfb xauth dpkg-dev file
+  python3-pytest
 )
 
 fragscope_sudo() {

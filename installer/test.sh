@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds the pickle reader's libFuzzer target (preset `fuzz`, clang) and
 # fuzzes it briefly from the real PyTorch recordings, then builds the `dev` preset and runs every
-# test with ctest (engine, storage, CLI, GUI offscreen, packaging, style).
+# test with ctest (engine, storage, CLI, GUI offscreen, packaging, style, and python/tests with
+# pytest as the one ctest test python.fragscope_record: its exit 5 "no tests" counts as a pass).
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
