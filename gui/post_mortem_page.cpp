@@ -22,20 +22,20 @@ struct RunRequests {
   alloc::AllocatorConfig config;
   analysis::TraceRequests requests;
   std::vector<TraceEvent> events;
+  snapshot::SegmentState initial;
 };
 
 RunRequests loadRequests(const QString& databasePath, storage::RunId run) {
   auto store = openReader(databasePath);
+  // The recorded config and the state at the first event, laid out with that config's rules
+  // (one loader below storage, shared with the summary's memory_stats_at).
+  storage::RunTrace trace = storage::load_run_trace(*store, run);
   RunRequests loaded;
-  loaded.record = store->run(run);
-  loaded.events = store->events(run, 0, loaded.record.event_count);
-  try {
-    loaded.config = alloc::AllocatorConfig::parse(loaded.record.alloc_config);
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError("run " + std::to_string(run.value) + ": its allocator config \"" +
-                     loaded.record.alloc_config + "\" does not parse: " + error.what());
-  }
-  loaded.requests = analysis::requests_from_trace(loaded.events, snapshot::SegmentState{});
+  loaded.record = std::move(trace.record);
+  loaded.config = std::move(trace.config);
+  loaded.events = std::move(trace.events);
+  loaded.initial = std::move(trace.initial);
+  loaded.requests = analysis::requests_from_trace(loaded.events, loaded.initial);
   return loaded;
 }
 
@@ -54,8 +54,8 @@ PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run, b
   RunRequests loaded = loadRequests(databasePath, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
-  data.postMortems = analysis::trace_post_mortems(loaded.events, snapshot::SegmentState{},
-                                                  loaded.config, data.limit);
+  data.postMortems =
+      analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config, data.limit);
   if (job && job->cancelled())
     return data;
   if (job)
