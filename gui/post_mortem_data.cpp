@@ -23,19 +23,19 @@ struct RunRequests {
   alloc::AllocatorConfig config;
   analysis::TraceRequests requests;
   std::vector<TraceEvent> events;
+  snapshot::SegmentState initial;
 };
 
 RunRequests loadRequests(storage::RunStore& store, storage::RunId run) {
+  // The recorded config and the state at the first event, laid out with that config's rules (one
+  // loader below storage, shared with the summary's memory_stats_at).
+  storage::RunTrace trace = storage::load_run_trace(store, run);
   RunRequests loaded;
-  loaded.record = store.run(run);
-  loaded.events = store.events(run, 0, loaded.record.event_count);
-  try {
-    loaded.config = alloc::AllocatorConfig::parse(loaded.record.alloc_config);
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError("run " + std::to_string(run.value) + ": its allocator config \"" +
-                     loaded.record.alloc_config + "\" does not parse: " + error.what());
-  }
-  loaded.requests = analysis::requests_from_trace(loaded.events, snapshot::SegmentState{});
+  loaded.record = std::move(trace.record);
+  loaded.config = std::move(trace.config);
+  loaded.events = std::move(trace.events);
+  loaded.initial = std::move(trace.initial);
+  loaded.requests = analysis::requests_from_trace(loaded.events, loaded.initial);
   return loaded;
 }
 
@@ -124,14 +124,14 @@ PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
   RunRequests loaded = loadRequests(*store, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
-  data.postMortems = analysis::trace_post_mortems(loaded.events, snapshot::SegmentState{},
-                                                  loaded.config, data.limit);
+  data.postMortems =
+      analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config, data.limit);
   if (job && job->cancelled())
     return data;
   try {
     analysis::MetricsRecorder::Options options;
     options.keep_samples = false;
-    data.metrics = analysis::measure_trace(loaded.events, snapshot::SegmentState{}, options);
+    data.metrics = analysis::measure_trace(loaded.events, loaded.initial, options);
   } catch (const std::exception& error) {
     data.metricsError = QString::fromUtf8(error.what());
   }

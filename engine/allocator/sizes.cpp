@@ -22,23 +22,32 @@ Bytes next_division(Bytes n, std::uint64_t divisions) {
   return (n / step) * step + step;
 }
 
-}  // namespace
-
-std::uint64_t roundup_divisions(Bytes requested, const AllocatorConfig& config) {
-  // Index = floor(log2 n) - 20 clamped to [0, 15]: entry 0 covers everything below 2 MiB.
+// Index = floor(log2 n) - 20 clamped to [0, 15]: entry 0 covers everything below 2 MiB.
+std::size_t roundup_index(Bytes requested) {
   const int log2 = requested == 0 ? 0 : std::bit_width(requested) - 1;
   int index = log2 - 20;
   if (index < 0)
     index = 0;
   if (index > static_cast<int>(kRoundupIntervals) - 1)
     index = static_cast<int>(kRoundupIntervals) - 1;
-  return config.roundup_power2_divisions[static_cast<std::size_t>(index)];
+  return static_cast<std::size_t>(index);
+}
+
+}  // namespace
+
+std::uint64_t roundup_divisions(Bytes requested, const AllocatorConfig& config) {
+  return config.roundup_power2_divisions[roundup_index(requested)];
 }
 
 Bytes round_size(Bytes requested, const AllocatorConfig& config) {
+  return round_size(requested, config.roundup_power2_divisions);
+}
+
+Bytes round_size(Bytes requested,
+                 const std::array<std::uint64_t, kRoundupIntervals>& roundup_power2_divisions) {
   if (requested < kMinBlockSize)
     return kMinBlockSize;
-  const std::uint64_t divisions = roundup_divisions(requested, config);
+  const std::uint64_t divisions = roundup_power2_divisions[roundup_index(requested)];
   if (divisions > 1 && requested > kMinBlockSize * divisions)
     return next_division(requested, divisions);
   return round_up(requested, kMinBlockSize);

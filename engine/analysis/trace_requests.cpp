@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/replay/replay.h"
 
 namespace fragscope::analysis {
 
@@ -100,32 +101,7 @@ TraceRequests requests_from_trace(std::span<const TraceEvent> events,
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings) {
-  // A 2.11 snapshot carries every key, so the allocator's own parser gives the exact config (also
-  // max_non_split_rounding and large_segment_size, which the layout rules below do not know).
-  // Older layouts lack keys; for them only what the layout rules read is known.
-  try {
-    return alloc::config_from_allocator_settings(settings);
-  } catch (const alloc::AllocatorConfigError&) {
-  }
-  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_allocator_settings(settings);
-  alloc::AllocatorConfig config;
-  config.max_split_size = rules.max_split_size;
-  std::copy(rules.roundup_power2_divisions.begin(), rules.roundup_power2_divisions.end(),
-            config.roundup_power2_divisions.begin());
-  config.expandable_segments = rules.expandable_segments;
-  if (settings.is_object()) {
-    if (auto it = settings.find("garbage_collection_threshold"); it != settings.end()) {
-      if (!it->is_number())
-        throw InputError("allocator_settings: 'garbage_collection_threshold' must be a number");
-      config.garbage_collection_threshold = it->get<double>();
-    }
-    if (auto it = settings.find("PYTORCH_CUDA_ALLOC_CONF"); it != settings.end()) {
-      if (!it->is_string())
-        throw InputError("allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string");
-      config.raw = it->get<std::string>();
-    }
-  }
-  return config;
+  return replay::config_from_settings(settings);  // one reading of allocator_settings
 }
 
 }  // namespace fragscope::analysis

@@ -190,12 +190,45 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   return out;
 }
 
-alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings) {
+alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std::string* note) {
+  // A 2.11 snapshot carries every key, so the allocator's own parser gives the exact config (also
+  // max_non_split_rounding and large_segment_size, which the layout rules do not know).
+  std::string strict_error;
   try {
     return alloc::config_from_allocator_settings(settings);
   } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError(std::string("allocator_settings: ") + error.what());
+    strict_error = error.what();
   }
+  // Older releases record fewer keys (2.0 none): read those that decide layouts, the rest keep
+  // PyTorch's defaults. A value of the wrong type is still an InputError naming the key.
+  if (!settings.is_object() && !settings.is_null())
+    throw InputError("allocator_settings: expected a dict, found " +
+                     std::string(settings.type_name()));
+  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_allocator_settings(settings);
+  alloc::AllocatorConfig config;
+  config.max_split_size = rules.max_split_size;
+  config.roundup_power2_divisions = rules.roundup_power2_divisions;
+  config.expandable_segments = rules.expandable_segments;
+  if (settings.is_object()) {
+    if (auto it = settings.find("garbage_collection_threshold"); it != settings.end()) {
+      if (!it->is_number())
+        throw InputError("allocator_settings: 'garbage_collection_threshold' must be a number");
+      config.garbage_collection_threshold = it->get<double>();
+    }
+    if (auto it = settings.find("PYTORCH_CUDA_ALLOC_CONF"); it != settings.end()) {
+      if (!it->is_string())
+        throw InputError("allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string");
+      config.raw = it->get<std::string>();
+    }
+  }
+  if (note)
+    *note = settings.is_object() && !settings.empty()
+                ? "allocator_settings are incomplete (" + strict_error +
+                      "): read max_split_size, roundup_power2_divisions, expandable_segments "
+                      "and garbage_collection_threshold; the rest at PyTorch's defaults"
+                : "the snapshot records no allocator_settings: replayed under PyTorch's "
+                  "default config";
+  return config;
 }
 
 std::string describe(const Divergence& d) {
@@ -264,8 +297,9 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   } else {
     requests = requests_from_trace(trace, initial);
   }
+  std::string config_note;
   const alloc::AllocatorConfig config =
-      recorded_config ? config_from_settings(allocator_settings) : *options.config;
+      recorded_config ? config_from_settings(allocator_settings, &config_note) : *options.config;
 
   alloc::SimulatedDevice simulated(options.capacity.value_or(alloc::kUnlimited),
                                    options.total_memory);
@@ -312,6 +346,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;
+  if (!config_note.empty())
+    result.warnings.push_back(config_note);
   for (const alloc::SeedSegment& segment : requests.initial_segments) {
     ++result.seeded.segments;
     result.seeded.reserved += segment.size;

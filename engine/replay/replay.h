@@ -88,8 +88,11 @@ std::string describe(const SeededState& seeded);
 
 // The allocator config a snapshot's allocator_settings describe (alloc::
 // config_from_allocator_settings: the raw PYTORCH_CUDA_ALLOC_CONF string, overridden by the
-// recorded effective values). InputError naming the problem when they are malformed.
-alloc::AllocatorConfig config_from_settings(const nlohmann::json& allocator_settings);
+// recorded effective values). Settings of older releases lack keys (2.0 records none): then the
+// keys that decide layouts are read, the rest keep PyTorch's defaults, and `note` (when given)
+// says so. InputError naming the key when a value has the wrong type.
+alloc::AllocatorConfig config_from_settings(const nlohmann::json& allocator_settings,
+                                            std::string* note = nullptr);
 
 struct ReplayOptions {
   std::optional<alloc::AllocatorConfig> config;  // default: the recorded config

@@ -5,12 +5,17 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/allocator/config.h"
+#include "engine/allocator/sizes.h"
 #include "engine/core/error.h"
 
 namespace fragscope::snapshot {
 namespace {
-constexpr Bytes kMinBlockSize = 512;
-constexpr Bytes kSmallSize = 1 * kMiB;
+constexpr Bytes kSmallSize = alloc::kSmallSize;
+
+// A range [address, address + size) that does not reach past 2^64 - 1.
+bool fits_address_space(std::uint64_t address, Bytes size) {
+  return size <= std::numeric_limits<std::uint64_t>::max() - address;
+}
 
 std::string hex(std::uint64_t v) {
   char buf[24];
@@ -74,31 +79,14 @@ LayoutRules LayoutRules::from_allocator_settings(const nlohmann::json& settings)
   return r;
 }
 
+// One set of rules: the allocator's own rounding and split decisions (engine/allocator/sizes.h).
 Bytes LayoutRules::round_size(Bytes n) const {
-  if (n < kMinBlockSize)
-    return kMinBlockSize;
-  int log2n = std::bit_width(n) - 1;
-  int index = std::clamp(log2n - 20, 0, 15);
-  std::uint64_t d = roundup_power2_divisions[static_cast<std::size_t>(index)];
-  if (d > 1 && n > kMinBlockSize * d) {
-    if (std::has_single_bit(n))
-      return n;
-    Bytes floor_pow2 = std::bit_floor(n);
-    Bytes step = floor_pow2 / d;
-    if (step == 0)
-      return floor_pow2 * 2;
-    if (n % step == 0)
-      return n;
-    return n / step * step + step;
-  }
-  return (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  return alloc::round_size(n, roundup_power2_divisions);
 }
 
 bool LayoutRules::should_split(Bytes block_size, Bytes rounded) const {
-  Bytes remaining = block_size - rounded;
-  if (rounded <= kSmallSize || expandable_segments)
-    return remaining >= kMinBlockSize;
-  return rounded < max_split_size && remaining > kSmallSize;
+  return alloc::should_split(block_size, rounded, alloc::pool_for(rounded), max_split_size,
+                             expandable_segments);
 }
 
 // ---- SegmentState -----------------------------------------------------------------------------
@@ -207,10 +195,14 @@ void SegmentState::apply(const TraceEvent& e) {
 }
 
 void SegmentState::on_alloc(const TraceEvent& e) {
+  if (e.size >= alloc::kOneExbibyte)
+    fail(e, "PyTorch refuses allocations of 1 EiB and more");
   auto it = blocks_.find(e.addr);
   if (it == blocks_.end() || it->second.state != BlockState::inactive)
     fail(e, "no free block starts at this address");
   auto seg = segment_containing(e.addr);
+  if (seg == segments_.end())
+    fail(e, "the free block here lies outside every segment");
   Bytes rounded = rules_.round_size(e.size);
   Bytes free_size = it->second.size;
   if (free_size < rounded)
@@ -252,6 +244,8 @@ void SegmentState::on_free_completed(const TraceEvent& e) {
   if (it->second.state == BlockState::active_allocated)  // free_requested was not recorded
     totals_.allocated -= it->second.size;
   auto seg = segment_containing(e.addr);
+  if (seg == segments_.end())
+    fail(e, "the block lies outside every segment");
   Bytes before = split_contribution(seg->second);
   Bytes size = it->second.size;
   totals_.active -= size;
@@ -267,6 +261,8 @@ void SegmentState::on_free_completed(const TraceEvent& e) {
 void SegmentState::on_segment_alloc(const TraceEvent& e) {
   if (e.size == 0)
     fail(e, "a segment of 0 bytes");
+  if (!fits_address_space(e.addr, e.size))
+    fail(e, "the segment reaches past the end of the 64-bit address space");
   auto after = segments_.lower_bound(e.addr);
   if ((after != segments_.end() && after->first < e.addr + e.size) ||
       segment_containing(e.addr) != segments_.end())
@@ -309,6 +305,8 @@ void SegmentState::recount(SegmentIt seg) {
 void SegmentState::on_segment_map(const TraceEvent& e) {
   if (e.size == 0)
     fail(e, "a mapping of 0 bytes");
+  if (!fits_address_space(e.addr, e.size))
+    fail(e, "the mapping reaches past the end of the 64-bit address space");
   auto after = segments_.lower_bound(e.addr);
   if ((after != segments_.end() && after->first < e.addr + e.size) ||
       segment_containing(e.addr) != segments_.end())
@@ -346,7 +344,7 @@ void SegmentState::on_segment_map(const TraceEvent& e) {
 
 void SegmentState::on_segment_unmap(const TraceEvent& e) {
   auto seg = segment_containing(e.addr);
-  if (seg == segments_.end() || !seg->second.expandable ||
+  if (seg == segments_.end() || !seg->second.expandable || !fits_address_space(e.addr, e.size) ||
       e.addr + e.size > seg->first + seg->second.size)
     fail(e, "does not lie inside one mapped expandable range");
   auto it = blocks_.upper_bound(e.addr);
@@ -379,7 +377,12 @@ void SegmentState::on_segment_unmap(const TraceEvent& e) {
 }
 
 void SegmentState::add_segment(std::uint64_t address, const SegmentInfo& info) {
-  if (segment_containing(address) != segments_.end())
+  if (info.size == 0 || !fits_address_space(address, info.size))
+    throw InputError("segment at " + hex(address) + " of " + std::to_string(info.size) +
+                     " bytes is empty or reaches past the end of the 64-bit address space");
+  auto after = segments_.lower_bound(address);
+  if (segment_containing(address) != segments_.end() ||
+      (after != segments_.end() && after->first < address + info.size))
     throw InputError("segment at " + hex(address) + " overlaps another segment");
   SegmentInfo s = info;
   s.block_count = 0;
@@ -397,6 +400,9 @@ void SegmentState::place_block(std::uint64_t address, const BlockInfo& info) {
   auto seg = segment_containing(address);
   if (seg == segments_.end())
     throw InputError("block at " + hex(address) + " lies outside every segment");
+  if (info.size == 0 || !fits_address_space(address, info.size))
+    throw InputError("block at " + hex(address) + " of " + std::to_string(info.size) +
+                     " bytes is empty or reaches past the end of the 64-bit address space");
   auto it = blocks_.upper_bound(address);
   --it;
   std::uint64_t free_start = it->first;

@@ -110,8 +110,11 @@ int run_import(const std::vector<std::string>& argv) {
       {"torch_version", torch_version_json(snapshot.torch_version)},
       {"allocator_config_note", config.note()},
       {"ooms", result.ooms},
+      {"warnings", result.warnings},
       {"recorded_stats",
        stats_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(stats_file)}};
+  for (const std::string& warning : result.warnings)
+    std::cerr << "warning: " << file.string() << ": " << warning << "\n";
   if (auto target = args.option("--json")) {
     write_json(out, *target);
     return 0;

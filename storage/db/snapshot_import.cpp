@@ -14,6 +14,13 @@
 namespace fragscope::storage {
 namespace {
 
+std::vector<std::string> all_warnings(const std::vector<std::string>& a,
+                                      const std::vector<std::string>& b) {
+  std::vector<std::string> out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
 SeriesPoint series_of(const SegmentMap& state) {
   SeriesPoint point;
   point.reserved = static_cast<std::int64_t>(state.reserved_bytes());
@@ -152,6 +159,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     for (const auto& sample : timeline.samples)
       series.push_back(point_of(sample));
     start = point_of(timeline.initial);
+    if (!timeline.matches_final_segments)
+      result.warnings.push_back("the trace does not end in the snapshot's final segments: " +
+                                timeline.mismatch);
     series_info = {{"source", "layout"},
                    {"matches_final_segments", timeline.matches_final_segments},
                    {"mismatch", timeline.mismatch},
@@ -160,6 +170,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   } catch (const InputError& e) {
     series = derive_series(events, start);
     series_info = {{"source", "trace"}, {"layout_error", e.what()}};
+    result.warnings.push_back(std::string("the snapshot is inconsistent (") + e.what() +
+                              "): stored with the series the trace alone gives");
   }
 
   stage("layout", 1, 1);
@@ -215,7 +227,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"ooms", result.ooms},
         {"format", snapshot.format == snapshot::SnapshotFormat::v2_1 ? "2.1" : "2.0"},
         {"pickle_protocol", snapshot.pickle_protocol},
-        {"warnings", snapshot.warnings},
+        {"warnings", all_warnings(snapshot.warnings, result.warnings)},
         {"external_annotations", snapshot.external_annotations.size()},
         {"state_only", events.empty()},
         {"device_count", snapshot.device_count()},

@@ -3,6 +3,7 @@
 // `fragscope-cli import` / `export-snapshot` and the GUI's File > Open.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,11 @@ struct ImportResult {
   // overflowed): the state before its first event was reconstructed from the final segments.
   bool truncated = false;
   std::size_t ooms = 0;
+  // The snapshot contradicts itself (overlapping segments, a free of a busy segment, blocks
+  // outside their segment, an alloc twice at one address, a trace that does not end in the final
+  // segments): the run is stored with the series the trace alone gives, and these say why.
+  // Also in the run's summary["warnings"].
+  std::vector<std::string> warnings;
 };
 
 // The snapshot's segments on `device` as a SegmentMap (blocks by request size, as the trace).

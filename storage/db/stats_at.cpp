@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/allocator/config.h"
+#include "engine/allocator/sizes.h"
 #include "engine/core/error.h"
 #include "engine/replay/replay.h"
 
@@ -59,6 +60,74 @@ std::optional<Bytes> run_memory_limit(const RunRecord& record) {
   return std::nullopt;
 }
 
+RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t> event_count) {
+  RunTrace out;
+  out.record = store.run(run);
+  out.events = store.events(
+      run, 0, std::min(event_count.value_or(out.record.event_count), out.record.event_count));
+  const auto settings = out.record.summary.find("allocator_settings");
+  out.recorded_config = settings != out.record.summary.end() && settings->is_object();
+  try {
+    if (out.recorded_config) {
+      std::string note;
+      out.config = replay::config_from_settings(*settings, &note);
+      if (!note.empty())
+        out.notes.push_back(note);
+    } else {
+      out.config = alloc::AllocatorConfig::parse(out.record.alloc_config);
+    }
+  } catch (const alloc::AllocatorConfigError& error) {
+    throw InputError(run_name(run) + ": its allocator config \"" + out.record.alloc_config +
+                     "\" does not parse: " + error.what());
+  } catch (const InputError& error) {
+    throw InputError(run_name(run) + ": " + error.what());
+  }
+  // The stored start state has request sizes; its blocks get the block size the config's split
+  // rule gives them inside the gap up to the next live block.
+  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(out.config);
+  out.initial = snapshot::SegmentState(rules);
+  const SegmentMap start = store.segment_state(run, 0).state;
+  try {
+    for (const auto& [base, range] : start.segments()) {
+      snapshot::SegmentState::SegmentInfo info;
+      info.size = range.size;
+      info.stream = range.stream;
+      info.pool = !range.expandable && range.size == alloc::kSmallBuffer
+                      ? snapshot::PoolKind::small
+                      : snapshot::PoolKind::large;
+      info.expandable = range.expandable;
+      info.predates_trace = true;
+      out.initial.add_segment(base, info);
+    }
+    const auto& blocks = start.blocks();
+    for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+      const auto segment = out.initial.segment_map().upper_bound(it->first);
+      if (segment == out.initial.segment_map().begin())
+        throw InputError("a block live at the start lies outside every segment");
+      const auto& [segment_base, segment_info] = *std::prev(segment);
+      std::uint64_t end = segment_base + segment_info.size;
+      if (auto next = std::next(it); next != blocks.end() && next->first < end)
+        end = next->first;
+      snapshot::SegmentState::BlockInfo block;
+      block.requested = it->second.size;
+      block.state = it->second.state == BlockState::pending_free
+                        ? fragscope::BlockState::active_pending_free
+                        : fragscope::BlockState::active_allocated;
+      block.frames = it->second.frames;
+      block.predates_trace = true;
+      const Bytes rounded = rules.round_size(block.requested);
+      const Bytes gap = end > it->first ? end - it->first : 0;
+      if (gap < rounded)
+        throw InputError("a block live at the start does not fit before the next block");
+      block.size = rules.should_split(gap, rounded) ? rounded : gap;
+      out.initial.place_block(it->first, block);
+    }
+  } catch (const InputError& error) {
+    throw InputError(run_name(run) + ": the state at its first event: " + error.what());
+  }
+  return out;
+}
+
 MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index) {
   const RunRecord record = store.run(run);
   MemoryStatsAt out;
@@ -100,6 +169,8 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
       replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options);
   out.stats = result.run.stats;
 
+  // The stored start state has request sizes only; seeding the model from it is not exact yet
+  // (the snapshot-level replay seeds from snapshot::initial_state instead).
   const SegmentStateAt initial = store.segment_state(run, 0);
   if (!initial.state.segments().empty())
     out.caveats.push_back(

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/allocator/config.h"
 #include "engine/allocator/stats.h"
+#include "engine/snapshot/segment_state.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::storage {
@@ -30,6 +32,24 @@ struct MemoryStatsAt {
 // summary["allowed_bytes"] (the cap of a recording imported with its NAME.stats.json); nullopt
 // when it is not known.
 std::optional<Bytes> run_memory_limit(const RunRecord& record);
+
+// What every analysis of a stored run starts from (post-mortem, what-if, memory_stats_at): the
+// config it ran under (the recorded allocator_settings for imported snapshots, read for any
+// release; else the run's PYTORCH_CUDA_ALLOC_CONF), its events, and the allocator state before
+// the first event laid out with that config's own rounding and split rules (empty unless the
+// trace started mid-run; block sizes of blocks live at the start follow the split rule).
+struct RunTrace {
+  RunRecord record;
+  alloc::AllocatorConfig config;
+  bool recorded_config = false;  // config is the snapshot's allocator_settings
+  std::vector<TraceEvent> events;
+  snapshot::SegmentState initial;
+  std::vector<std::string> notes;  // e.g. allocator_settings that lacked keys
+};
+// `event_count`: how many events to load (default all). InputError naming the run when its
+// config does not parse or its stored start state contradicts itself.
+RunTrace load_run_trace(RunStore& store, RunId run,
+                        std::optional<std::uint64_t> event_count = std::nullopt);
 
 // The state after the first `event_index` events. The config is the recorded allocator_settings
 // for imported snapshots, else the run's PYTORCH_CUDA_ALLOC_CONF; the device limit is the run's

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli/cli_process.h"
@@ -29,6 +30,20 @@ TEST(CliInfo, JsonSummaryOfAnOomRun) {
   EXPECT_EQ(d["ooms"][0]["device_free"], 142970322944);
   EXPECT_EQ(d["actions"]["segment_alloc"].get<int>() + d["actions"]["segment_free"].get<int>(),
             125 + 46);
+}
+
+// Issue #18: a segment that wraps past 2^64 crashed info with SIGSEGV (exit 139).
+TEST(CliInfo, AddressWrapIsOneLineNamingTheFileAndEntry) {
+  const std::string file =
+      std::string(FRAGSCOPE_SHARED_FIXTURES) + "/hostile/segfault-info-198b.pickle";
+  if (!std::ifstream(file).good())
+    GTEST_SKIP() << file << " is absent";
+  auto r = run_cli({"info", file});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trace entry 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("64-bit address space"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST(CliInfo, TextSummaryNamesSettingsAndPeaks) {

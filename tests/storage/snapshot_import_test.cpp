@@ -2,8 +2,11 @@
 // reported for the same process (memory_stats() in NAME.stats.json, the final segments in the
 // snapshot).
 #include "storage/db/snapshot_import.h"
+#include "storage/db/stats_at.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <fstream>
 
@@ -121,6 +124,47 @@ TEST(Import, ATraceThatStartsLateIsMarkedTruncated) {
   // And the series continue from the right level: the final reserved equals PyTorch's.
   EXPECT_EQ(store.run(result.run).summary["final"]["reserved"],
             memory_stats("streams_default")["reserved_bytes.all.current"]);
+}
+
+// Issue #18: an inconsistent snapshot (here an alloc twice at one address) is stored with the
+// trace's own series, and the import says why instead of passing silently.
+TEST(Import, AnInconsistentSnapshotIsStoredWithAWarning) {
+  auto snapshot = snapshot::read_snapshot(fixture("streams_default", ".pickle.gz"));
+  auto& trace = snapshot.device_traces[0];
+  const auto first_alloc = std::find_if(trace.begin(), trace.end(), [](const TraceEvent& e) {
+    return e.action == TraceAction::alloc;
+  });
+  ASSERT_NE(first_alloc, trace.end());
+  trace.insert(first_alloc + 1, *first_alloc);
+  RunStore store(":memory:");
+  const ImportResult result = import_snapshot(store, snapshot, import_options("twice"));
+  ASSERT_FALSE(result.warnings.empty());
+  EXPECT_NE(result.warnings[0].find("inconsistent"), std::string::npos) << result.warnings[0];
+  const auto warnings = store.run(result.run).summary["warnings"];
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_EQ(warnings.back(), result.warnings.back());
+}
+
+// The post-mortem's loader (gui/post_mortem_page) reads the recorded config of any release and
+// lays the start state out with its rules: random_split64_round4's roundup table decides block
+// sizes, so the default rules the page used before could not lay its trace out.
+TEST(Import, RunTraceCarriesTheRecordedConfigAndItsRules) {
+  const auto snapshot = snapshot::read_snapshot(fixture("random_split64_round4", ".pickle.gz"));
+  RunStore store(":memory:");
+  const ImportResult result = import_snapshot(store, snapshot, import_options("round4"));
+  const RunTrace trace = load_run_trace(store, result.run);
+  EXPECT_TRUE(trace.recorded_config);
+  EXPECT_EQ(trace.config.max_split_size, 64 * kMiB);
+  EXPECT_EQ(trace.config.roundup_power2_divisions[0], 4u);
+  EXPECT_EQ(trace.initial.rules(), snapshot::LayoutRules::from_config(trace.config));
+  EXPECT_EQ(trace.events.size(), snapshot.device_traces[0].size());
+  snapshot::SegmentState state = trace.initial;
+  for (const TraceEvent& e : trace.events)
+    state.apply(e);  // throws on the first event the rules cannot lay out
+  Bytes final_reserved = 0;
+  for (const auto& segment : snapshot.segments)
+    final_reserved += segment.total_size;
+  EXPECT_EQ(state.sample().reserved, final_reserved);
 }
 
 }  // namespace

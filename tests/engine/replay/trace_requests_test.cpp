@@ -93,9 +93,26 @@ TEST(TraceRequests, AllocAtALiveAddressIsAnInputError) {
 
 TEST(TraceRequests, BadSettingsAreInputErrors) {
   auto settings = default_settings();
-  settings.erase("max_split_size");
+  settings["max_split_size"] = "big";
   EXPECT_THROW(config_from_settings(settings), InputError);
   EXPECT_THROW(config_from_settings(nlohmann::json::array()), InputError);
+}
+
+// Older releases record fewer keys: a missing key keeps PyTorch's default, and the replay says so.
+TEST(TraceRequests, MissingSettingsKeysKeepTheDefaults) {
+  auto settings = default_settings();
+  settings.erase("graph_capture_record_stream_reuse");
+  settings["max_split_size"] = 64 * kMiB;
+  std::string note;
+  const alloc::AllocatorConfig config = config_from_settings(settings, &note);
+  EXPECT_EQ(config.max_split_size, 64 * kMiB);
+  EXPECT_NE(note.find("incomplete"), std::string::npos) << note;
+  note.clear();
+  EXPECT_EQ(config_from_settings(nlohmann::json::object(), &note), alloc::AllocatorConfig{});
+  EXPECT_NE(note.find("no allocator_settings"), std::string::npos) << note;
+  const ReplayResult result = replay_trace(small_trace(), nlohmann::json::object());
+  ASSERT_EQ(result.warnings.size(), 1u);
+  EXPECT_TRUE(result.segment_events_match);
 }
 
 }  // namespace

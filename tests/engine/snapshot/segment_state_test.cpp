@@ -1,0 +1,78 @@
+// SegmentState on inconsistent traces (issue #18): addresses and sizes near 2^64 and impossible
+// requests are InputErrors naming the entry, never a crash.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "engine/core/error.h"
+#include "engine/snapshot/segment_state.h"
+#include "engine/snapshot/timeline.h"
+
+namespace fragscope::snapshot {
+namespace {
+
+constexpr std::uint64_t kTop = std::numeric_limits<std::uint64_t>::max();
+
+// What hostile/segfault-info-198b.pickle holds: a segment whose end wraps past 2^64, so its
+// split-off remainder landed at address 4096, outside every segment (SIGSEGV before the fix).
+std::vector<TraceEvent> wrapping_trace() {
+  return {{TraceAction::segment_alloc, kTop - 4095, 12288},
+          {TraceAction::alloc, kTop - 4095, 8192},
+          {TraceAction::alloc, 4096, 512}};
+}
+
+TEST(SegmentStateHostile, SegmentWrappingPastTwoToTheSixtyFourIsAnInputError) {
+  SegmentState state;
+  const auto trace = wrapping_trace();
+  try {
+    state.apply(trace[0]);
+    FAIL() << "a segment reaching past 2^64 was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("64-bit address space"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(SegmentStateHostile, TimelineOfTheWrappingSnapshotNamesTheEntry) {
+  Snapshot snap;
+  snap.device_traces.push_back(wrapping_trace());
+  try {
+    build_timeline(snap, 0);
+    FAIL() << "the wrapping trace was laid out";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("trace entry 0"), std::string::npos) << error.what();
+  }
+}
+
+TEST(SegmentStateHostile, ExabyteAllocationDoesNotFitATwoMebibyteSegment) {
+  SegmentState state;
+  state.apply({TraceAction::segment_alloc, 1ull << 40, 2 * kMiB});
+  // round_size(2^64 - 1) wrapped to 0 before the fix, so it "fit".
+  EXPECT_THROW(state.apply({TraceAction::alloc, 1ull << 40, kTop}), InputError);
+  EXPECT_THROW(state.apply({TraceAction::alloc, 1ull << 40, 1ull << 60}), InputError);
+  state.apply({TraceAction::alloc, 1ull << 40, 1000});  // the state is still usable
+  EXPECT_EQ(state.sample().allocated, 1024u);
+}
+
+TEST(SegmentStateHostile, BlockOrSegmentPastTheAddressSpaceIsRefused) {
+  SegmentState state;
+  SegmentState::SegmentInfo segment;
+  segment.size = 8192;
+  EXPECT_THROW(state.add_segment(kTop - 4095, segment), InputError);
+  state.add_segment(1ull << 40, segment);
+  SegmentState::BlockInfo block;
+  block.size = kTop;
+  block.state = BlockState::active_allocated;
+  EXPECT_THROW(state.place_block(1ull << 40, block), InputError);
+  segment.size = 4096;
+  EXPECT_THROW(state.add_segment((1ull << 40) - 2048, segment), InputError);  // overlaps
+  EXPECT_THROW(state.apply({TraceAction::segment_map, kTop - 4095, 8192}), InputError);
+}
+
+TEST(SegmentStateHostile, FreeCompletedOutsideEverySegmentIsAnInputError) {
+  SegmentState state;
+  EXPECT_THROW(state.apply({TraceAction::free_completed, 4096, 512}), InputError);
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot
