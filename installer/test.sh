@@ -4,7 +4,7 @@
 # localhost (installer/slurm-localhost.sh, stopped again on exit) and runs every test with ctest
 # (engine, storage, CLI, GUI offscreen, Slurm sweeps, packaging, style, and python/tests with
 # pytest as the one ctest test python.fragscope_record: its exit 5 "no tests" counts as a pass),
-# then builds the `asan` preset and runs the tests again under ASan + UBSan.
+# and, with FRAGSCOPE_CI_ASAN=1, builds the `asan` preset and runs the tests again under ASan + UBSan.
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -39,9 +39,10 @@ else
 fi
 ctest --preset dev --parallel "$(nproc)" --timeout 600 "$@"
 
-# ASan + UBSan (preset asan): every test again under the sanitizers. FRAGSCOPE_CI_ASAN=0 skips it
-# (a quick local run); FRAGSCOPE_CI_ASAN_LABELS="storage|cli" narrows the tests it runs.
-if [ "${FRAGSCOPE_CI_ASAN:-1}" != 0 ]; then
+# ASan + UBSan (preset asan): every test again under the sanitizers, with FRAGSCOPE_CI_ASAN=1;
+# FRAGSCOPE_CI_ASAN_LABELS="storage|cli" narrows the tests it runs. Off by default until the asan
+# preset has been seen to build and pass within CI's time on 2 cores (issue #18).
+if [ "${FRAGSCOPE_CI_ASAN:-0}" != 0 ]; then
   fragscope_build asan
   cd "$FRAGSCOPE_ROOT"
   # The preset sets ASAN_OPTIONS/UBSAN_OPTIONS: leaks fail, any undefined behaviour fails.
