@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 3> kMigrations = {
+constexpr std::array<std::string_view, 4> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -120,6 +120,14 @@ CREATE TABLE reports(
   format TEXT NOT NULL,
   content BLOB NOT NULL,
   created_at TEXT NOT NULL);
+)sql",
+    // 4: the environment fingerprint a run was recorded in (fragscope-record's NAME.env.json,
+    // kept whole as JSON: Python, the PyTorch build and how it was installed, CUDA, packages).
+    R"sql(
+CREATE TABLE run_environments(
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  source_file TEXT NOT NULL DEFAULT '',
+  fingerprint TEXT NOT NULL);
 )sql",
 };
 

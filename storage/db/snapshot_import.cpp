@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
@@ -79,6 +80,26 @@ Environment recorded_environment(const nlohmann::json& stats) {
   return environment;
 }
 
+// The run's environment columns from a fingerprint: the PyTorch build, driver, the GPU the
+// run used (else the first) and the host.
+Environment fingerprint_environment(const analysis::RecordedEnvironment& env, std::size_t device) {
+  Environment environment = Environment::current();
+  environment.torch_version = env.torch_version;
+  environment.cuda_version = env.torch_cuda;
+  environment.driver_version = env.driver;
+  const analysis::RecordedGpu* gpu = env.gpus.empty() ? nullptr : &env.gpus.front();
+  for (const auto& candidate : env.gpus)
+    if (candidate.index == static_cast<std::int64_t>(device))
+      gpu = &candidate;
+  if (gpu != nullptr) {
+    environment.gpu_name = gpu->name;
+    environment.gpu_memory = gpu->total_memory;
+  }
+  if (!env.host.empty())
+    environment.host = env.host;
+  return environment;
+}
+
 void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
   // What PyTorch itself reported after the run, shown beside FragScope's figures.
   if (const auto it = stats.find("memory_stats"); it != stats.end() && it->is_object())
@@ -94,6 +115,10 @@ void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
     if (cap != params->end() && cap->is_number() && cap->get<double>() > 0)
       summary["allowed_bytes"] = static_cast<Bytes>(cap->get<double>() * static_cast<double>(kGiB));
   }
+  // fragscope-record's cap: the allocator's own limit (fraction x device total) as recorded.
+  if (const auto allowed = stats.find("allowed_bytes");
+      allowed != stats.end() && allowed->is_number_unsigned() && allowed->get<Bytes>() > 0)
+    summary["allowed_bytes"] = allowed->get<Bytes>();
 }
 
 }  // namespace
@@ -130,6 +155,33 @@ nlohmann::json read_recording_stats(const std::string& stats_path) {
   return parse_recording_stats(in, stats_path);
 }
 
+nlohmann::json read_recording_environment(const std::string& env_path) {
+  std::ifstream in(env_path, std::ios::binary);
+  if (!in)
+    throw InputError(env_path + ": cannot open the environment file");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(env_path + ": not valid JSON: " + error.what());
+  }
+  analysis::parse_recorded_environment(json, env_path);  // throws, naming the place
+  return json;
+}
+
+std::string companion_environment_path(const std::string& snapshot_path) {
+  return (std::filesystem::path(snapshot_path).parent_path() /
+          (run_name_for(snapshot_path) + ".env.json"))
+      .string();
+}
+
+std::optional<nlohmann::json> read_companion_environment(const std::string& snapshot_path) {
+  const std::string path = companion_environment_path(snapshot_path);
+  if (!std::filesystem::exists(path))
+    return std::nullopt;  // no fingerprint beside the snapshot
+  return read_recording_environment(path);
+}
+
 std::string companion_stats_path(const std::string& snapshot_path) {
   return (std::filesystem::path(snapshot_path).parent_path() /
           (run_name_for(snapshot_path) + ".stats.json"))
@@ -159,12 +211,22 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   const SegmentMap final_state = segment_map_of(snapshot, device);
   const SegmentMap initial = rewind(final_state, events);
 
+  // Checked before anything is written: a bad fingerprint stores nothing.
+  std::optional<analysis::RecordedEnvironment> fingerprint;
+  if (options.recorded_environment)
+    fingerprint = analysis::parse_recorded_environment(*options.recorded_environment,
+                                                       options.recorded_environment_file.empty()
+                                                           ? options.source_file + " (environment)"
+                                                           : options.recorded_environment_file);
+
   RunRecord record;
   record.name = options.name;
   record.experiment = options.experiment;
   record.source = options.source;
   if (options.environment)
     record.environment = *options.environment;
+  else if (fingerprint)
+    record.environment = fingerprint_environment(*fingerprint, device);
   else if (options.recorded_stats && options.recorded_stats->is_object())
     record.environment = recorded_environment(*options.recorded_stats);
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
@@ -214,6 +276,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     }
     if (!stacks.empty())
       store.set_frame_stacks(run, stacks);
+    if (options.recorded_environment)
+      store.set_recorded_environment(run, *options.recorded_environment,
+                                     options.recorded_environment_file);
     store.append_events(run, events, {series, {}});
     for (std::size_t i = 0; i < events.size(); ++i) {
       const TraceEvent& event = events[i];
