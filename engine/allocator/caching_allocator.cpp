@@ -243,10 +243,7 @@ struct CachingAllocator::Impl {
   }
 
   bool should_split(const Block* block, Bytes size) const {
-    const Bytes remaining = block->size - size;
-    if (block->pool == PoolKind::small || config.expandable_segments)
-      return remaining >= kMinBlockSize;
-    return size < max_split() && remaining > kSmallSize;
+    return alloc::should_split(block->size, size, block->pool, config);
   }
 
   // --- new memory -----------------------------------------------------------------------------
@@ -841,6 +838,7 @@ struct CachingAllocator::Impl {
   }
 
   bool is_valid(std::string* why) const;
+  std::vector<std::uint64_t> seed(const std::vector<SeedSegment>& seeds);  // mid-run traces
 };
 
 bool CachingAllocator::Impl::is_valid(std::string* why) const {
@@ -986,6 +984,83 @@ bool CachingAllocator::Impl::is_valid(std::string* why) const {
           fail(why, "oversize_segments.current disagrees with a recount"));
 }
 
+// --- seeding the state before a mid-run trace ---------------------------------------------------
+// Kept apart from the decision code: it only drives the allocator's own paths (alloc_block,
+// alloc_found_block, free) so a seeded state obeys the same invariants as a grown one.
+
+namespace {
+// Pending-free seeds wait for an event on this stream; no request stream uses it.
+constexpr std::uint64_t kSeedEventStream = UINT64_MAX - 1;
+
+void check_seed(const SeedSegment& seed) {
+  const std::string where = "seeded segment " + hex_address(seed.address);
+  if (seed.size == 0 || seed.size % kMinBlockSize != 0 || seed.blocks.empty())
+    throw InputError(where + ": size " + std::to_string(seed.size) +
+                     " is not a positive multiple of 512 with blocks");
+  std::uint64_t at = seed.address;
+  for (const SeedBlock& b : seed.blocks) {
+    if (b.address != at || b.size == 0 || b.size % kMinBlockSize != 0 ||
+        b.size > seed.address + seed.size - at)
+      throw InputError(where + ": block " + hex_address(b.address) + " of " +
+                       std::to_string(b.size) + " bytes does not continue the blocks at " +
+                       hex_address(at));
+    at += b.size;
+  }
+  if (at != seed.address + seed.size)
+    throw InputError(where + ": blocks cover " + std::to_string(at - seed.address) + " of " +
+                     std::to_string(seed.size) + " bytes");
+}
+}  // namespace
+
+std::vector<std::uint64_t> CachingAllocator::Impl::seed(const std::vector<SeedSegment>& seeds) {
+  EventSink* const saved_sink = sink;
+  sink = nullptr;
+  std::vector<std::uint64_t> addresses;
+  try {
+    for (const SeedSegment& seed : seeds) {
+      check_seed(seed);
+      if (seed.expandable && !config.expandable_segments)
+        throw InputError("seeded segment " + hex_address(seed.address) +
+                         " is expandable but the config has expandable_segments off");
+      Block* block =
+          alloc_block(seed.pool, seed.stream.value, seed.size, seed.size, /*is_retry=*/false);
+      if (!block || block->size != seed.size)
+        throw InputError("seeded segment " + hex_address(seed.address) + " of " +
+                         std::to_string(seed.size) + " bytes does not fit the device");
+      // Hand out every block (splitting off the rest each time), then free the free ones: no
+      // merge can happen before the layout stands.
+      for (std::size_t i = 0; i < seed.blocks.size(); ++i) {
+        const SeedBlock& b = seed.blocks[i];
+        const bool last = i + 1 == seed.blocks.size();
+        const Bytes requested = b.state == BlockState::inactive ? b.size : b.requested_size;
+        Block* taken = alloc_found_block(block, requested, b.size, /*split=*/!last);
+        addresses.push_back(taken->ptr);
+        if (!last) {
+          block = taken->next;
+          pool_of(seed.pool).blocks.erase(block);
+        }
+      }
+    }
+    std::size_t index = 0;
+    for (const SeedSegment& seed : seeds) {
+      for (const SeedBlock& b : seed.blocks) {
+        const std::uint64_t address = addresses[index++];
+        if (b.state == BlockState::active_pending_free)
+          record_stream(address, kSeedEventStream);
+        if (b.state != BlockState::active_allocated)
+          free(address);
+      }
+    }
+  } catch (...) {
+    sink = saved_sink;
+    throw;
+  }
+  sink = saved_sink;
+  stats.reset_peak();
+  stats.reset_accumulated();
+  return addresses;
+}
+
 // --- public shell ------------------------------------------------------------------------------
 
 CachingAllocator::CachingAllocator(AllocatorConfig config, Device& device, EventSink* sink)
@@ -1003,6 +1078,9 @@ void CachingAllocator::record_stream(std::uint64_t address, StreamId stream) {
 }
 void CachingAllocator::mark_events_ready(std::uint64_t address) {
   impl_->mark_events_ready(address);
+}
+std::vector<std::uint64_t> CachingAllocator::seed(const std::vector<SeedSegment>& segments) {
+  return impl_->seed(segments);
 }
 void CachingAllocator::empty_cache() {
   impl_->release_cached_blocks();

@@ -95,6 +95,25 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;
 };
 
+// A segment as it stood before the first request of a trace that starts mid-run (the state
+// replay reconstructs from the final snapshot), with its blocks in address order, tiling it.
+// Active blocks carry the tensor a request stream refers to them by.
+struct SeedBlock {
+  std::uint64_t address = 0;
+  Bytes size = 0;
+  Bytes requested_size = 0;
+  BlockState state = BlockState::inactive;
+  TensorId tensor{};
+};
+struct SeedSegment {
+  std::uint64_t address = 0;
+  Bytes size = 0;  // cudaMalloc'd bytes, or the mapped range of an expandable segment
+  StreamId stream{};
+  PoolKind pool = PoolKind::large;
+  bool expandable = false;
+  std::vector<SeedBlock> blocks;
+};
+
 class CachingAllocator {
  public:
   // `device` and `sink` must outlive the allocator; `sink` may be null. Applies the config's
@@ -116,6 +135,15 @@ class CachingAllocator {
   // The events recorded when the pending-free block at `address` was freed have completed; the
   // block is freed at the next malloc (process_events), in per-stream FIFO order like PyTorch.
   void mark_events_ready(std::uint64_t address);
+  // Adopts segments that existed before the first malloc (a trace recorded mid-run): each is
+  // obtained from the device like a new one (mapped, for expandable segments) and carved into
+  // its blocks by the allocator's own split and free paths, without emitting events. A
+  // pending-free block waits for an event of a stream nothing else uses (mark_events_ready
+  // completes it). Returns the address the model gave each seeded block, in order (the seed's
+  // own unless the device placed the segment elsewhere). Peak and accumulated stats are reset
+  // afterwards, so they describe what follows. InputError when a seed does not tile its
+  // segment or the device cannot hold it.
+  std::vector<std::uint64_t> seed(const std::vector<SeedSegment>& segments);
   // torch.cuda.empty_cache() (release_cached_blocks): synchronizes all events, then returns every
   // unsplit cached segment and every fully free expandable page to the device.
   void empty_cache();

@@ -44,6 +44,27 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
                      " is not allocated");
   };
 
+  if (!options.initial_segments.empty()) {
+    const std::vector<std::uint64_t> seeded = allocator.seed(options.initial_segments);
+    std::size_t index = 0;
+    for (const SeedSegment& segment : options.initial_segments) {
+      for (const SeedBlock& block : segment.blocks) {
+        const std::uint64_t address = seeded[index++];
+        if (block.state == BlockState::inactive)
+          continue;
+        if (block.tensor.value == UINT64_MAX)
+          throw InputError("seeded block: tensor id 18446744073709551615 is reserved");
+        const std::uint64_t key = block.tensor.value + 1;
+        if (address_of.contains(key) || pending.contains(key))
+          throw InputError("seeded blocks share tensor " + std::to_string(block.tensor.value));
+        if (block.state == BlockState::active_allocated)
+          address_of.insert_or_assign(key, address);
+        else
+          pending.insert_or_assign(key, address);
+      }
+    }
+  }
+
   const auto& list = requests.requests;
   for (std::size_t index = 0; index < list.size(); ++index) {
     const Request& r = list[index];

@@ -29,6 +29,10 @@ struct RunOptions {
   // Run is_valid() after every N-th request (1 = every request, 0 = never) and after the last
   // one; throw std::logic_error on the first violation.
   std::size_t check_invariants_every = 0;
+  // Segments that existed before the first request (a trace recorded mid-run), seeded into the
+  // allocator before it (CachingAllocator::seed); requests refer to their active blocks by the
+  // seeds' tensor ids.
+  std::vector<SeedSegment> initial_segments;
 };
 
 struct RunResult {

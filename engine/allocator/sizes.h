@@ -27,6 +27,17 @@ constexpr PoolKind pool_for(Bytes rounded) {
   return rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
 }
 
+// Whether a free block of `block_size` bytes in `pool` is split when `rounded` bytes of it are
+// handed out (spec §3.3): small-pool and expandable blocks keep any remainder of at least 512
+// bytes; large blocks only below max_split_size and with more than 1 MiB left over.
+constexpr bool should_split(Bytes block_size, Bytes rounded, PoolKind pool,
+                            const AllocatorConfig& config) {
+  const Bytes remaining = block_size - rounded;
+  if (pool == PoolKind::small || config.expandable_segments)
+    return remaining >= kMinBlockSize;
+  return rounded < config.max_split_size && remaining > kSmallSize;
+}
+
 // Size of the segment cudaMalloc'd for a rounded request that found no cached block (§1.4).
 Bytes allocation_size(Bytes rounded, const AllocatorConfig& config);
 

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "engine/core/error.h"
+#include "engine/snapshot/timeline.h"
 
 namespace fragscope::replay {
 namespace {
@@ -43,7 +44,43 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
   return out;
 }
 
-TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
+namespace {
+
+// The seeds for the allocator from the reconstructed start state, one tensor per active block.
+void seed_from(const snapshot::SegmentState& initial, TraceRequests& out,
+               std::unordered_map<std::uint64_t, std::uint64_t>& live,
+               std::unordered_map<std::uint64_t, std::uint64_t>& pending,
+               std::uint64_t& next_tensor) {
+  const auto& blocks = initial.block_map();
+  for (const auto& [address, segment] : initial.segment_map()) {
+    alloc::SeedSegment seed;
+    seed.address = address;
+    seed.size = segment.size;
+    seed.stream = segment.stream;
+    seed.pool =
+        segment.pool == snapshot::PoolKind::small ? alloc::PoolKind::small : alloc::PoolKind::large;
+    seed.expandable = segment.expandable;
+    const std::uint64_t end = address + segment.size;
+    for (auto it = blocks.lower_bound(address); it != blocks.end() && it->first < end; ++it) {
+      alloc::SeedBlock block{it->first, it->second.size, it->second.requested, it->second.state,
+                             TensorId{}};
+      if (block.state != BlockState::inactive) {
+        block.tensor = TensorId{next_tensor++};
+        (block.state == BlockState::active_allocated ? live : pending)
+            .emplace(it->first, block.tensor.value);
+      }
+      seed.blocks.push_back(block);
+    }
+    if (!seed.expandable)
+      out.segments.push_back({seed.address, seed.size});
+    out.initial_segments.push_back(std::move(seed));
+  }
+}
+
+}  // namespace
+
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
+                                  const snapshot::SegmentState* initial) {
   TraceRequests out;
   out.entries = trace.size();
   auto& requests = out.requests.requests;
@@ -64,6 +101,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace) {
   std::unordered_map<std::uint64_t, std::uint64_t> pending;  // address -> tensor awaiting events
   live.reserve(4096);
   std::uint64_t next_tensor = 1;
+  if (initial)
+    seed_from(*initial, out, live, pending, next_tensor);
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     if (e.action != TraceAction::snapshot) {
@@ -146,9 +185,29 @@ std::string describe(const Divergence& d) {
   return text;
 }
 
+std::string describe(const SeededState& seeded) {
+  if (seeded.empty())
+    return "the trace starts with an empty allocator: nothing seeded";
+  std::string text = "seeded " + std::to_string(seeded.live_blocks) + " live block(s)";
+  if (seeded.pending_blocks > 0)
+    text += " and " + std::to_string(seeded.pending_blocks) + " pending free(s)";
+  text += " in " + std::to_string(seeded.segments) + " segment(s) at the trace's start (" +
+          std::to_string(seeded.reserved) + " bytes reserved, " + std::to_string(seeded.allocated) +
+          " allocated); segments, stream and cached gaps " + "from the final snapshot";
+  if (seeded.inferred_sizes > 0) {
+    text += "; " + std::to_string(seeded.inferred_sizes) +
+            " block size(s) inferred from the rounding and split rules";
+    if (seeded.guessed_sizes > 0)
+      text += " (" + std::to_string(seeded.guessed_sizes) +
+              " of them undecidable: a large block may not have been split, off by <= 1 MiB)";
+  }
+  return text;
+}
+
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
-                          const nlohmann::json& allocator_settings, const ReplayOptions& options) {
-  TraceRequests requests = requests_from_trace(trace);
+                          const nlohmann::json& allocator_settings, const ReplayOptions& options,
+                          const snapshot::SegmentState* initial) {
+  TraceRequests requests = requests_from_trace(trace, initial);
   const bool recorded_config = !options.config.has_value();
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings) : *options.config;
@@ -168,6 +227,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
   run_options.check_invariants_every = options.check_invariants_every;
+  run_options.initial_segments = requests.initial_segments;
 
   ReplayResult result;
   result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
@@ -175,6 +235,20 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;
+  for (const alloc::SeedSegment& segment : requests.initial_segments) {
+    ++result.seeded.segments;
+    result.seeded.reserved += segment.size;
+    for (const alloc::SeedBlock& block : segment.blocks) {
+      if (block.state == BlockState::active_allocated) {
+        ++result.seeded.live_blocks;
+        result.seeded.allocated += block.size;
+      } else if (block.state == BlockState::active_pending_free) {
+        ++result.seeded.pending_blocks;
+      } else {
+        ++result.seeded.free_blocks;
+      }
+    }
+  }
   if (!recorded_config)
     return result;
 
@@ -234,7 +308,38 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     throw InputError("snapshot has traces for " + std::to_string(snapshot.device_traces.size()) +
                      " device(s); there is no device " + std::to_string(device));
   }
-  return replay_trace(snapshot.device_traces[device], snapshot.allocator_settings, options);
+  const std::vector<TraceEvent>& trace = snapshot.device_traces[device];
+  std::vector<std::uint64_t> guessed;
+  std::optional<snapshot::SegmentState> initial;
+  std::string rebuild_error;
+  try {
+    initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed);
+  } catch (const InputError& error) {
+    rebuild_error = error.what();
+  }
+  ReplayResult result =
+      replay_trace(trace, snapshot.allocator_settings, options, initial ? &*initial : nullptr);
+  if (!rebuild_error.empty())
+    result.warnings.push_back(
+        "the state at the trace's start could not be rebuilt from the "
+        "final segments (" +
+        rebuild_error + "); replayed from an empty allocator");
+  // Active blocks at the start that the trace frees: no entry records their block size.
+  std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
+  for (const TraceEvent& e : trace) {
+    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
+        e.action == TraceAction::free_completed)
+      freed_first.emplace(e.addr, e.action != TraceAction::alloc);
+  }
+  if (initial) {
+    for (const auto& [address, block] : initial->block_map()) {
+      auto it = freed_first.find(address);
+      if (block.state != BlockState::inactive && it != freed_first.end() && it->second)
+        ++result.seeded.inferred_sizes;
+    }
+  }
+  result.seeded.guessed_sizes = guessed.size();
+  return result;
 }
 
 }  // namespace fragscope::replay

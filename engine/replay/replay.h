@@ -16,6 +16,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
+#include "engine/snapshot/segment_state.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::replay {
@@ -42,8 +43,11 @@ struct TraceRequests {
   // The recorded entries the model also emits (everything but `snapshot`), in order.
   std::vector<TraceEvent> expected_events;
   std::vector<std::size_t> expected_entry_index;  // trace index of each expected event
-  // Frees of addresses the trace never allocated (it started after they were made): skipped.
+  // Frees of addresses neither the trace nor the seeded state allocated: skipped.
   std::size_t unmatched_frees = 0;
+  // The state before the first entry, for a trace that starts mid-run (empty otherwise); its
+  // non-expandable segments also lead `segments`, in this order.
+  std::vector<alloc::SeedSegment> initial_segments;
 };
 
 // alloc -> malloc; free_requested -> free (preceded by record_stream on another stream when the
@@ -52,7 +56,31 @@ struct TraceRequests {
 // block was recorded on is not in the trace: with exactly two streams it is the other one,
 // otherwise a synthetic stream (UINT64_MAX). Throws InputError for inconsistent traces (an alloc
 // at a live address), naming the entry.
-TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace);
+// `initial`: the state before the first entry (snapshot::initial_state, the one reconstruction
+// every view shares); its active blocks become seeded tensors that the trace's frees refer to.
+TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
+                                  const snapshot::SegmentState* initial = nullptr);
+
+// What a replay seeded for a trace that starts mid-run ("N live blocks in M segments at the
+// trace's start"), and which parts of that state are inferred rather than recorded.
+struct SeededState {
+  std::size_t segments = 0;
+  std::size_t live_blocks = 0;     // allocated at the start
+  std::size_t pending_blocks = 0;  // freed before the start, waiting for stream events
+  std::size_t free_blocks = 0;     // cached at the start (the gaps between active blocks)
+  Bytes reserved = 0;
+  Bytes allocated = 0;
+  // Active blocks whose size no entry records (freed by the trace before the end): taken from
+  // the split rule and the next allocation inside their gap.
+  std::size_t inferred_sizes = 0;
+  // Of those, blocks the split rule cannot decide (a large block that may not have been split
+  // and whose neighbour was freed before the trace began): their size may be off by <= 1 MiB.
+  std::size_t guessed_sizes = 0;
+  bool empty() const { return segments == 0; }
+};
+// One sentence for the user, e.g. "seeded 12 live blocks in 3 segments at the trace's start
+// (segments and free gaps from the final snapshot; 4 block sizes inferred from the split rule)".
+std::string describe(const SeededState& seeded);
 
 // The allocator config a snapshot's allocator_settings describe (alloc::
 // config_from_allocator_settings: the raw PYTORCH_CUDA_ALLOC_CONF string, overridden by the
@@ -90,15 +118,20 @@ struct ReplayResult {
   bool ooms_match = false;                     // same OOMs at the same request with the same size
   std::optional<Divergence> first_divergence;  // first event that differs (addresses compared
                                                // except inside expandable reservations)
+  SeededState seeded;                          // the state seeded before the first entry
+  std::vector<std::string> warnings;           // e.g. the start state could not be rebuilt
 };
 
+// `initial`: the state before the first entry when the trace starts mid-run (null: empty).
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings,
-                          const ReplayOptions& options = {});
+                          const ReplayOptions& options = {},
+                          const snapshot::SegmentState* initial = nullptr);
 // The segment_alloc addresses of a trace, in order.
 std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
     const std::vector<TraceEvent>& trace);
-// One device's trace of a snapshot; InputError when the snapshot has no trace for `device`.
+// One device's trace of a snapshot, seeded with the state at its first entry when it starts
+// mid-run (snapshot::initial_state); InputError when the snapshot has no trace for `device`.
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& options = {},
                              std::size_t device = 0);
 

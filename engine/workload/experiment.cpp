@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/workload/hf_config.h"
 
 namespace fragscope::workload {
 namespace {
@@ -156,17 +157,68 @@ class Reader {
   std::vector<std::string> known_;
 };
 
-GptModel read_model(Reader& r) {
-  GptModel m;
-  const std::string kind = r.string("kind", "gpt");
-  if (kind != "gpt")
-    r.fail(r.at("kind"), "expected \"gpt\" (the only model family modelled), got \"" + kind + "\"");
+// "hf_config" names a Hugging Face config.json (relative to the experiment file); the other keys
+// then override what it gives.
+Model read_model(Reader& r) {
+  Model m;
+  if (const json* hf = r.find("hf_config")) {
+    if (!hf->is_string() || hf->get<std::string>().empty())
+      r.fail(r.at("hf_config"),
+             "expected the path of a Hugging Face config.json, got " + describe(*hf));
+    std::filesystem::path path = hf->get<std::string>();
+    const std::filesystem::path experiment_file(r.source());
+    if (path.is_relative() && experiment_file.has_parent_path())
+      path = experiment_file.parent_path() / path;
+    try {
+      m = load_hf_config(path);
+    } catch (const InputError& e) {
+      r.fail(r.at("hf_config"), e.what());
+    }
+  }
+  const std::string kind = r.string("kind", m.family == ModelFamily::llama ? "llama" : "gpt");
+  if (kind == "llama") {
+    if (m.family != ModelFamily::llama) {
+      // Llama defaults: no biases, no dropout, SDPA, final RMSNorm
+      m = Model{};
+      m.family = ModelFamily::llama;
+      m.bias = false;
+      m.dropout = 0;
+      m.attention = Attention::sdpa;
+      m.final_layernorm = true;
+      m.vocab = 32000;
+    }
+  } else if (kind == "gpt") {
+    if (m.family != ModelFamily::gpt)
+      r.fail(r.at("kind"), "\"gpt\" does not match the Hugging Face config's llama family");
+  } else {
+    r.fail(r.at("kind"), "expected \"gpt\" or \"llama\", got \"" + kind + "\"");
+  }
   m.layers = r.int32("layers", m.layers, 1, 1024);
   m.hidden = r.int32("hidden", m.hidden, 1, 1 << 17);
   m.heads = r.int32("heads", m.heads, 1, 1024);
-  m.ffn_mult = r.int32("ffn_mult", m.ffn_mult, 1, 64);
   m.vocab = r.int32("vocab", m.vocab, 1, 1 << 22);
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
+  if (m.family == ModelFamily::llama) {
+    m.kv_heads = r.int32("kv_heads", m.kv_heads > 0 ? m.kv_heads : m.heads, 1, 1024);
+    m.head_dim = r.int32("head_dim", m.head_dim, 0, 1 << 12);
+    if (!r.has("intermediate") && m.intermediate == 0)
+      r.fail(r.at("intermediate"), "missing: the SwiGLU width (gate and up projections)");
+    m.intermediate = r.int32("intermediate", m.intermediate, 1, 1 << 20);
+    m.rope_theta = r.number("rope_theta", m.rope_theta, 1.0, 1e12);
+    m.norm_eps = r.number("norm_eps", m.norm_eps, 0.0, 1.0);
+    m.max_positions = r.int32("max_positions", m.max_positions, 0, 1 << 24);
+    m.qkv_bias = r.boolean("qkv_bias", m.qkv_bias);
+    if (m.heads % m.kv_heads != 0)
+      r.fail(r.at("kv_heads"), "must divide heads (" + std::to_string(m.heads) + ")");
+    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+      r.fail(r.at("heads"),
+             "must divide hidden (" + std::to_string(m.hidden) + ") unless head_dim is given");
+    if (m.effective_head_dim() % 2 != 0)
+      r.fail(r.at("head_dim"), "must be even (rotary embeddings rotate pairs)");
+    r.finish();
+    return m;
+  }
+  m.ffn_mult = r.int32("ffn_mult", m.ffn_mult, 1, 64);
   m.bias = r.boolean("bias", m.bias);
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.99);
   m.residual_dropout = r.boolean("residual_dropout", m.residual_dropout);
@@ -229,6 +281,22 @@ CompileSpec read_compile(const json& value, const std::string& path, std::string
     return c;
   }
   Reader r(value, path, source);
+  c.scope =
+      r.choice<CompileScope>("scope", CompileScope::parts,
+                             {{"parts", CompileScope::parts}, {"model", CompileScope::model}});
+  c.mode = r.choice<CompileMode>(
+      "mode", CompileMode::default_mode,
+      {{"default", CompileMode::default_mode}, {"reduce-overhead", CompileMode::reduce_overhead}});
+  if (c.scope == CompileScope::model) {
+    // torch.compile(model): every module is compiled; the per-part knobs do not apply
+    for (const char* part : {"layernorm", "mlp", "loss", "attention"})
+      if (r.has(part))
+        r.fail(r.at(part), "not with scope \"model\" (the whole model is compiled)");
+    r.finish();
+    return c;
+  }
+  if (c.mode != CompileMode::default_mode)
+    r.fail(r.at("mode"), "\"reduce-overhead\" (CUDA graphs) needs scope \"model\"");
   c.layernorm = r.boolean("layernorm", false);
   c.mlp = r.boolean("mlp", false);
   c.loss = r.boolean("loss", false);

@@ -1,110 +1,14 @@
-// The GPT training-step generator. Comments cite the fixture trace where the order is not obvious
-// from autograd semantics; sizes are requested bytes (the allocator model rounds them).
+// The GPT training-step generator (GPT-2 / nanoGPT-style blocks: LayerNorm, GeLU MLP, fused QKV,
+// eager or SDPA attention, optional biases, dropout, learned positions). Comments cite the fixture
+// trace where the order is not obvious from autograd semantics; sizes are requested bytes.
 #include <algorithm>
 #include <cstdint>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "engine/workload/workload.h"
+#include "engine/workload/step_generator.h"
 
-namespace fragscope::workload {
+namespace fragscope::workload::detail {
 namespace {
-
-using literals::operator""_MiB;
-
-// cuBLAS keeps one workspace per (thread, stream): the forward's at the first matmul, the
-// autograd thread's at the first backward matmul; cuBLASLt adds 1 MiB. Never freed.
-constexpr Bytes kCublasWorkspace = 32_MiB;
-constexpr Bytes kCublasLtWorkspace = 1_MiB;
-// cuBLASLt's bias-gradient epilogue (BGRADB) asks for a split-K buffer of roundup(2n, 128) rows
-// of fp32 per output feature, capped at 132 MiB; for small token counts it uses none. Fitted
-// exactly on every biased linear backward of the four GPT fixtures.
-constexpr Bytes kBiasGradWorkspaceCap = 138412032;
-constexpr std::int64_t kBiasGradWorkspaceMinTokens = 1024;
-// embedding_dense_backward sorts the indices when there are more than 3072 of them.
-constexpr std::int64_t kEmbeddingSortThreshold = 3072;
-
-struct Dtypes {
-  Bytes param = 4;  // parameters, gradients, optimizer states
-  Bytes act = 2;    // matmul inputs/outputs, saved activations
-  Bytes res = 4;    // residual stream and LayerNorm inputs/outputs
-  Bytes soft = 4;   // eager softmax/dropout of attention scores
-  bool autocast = true;
-};
-
-Dtypes dtypes_for(Precision precision) {
-  switch (precision) {
-    case Precision::fp32:
-      return {4, 4, 4, 4, false};
-    case Precision::bf16_autocast:
-    case Precision::fp16_autocast:
-      return {4, 2, 4, 4, true};
-    case Precision::bf16:
-      return {2, 2, 2, 2, false};
-  }
-  return {};
-}
-
-constexpr TensorId kNone{};
-
-class Builder {
- public:
-  explicit Builder(RequestStream& out) : out_(out) {}
-
-  TensorId alloc(Bytes size, Category category, const char* op, int layer) {
-    const TensorId id{next_++};
-    Request r;
-    r.op = RequestOp::malloc;
-    r.tensor = id;
-    r.size = size;
-    r.label = label(category, op, layer);
-    out_.requests.push_back(r);
-    return id;
-  }
-
-  void free(TensorId id) {
-    if (id == kNone)
-      return;
-    Request r;
-    r.op = RequestOp::free;
-    r.tensor = id;
-    out_.requests.push_back(r);
-  }
-
-  void marker(RequestOp op, Bytes value) {
-    Request r;
-    r.op = op;
-    r.size = value;
-    out_.requests.push_back(r);
-  }
-
- private:
-  LabelId label(Category category, const char* op, int layer) {
-    key_.assign(op);
-    key_.push_back('\x1f');
-    key_.append(std::to_string(layer));
-    key_.push_back('\x1f');
-    key_.push_back(static_cast<char>('0' + static_cast<int>(category)));
-    const auto [it, inserted] =
-        ids_.try_emplace(key_, LabelId{static_cast<std::uint32_t>(out_.labels.size())});
-    if (inserted)
-      out_.labels.push_back(RequestLabel{category, op, layer});
-    return it->second;
-  }
-
-  RequestStream& out_;
-  std::uint64_t next_ = 1;
-  std::string key_;
-  std::unordered_map<std::string, LabelId> ids_;
-};
-
-struct Param {
-  Bytes numel = 0;
-  int layer = -1;
-  const char* name = "";
-};
 
 struct BlockParams {
   int ln1w = -1, ln1b = -1, ln2w = -1, ln2b = -1, qkvw = -1, qkvb = -1, projw = -1, projb = -1,
@@ -119,69 +23,18 @@ struct BlockState {
   TensorId x2;
 };
 
-class GptGenerator {
+class GptGenerator final : public StepGenerator {
  public:
-  GptGenerator(const Workload& w, RequestStream& out)
-      : w_(w), m_(w.model), t_(w.training), d_(dtypes_for(w.training.precision)), b_(out) {
-    h_ = m_.hidden;
+  GptGenerator(const Workload& w, RequestStream& out) : StepGenerator(w, out) {
     f_ = static_cast<std::int64_t>(m_.ffn_mult) * m_.hidden;
     a_ = m_.heads;
-    v_ = m_.vocab;
     p_drop_ = m_.dropout > 0;
-    shards_ = static_cast<Bytes>(w.parallel.fsdp_shards);
-    fsdp_ = shards_ > 1;
-    // FSDP all-gathers 16-bit parameters: there is nothing left for autocast to cast
-    casts_weights_ = d_.autocast && !fsdp_;
-    grad_bytes_ = fsdp_ ? d_.act : d_.param;
     build_params();
-    units_ = static_cast<std::size_t>(m_.layers) + 1;
-    unit_numel_.assign(units_, 0);
-    for (const Param& p : params_)
-      unit_numel_[unit_of(p)] += p.numel;
-    unit_grad_.assign(units_, kNone);
-    pending_.assign(units_, {});
-  }
-
-  void run() {
-    if (fsdp_) {
-      // one flat shard per FSDP unit (the root: embeddings, ln_f, head; each block)
-      for (std::size_t u = 0; u < units_; ++u)
-        param_ids_.push_back(b_.alloc(shard(u) * d_.param, Category::parameter,
-                                      "fsdp.flat_param_shard", static_cast<int>(u) - 1));
-    } else {
-      for (std::size_t i = 0; i < params_.size(); ++i)
-        param_ids_.push_back(b_.alloc(params_[i].numel * d_.param, Category::parameter,
-                                      params_[i].name, params_[i].layer));
-    }
-    grads_.assign(params_.size(), kNone);
-    const std::vector<MicroBatch> shapes = micro_batches(t_);
-    std::size_t mb = 0;
-    for (int step = 0; step < t_.steps; ++step) {
-      b_.marker(RequestOp::step_begin, static_cast<Bytes>(step));
-      for (int micro = 0; micro < t_.grad_accum; ++micro)
-        micro_batch(shapes[mb++]);
-      optimizer_step(step == 0);
-      zero_grad();
-      if (t_.empty_cache_every > 0 && (step + 1) % t_.empty_cache_every == 0)
-        b_.marker(RequestOp::empty_cache, 0);
-    }
-    // The training function returns: the optimizer's state goes first, then the model's
-    // parameters in reverse order (fixture teardown order).
-    if (!t_.teardown)
-      return;
-    for (TensorId id : state_ids_)
-      b_.free(id);
-    for (auto it = param_ids_.rbegin(); it != param_ids_.rend(); ++it)
-      b_.free(*it);
+    finish_params();
   }
 
  private:
   // ---- parameters -------------------------------------------------------------------------
-  int add_param(Bytes numel, int layer, const char* name) {
-    params_.push_back(Param{numel, layer, name});
-    return static_cast<int>(params_.size() - 1);
-  }
-
   void build_params() {
     const auto h = static_cast<Bytes>(h_);
     const auto f = static_cast<Bytes>(f_);
@@ -218,111 +71,14 @@ class GptGenerator {
     head_ = m_.tied_embeddings ? emb_ : add_param(static_cast<Bytes>(v_) * h, -1, "lm_head.weight");
   }
 
-  Bytes numel(int param) const { return params_[static_cast<std::size_t>(param)].numel; }
-
-  // ---- FSDP units ---------------------------------------------------------------------------
-  static std::size_t unit_of(const Param& p) { return static_cast<std::size_t>(p.layer + 1); }
-  Bytes shard(std::size_t unit) const { return (unit_numel_[unit] + shards_ - 1) / shards_; }
-  TensorId all_gather(std::size_t unit) {
-    return b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.all_gather",
-                    static_cast<int>(unit) - 1);
-  }
-  // After a unit's backward: its gradients are copied into one flat buffer and reduce-scattered
-  // (in fp32) into the rank's gradient shard.
-  void reduce_scatter(std::size_t unit) {
-    std::vector<TensorId>& grads = pending_[unit];
-    if (grads.empty())
-      return;
-    const int layer = static_cast<int>(unit) - 1;
-    const TensorId flat =
-        b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.grad_flat", layer);
-    for (TensorId g : grads)
-      b_.free(g);
-    grads.clear();
-    const Category cat = unit_grad_[unit] == kNone ? Category::gradient : Category::temporary;
-    const TensorId out = b_.alloc(shard(unit) * 4, cat, "fsdp.reduce_scatter", layer);
-    b_.free(flat);
-    if (unit_grad_[unit] == kNone)
-      unit_grad_[unit] = out;
-    else
-      b_.free(out);
-  }
-
-  // AccumulateGrad: the first gradient becomes .grad; later ones are added in place and freed.
-  // Under FSDP the gradients of a unit wait for its reduce-scatter.
-  void accumulate(int param, TensorId grad) {
-    if (fsdp_) {
-      pending_[unit_of(params_[static_cast<std::size_t>(param)])].push_back(grad);
-      return;
-    }
-    TensorId& slot = grads_[static_cast<std::size_t>(param)];
-    if (slot == kNone)
-      slot = grad;
-    else
-      b_.free(grad);
-  }
-  Category grad_category(int param) const {
-    if (fsdp_)
-      return Category::temporary;
-    return grads_[static_cast<std::size_t>(param)] == kNone ? Category::gradient
-                                                            : Category::temporary;
-  }
-
   // ---- shapes -------------------------------------------------------------------------------
-  Bytes bth(Bytes elem) const { return elem * static_cast<Bytes>(n_) * static_cast<Bytes>(h_); }
   Bytes btf(Bytes elem) const { return elem * static_cast<Bytes>(n_) * static_cast<Bytes>(f_); }
   Bytes abtt(Bytes elem) const {
     return elem * static_cast<Bytes>(a_) * static_cast<Bytes>(bsz_) * static_cast<Bytes>(seq_) *
            static_cast<Bytes>(seq_);
   }
-  Bytes btv(Bytes elem) const { return elem * static_cast<Bytes>(n_) * static_cast<Bytes>(v_); }
-  Bytes bt(Bytes elem) const { return elem * static_cast<Bytes>(n_); }
 
   // ---- building blocks ----------------------------------------------------------------------
-  TensorId cast_weight(int param, const char* op, int layer, bool discard) {
-    if (!casts_weights_ || param < 0)
-      return kNone;
-    const TensorId id = b_.alloc(numel(param) * d_.act, Category::temporary, op, layer);
-    // Not saved for backward inside a checkpointed region: it lives in the autocast cache.
-    if (discard)
-      autocast_cache_.push_back(id);
-    return id;
-  }
-  void cast_bias(int param, const char* op, int layer) {
-    if (!casts_weights_ || param < 0)
-      return;
-    autocast_cache_.push_back(b_.alloc(numel(param) * d_.act, Category::temporary, op, layer));
-  }
-  void autocast_exit() {
-    for (TensorId id : autocast_cache_)
-      b_.free(id);
-    autocast_cache_.clear();
-  }
-  // After a biased linear's forward (addmm through cuBLASLt). A checkpoint recompute runs on the
-  // autograd thread, whose handles are separate from the forward thread's.
-  void after_forward_matmul() {
-    if (in_backward_) {
-      after_backward_matmul();
-      if (!backward_lt_workspace_) {
-        backward_lt_workspace_ = true;
-        b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace.backward", -1);
-      }
-      return;
-    }
-    if (forward_workspace_)
-      return;
-    forward_workspace_ = true;
-    b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace", -1);
-    if (m_.bias)
-      b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace", -1);
-  }
-  void after_backward_matmul() {
-    if (backward_workspace_)
-      return;
-    backward_workspace_ = true;
-    b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace.backward", -1);
-  }
-
   struct LayerNormOut {
     TensorId out, mean, rstd;
   };
@@ -349,28 +105,6 @@ class GptGenerator {
   }
 
   // cuBLASLt bias-gradient workspace for a biased linear's backward.
-  void bias_grad_workspace(Bytes out_features, int layer) {
-    if (n_ <= kBiasGradWorkspaceMinTokens)
-      return;
-    const Bytes rows = (static_cast<Bytes>(2 * n_) + 127) / 128 * 128;
-    const Bytes size = std::min(rows * out_features * 4, kBiasGradWorkspaceCap);
-    const TensorId ws = b_.alloc(size, Category::temporary, "cublaslt.bgrad_workspace", layer);
-    const TensorId sem =
-        b_.alloc(out_features / 32, Category::temporary, "cublaslt.bgrad_sem", layer);
-    b_.free(sem);
-    b_.free(ws);
-  }
-
-  // Parameter gradient from a matmul: 16-bit under autocast, then cast to the fp32 .grad.
-  void weight_grad_cast(int param, TensorId grad16, const char* op, int layer) {
-    if (!d_.autocast || fsdp_) {
-      accumulate(param, grad16);
-      return;
-    }
-    const TensorId g32 = b_.alloc(numel(param) * 4, grad_category(param), op, layer);
-    b_.free(grad16);
-    accumulate(param, g32);
-  }
 
   // Backward of a biased linear: grad input, grad weight, grad bias (+workspace), then frees of
   // the incoming gradient and the saved tensors (fixture order).
@@ -408,37 +142,6 @@ class GptGenerator {
       weight_grad_cast(bparam, g.bias, "grad.bias", layer);
   }
 
-  // grad input of a linear whose input was an autocast copy of a 32-bit tensor: cast it back.
-  TensorId input_grad_to_residual(TensorId grad, bool input_was_cast, int layer) {
-    if (!input_was_cast)
-      return grad;
-    const TensorId g32 = b_.alloc(bth(d_.res), Category::temporary, "grad.input_fp32", layer);
-    b_.free(grad);
-    return g32;
-  }
-
-  void layernorm_backward(int wparam, int bparam, TensorId grad, TensorId saved_input,
-                          TensorId mean, TensorId rstd, int layer, bool into_residual) {
-    const TensorId gx = b_.alloc(bth(d_.res), Category::temporary, "grad.layernorm", layer);
-    const TensorId gw = b_.alloc(numel(wparam) * grad_bytes_, grad_category(wparam),
-                                 "grad.layernorm.weight", layer);
-    TensorId gb = kNone;
-    if (bparam >= 0)
-      gb = b_.alloc(numel(bparam) * grad_bytes_, grad_category(bparam), "grad.layernorm.bias",
-                    layer);
-    b_.free(grad);
-    b_.free(saved_input);
-    b_.free(mean);
-    b_.free(rstd);
-    if (into_residual)
-      b_.free(gx);  // added in place into the residual gradient
-    else
-      residual_grad_ = gx;
-    accumulate(wparam, gw);
-    if (bparam >= 0)
-      accumulate(bparam, gb);
-  }
-
   // ---- forward ------------------------------------------------------------------------------
   void attention_forward(int l, BlockState& s, bool discard) {
     const BlockParams& p = blocks_[static_cast<std::size_t>(l)];
@@ -450,10 +153,8 @@ class GptGenerator {
     s.qkv_w = cast_weight(p.qkvw, "qkv.weight_cast", l, discard);
     s.qkv_in = matmul_input(s.ln1_out, "qkv.input", l);
     s.qkv_out = b_.alloc(3 * bth(d_.act), Category::activation, "qkv.out", l);
-    if (m_.bias)
-      after_forward_matmul();
-    else if (!in_backward_)
-      after_forward_matmul();
+    if (m_.bias || !in_backward_)
+      after_forward_matmul(m_.bias);
     const bool qkv_in_is_copy = s.qkv_in != s.ln1_out;
     if (discard && qkv_in_is_copy) {
       b_.free(s.qkv_in);
@@ -760,63 +461,9 @@ class GptGenerator {
     recomputed_ = false;
   }
 
-  // ---- embedding ----------------------------------------------------------------------------
-  void embedding_backward() {
-    const Category cat = grad_category(emb_);
-    const Bytes grad_bytes = numel(emb_) * grad_bytes_;
-    if (n_ <= kEmbeddingSortThreshold) {
-      accumulate(emb_, b_.alloc(grad_bytes, cat, "grad.embedding", -1));
-      return;
-    }
-    // Sort-based path of embedding_dense_backward (fixture order); P = min(n, V) + n/10 partial
-    // segments of up to NROWS_PER_THREAD rows. cub's radix-sort temporary storage is fitted as
-    // 16n + 18175 bytes: exact for n = 3184 and 4176, up to 2% small for other n (a small-pool
-    // block, freed at once).
-    const auto n = static_cast<Bytes>(n_);
-    // at most min(n, V) distinct indices
-    const Bytes unique = std::min(n, static_cast<Bytes>(v_));
-    const Bytes segments = unique + n / 10;
-    const auto tmp = [&](Bytes size) {
-      return b_.alloc(size, Category::temporary, "embedding_backward.sort", -1);
-    };
-    const TensorId sorted = tmp(8 * n);
-    const TensorId order = tmp(8 * n);
-    const TensorId range = tmp(8 * n);
-    const TensorId cub =
-        b_.alloc(16 * n + 18175, Category::temporary, "embedding_backward.cub_temp", -1);
-    b_.free(cub);
-    b_.free(range);
-    const TensorId grad = b_.alloc(grad_bytes, cat, "grad.embedding", -1);
-    const TensorId offsets = tmp(8 * n);
-    const TensorId count = tmp(8);
-    const TensorId flags = tmp(8 * n);
-    const TensorId scan = tmp(1279);
-    b_.free(scan);
-    b_.free(flags);
-    const TensorId starts = tmp(8 * unique);
-    const TensorId ends = tmp(8 * unique);
-    const TensorId scan2 = tmp(1279);
-    b_.free(scan2);
-    const TensorId partial_count = tmp(8);
-    const TensorId partial_offsets = tmp(8 * segments);
-    const TensorId partials = tmp(segments * static_cast<Bytes>(h_) * 4);
-    b_.free(partials);
-    b_.free(partial_offsets);
-    b_.free(partial_count);
-    b_.free(ends);
-    b_.free(starts);
-    b_.free(count);
-    b_.free(offsets);
-    b_.free(order);
-    b_.free(sorted);
-    accumulate(emb_, grad);
-  }
-
   // ---- one micro-batch ----------------------------------------------------------------------
   void micro_batch(const MicroBatch& shape) {
-    bsz_ = shape.batch_size;
-    seq_ = shape.seq_len;
-    n_ = static_cast<std::int64_t>(bsz_) * seq_;
+    begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
     // FSDP's root unit stays unsharded from its forward to the end of the backward
     const TensorId root_gather = fsdp_ ? all_gather(0) : kNone;
@@ -861,68 +508,15 @@ class GptGenerator {
     const TensorId head_w = cast_weight(head_, "lm_head.weight_cast", -1, false);
     const TensorId head_in = matmul_input(head_source, "lm_head.input", -1);
     const bool head_in_is_copy = head_in != head_source;
-    TensorId logits = b_.alloc(btv(d_.act), Category::activation, "logits", -1);
+    const TensorId logits = b_.alloc(btv(d_.act), Category::activation, "logits", -1);
     if (head_in_is_copy)
       b_.free(head_source);  // forward() returns; x (or ln_f's output) dies
     autocast_exit();
 
-    // loss = cross_entropy(logits.float()) / accum
-    TensorId logits32 = kNone, log_probs = kNone, nll = kNone, total_weight = kNone, stats = kNone;
-    TensorId loss = kNone;
-    if (t_.compile.loss) {
-      stats = b_.alloc(bt(4), Category::activation, "loss.row_stats", -1);
-      nll = b_.alloc(4, Category::temporary, "loss.nll", -1);
-    } else {
-      if (d_.act != 4)
-        logits32 = b_.alloc(btv(4), Category::temporary, "loss.logits_fp32", -1);
-      log_probs = b_.alloc(btv(4), Category::activation, "loss.log_softmax", -1);
-      nll = b_.alloc(4, Category::temporary, "loss.nll", -1);
-      total_weight = b_.alloc(4, Category::activation, "loss.total_weight", -1);
-      b_.free(logits32);
-    }
-    loss = b_.alloc(4, Category::temporary, "loss", -1);
-    b_.free(nll);
-    if (!t_.hold_logits && !t_.compile.loss) {
-      b_.free(logits);
-      logits = kNone;
-    }
-
-    // loss.backward()
-    in_backward_ = true;
-    const TensorId ones = b_.alloc(4, Category::temporary, "grad.loss", -1);
-    TensorId grad_logits = kNone;
-    if (t_.compile.loss) {
-      grad_logits = b_.alloc(btv(d_.act), Category::temporary, "grad.logits", -1);
-      b_.free(stats);
-      if (!t_.hold_logits) {
-        b_.free(logits);
-        logits = kNone;
-      }
-    } else {
-      const TensorId gdiv = b_.alloc(4, Category::temporary, "grad.loss_div", -1);
-      const TensorId gnll = b_.alloc(btv(4), Category::temporary, "grad.nll", -1);
-      b_.free(gdiv);
-      b_.free(total_weight);
-      const TensorId gls = b_.alloc(btv(4), Category::temporary, "grad.log_softmax", -1);
-      b_.free(gnll);
-      b_.free(log_probs);
-      grad_logits = gls;
-      if (d_.act != 4) {
-        grad_logits = b_.alloc(btv(d_.act), Category::temporary, "grad.logits", -1);
-        b_.free(gls);
-      }
-    }
-    // LM head backward (no bias): grad weight first, then grad input (fixture order)
-    const TensorId ghw =
-        b_.alloc(numel(head_) * d_.act, d_.autocast ? Category::temporary : grad_category(head_),
-                 "grad.lm_head", -1);
-    after_backward_matmul();
-    const TensorId ghi = b_.alloc(bth(d_.act), Category::temporary, "grad.lm_head_input", -1);
-    b_.free(grad_logits);
-    b_.free(head_w);
-    b_.free(head_in_is_copy ? head_in : kNone);
-    residual_grad_ = input_grad_to_residual(ghi, head_in_is_copy && d_.autocast, -1);
-    weight_grad_cast(head_, ghw, "grad.weight", -1);
+    // loss = cross_entropy(logits.float()) / accum, then loss.backward()
+    LossState loss = loss_forward(logits);
+    const TensorId grad_logits = loss_backward(loss);
+    lm_head_backward(grad_logits, head_w, head_in, head_in_is_copy);
     if (lnfw_ >= 0) {
       const TensorId g = residual_grad_;
       // ln_f's input (the last block's output) is freed by its backward
@@ -961,124 +555,20 @@ class GptGenerator {
       reduce_scatter(0);
       b_.free(root_gather);
     }
-    in_backward_ = false;
-    b_.free(residual_grad_);
-    residual_grad_ = kNone;
-    b_.free(ones);
-    b_.free(logits);  // del logits, loss, idx
-    b_.free(loss);
-    b_.free(idx);
+    end_micro_batch(loss, idx);
   }
 
-  // ---- optimizer ----------------------------------------------------------------------------
-  void optimizer_step(bool first) {
-    if (t_.optimizer == OptimizerKind::sgd)
-      return;  // plain SGD (no momentum): in-place foreach add, no state, no temporaries
-    if (fsdp_) {
-      // per-rank state and foreach temporaries of each unit's flat shard
-      if (first) {
-        for (std::size_t u = 0; u < units_; ++u) {
-          const int layer = static_cast<int>(u) - 1;
-          state_ids_.push_back(
-              b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg", layer));
-          state_ids_.push_back(
-              b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg_sq", layer));
-        }
-      }
-      if (t_.fused_optimizer)
-        return;
-      std::vector<TensorId> temps;
-      for (std::size_t u = 0; u < units_; ++u)
-        temps.push_back(b_.alloc(shard(u) * d_.param, Category::temporary, "adam.foreach_tmp",
-                                 static_cast<int>(u) - 1));
-      for (auto it = temps.rbegin(); it != temps.rend(); ++it)
-        b_.free(*it);
-      return;
-    }
-    if (first) {
-      // lazy state: exp_avg and exp_avg_sq (zeros_like) per parameter, in parameter order
-      for (std::size_t i = 0; i < params_.size(); ++i) {
-        const Bytes bytes = params_[i].numel * d_.param;
-        state_ids_.push_back(
-            b_.alloc(bytes, Category::optimizer_state, "adam.exp_avg", params_[i].layer));
-        state_ids_.push_back(
-            b_.alloc(bytes, Category::optimizer_state, "adam.exp_avg_sq", params_[i].layer));
-      }
-    }
-    if (t_.fused_optimizer)
-      return;
-    // foreach: one parameter-sized temporary per tensor (sqrt(exp_avg_sq) / ...), freed in reverse
-    std::vector<TensorId> temps;
-    temps.reserve(params_.size());
-    for (const Param& p : params_)
-      temps.push_back(
-          b_.alloc(p.numel * d_.param, Category::temporary, "adam.foreach_tmp", p.layer));
-    for (auto it = temps.rbegin(); it != temps.rend(); ++it)
-      b_.free(*it);
-  }
-
-  void zero_grad() {
-    for (TensorId& g : unit_grad_) {
-      b_.free(g);
-      g = kNone;
-    }
-    for (TensorId& g : grads_) {
-      b_.free(g);
-      g = kNone;
-    }
-  }
-
-  const Workload& w_;
-  const GptModel& m_;
-  const Training& t_;
-  Dtypes d_;
-  Builder b_;
-  std::int64_t h_ = 0, f_ = 0, a_ = 0, v_ = 0;
+  std::int64_t f_ = 0, a_ = 0;
   bool p_drop_ = false;
-  bool casts_weights_ = true;
-  Bytes shards_ = 1;
-  bool fsdp_ = false;
-  Bytes grad_bytes_ = 4;
-  std::size_t units_ = 0;
-  std::vector<Bytes> unit_numel_;
-  std::vector<TensorId> unit_grad_;  // each unit's fp32 gradient shard
-  std::vector<std::vector<TensorId>> pending_;
-  std::vector<Param> params_;
   std::vector<BlockParams> blocks_;
-  int emb_ = -1, pos_ = -1, lnfw_ = -1, lnfb_ = -1, head_ = -1;
-  std::vector<TensorId> param_ids_, grads_, state_ids_;
-  std::vector<TensorId> autocast_cache_, attn_return_frees_;
-  TensorId residual_grad_{};
-  bool forward_workspace_ = false;
-  bool backward_workspace_ = false;
-  bool backward_lt_workspace_ = false;
-  bool in_backward_ = false;
-  bool recomputed_ = false;  // the region being differentiated was recomputed by a checkpoint
-  int bsz_ = 0, seq_ = 0;
-  std::int64_t n_ = 0;
+  int pos_ = -1, lnfw_ = -1, lnfb_ = -1;
+  std::vector<TensorId> attn_return_frees_;
 };
 
 }  // namespace
 
-std::uint64_t parameter_count(const GptModel& model) {
-  const auto h = static_cast<std::uint64_t>(model.hidden);
-  const auto f = static_cast<std::uint64_t>(model.ffn_mult) * h;
-  const std::uint64_t b = model.bias ? 1 : 0;
-  const std::uint64_t per_layer =
-      2 * h + 2 * h * b + 3 * h * h + 3 * h * b + h * h + h * b + 2 * f * h + f * b + h * b;
-  std::uint64_t total = static_cast<std::uint64_t>(model.layers) * per_layer;
-  total += static_cast<std::uint64_t>(model.vocab) * h * (model.tied_embeddings ? 1 : 2);
-  total += static_cast<std::uint64_t>(model.positions) * h;
-  if (model.final_layernorm)
-    total += h + h * b;
-  return total;
-}
-
-RequestStream generate(const Workload& workload) {
-  validate(workload);
-  RequestStream out;
+void generate_gpt(const Workload& workload, RequestStream& out) {
   GptGenerator(workload, out).run();
-  return out;
 }
 
-}  // namespace fragscope::workload
+}  // namespace fragscope::workload::detail

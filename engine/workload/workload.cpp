@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/workload/step_generator.h"
 #include "engine/workload/workload.h"
 
 namespace fragscope::workload {
@@ -26,11 +27,20 @@ struct Flops {
 };
 
 Flops micro_batch_flops(const Workload& w, double tokens, double seq) {
-  const GptModel& m = w.model;
+  const Model& m = w.model;
   const double h = m.hidden;
-  const double f = static_cast<double>(m.ffn_mult) * h;
-  const double attention = 8 * h * h + 4 * seq * h;
-  const double ffn = 4 * f * h;
+  double attention = 0;
+  double ffn = 0;
+  if (m.family == ModelFamily::llama) {
+    const double q = m.query_width();
+    const double kv = m.kv_width();
+    attention = 4 * h * (q + kv) + 4 * seq * q;
+    ffn = 6 * h * m.intermediate;
+  } else {
+    const double f = static_cast<double>(m.ffn_mult) * h;
+    attention = 8 * h * h + 4 * seq * h;
+    ffn = 4 * f * h;
+  }
   Flops out;
   out.forward = tokens * (m.layers * (attention + ffn) + 2.0 * m.vocab * h);
   switch (w.training.checkpointing) {
@@ -63,15 +73,32 @@ double efficiency(double tokens) {
 }  // namespace
 
 void validate(const Workload& w) {
-  const GptModel& m = w.model;
+  const Model& m = w.model;
   const Training& t = w.training;
   require_positive(m.layers, "model.layers");
   require_positive(m.hidden, "model.hidden");
   require_positive(m.heads, "model.heads");
   require_positive(m.ffn_mult, "model.ffn_mult");
   require_positive(m.vocab, "model.vocab");
-  if (m.hidden % m.heads != 0)
+  if (m.family == ModelFamily::llama) {
+    require_positive(m.intermediate, "model.intermediate");
+    if (m.kv_heads < 0 || m.head_dim < 0)
+      reject("model.kv_heads", "kv_heads and head_dim must be >= 0");
+    if (m.heads % m.effective_kv_heads() != 0)
+      reject("model.kv_heads", "must divide model.heads (" + std::to_string(m.heads) + ")");
+    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+      reject("model.heads", "must divide model.hidden (" + std::to_string(m.hidden) +
+                                ") unless model.head_dim is given");
+    if (m.effective_head_dim() % 2 != 0)
+      reject("model.head_dim", "must be even (rotary embeddings rotate pairs)");
+    if (t.checkpointing == Checkpointing::ffn)
+      reject("training.checkpointing", "\"ffn\" is modelled for the gpt family; use \"blocks\"");
+    if (t.compile.any() && !t.compile.whole_model())
+      reject("training.compile",
+             "per-part compile is modelled for the gpt family; use {\"scope\": \"model\"}");
+  } else if (m.hidden % m.heads != 0) {
     reject("model.heads", "must divide model.hidden (" + std::to_string(m.hidden) + ")");
+  }
   if (m.dropout < 0 || m.dropout >= 1)
     reject("model.dropout", "must be in [0, 1)");
   if (m.positions < 0)
@@ -139,6 +166,42 @@ double estimated_step_time_ratio(const Workload& w) {
   if (w.training.compile.any())
     actual /= kCompileSpeedup;
   return reference > 0 ? actual / reference : 1.0;
+}
+
+std::uint64_t parameter_count(const Model& model) {
+  const auto h = static_cast<std::uint64_t>(model.hidden);
+  std::uint64_t per_layer = 0;
+  std::uint64_t total = 0;
+  if (model.family == ModelFamily::llama) {
+    const auto q = static_cast<std::uint64_t>(model.query_width());
+    const auto kv = static_cast<std::uint64_t>(model.kv_width());
+    const auto inter = static_cast<std::uint64_t>(model.intermediate);
+    per_layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * inter;
+    if (model.qkv_bias)
+      per_layer += q + 2 * kv;
+    total = h;  // the final RMSNorm
+  } else {
+    const auto f = static_cast<std::uint64_t>(model.ffn_mult) * h;
+    const std::uint64_t b = model.bias ? 1 : 0;
+    per_layer =
+        2 * h + 2 * h * b + 3 * h * h + 3 * h * b + h * h + h * b + 2 * f * h + f * b + h * b;
+    total += static_cast<std::uint64_t>(model.positions) * h;
+    if (model.final_layernorm)
+      total += h + h * b;
+  }
+  total += static_cast<std::uint64_t>(model.layers) * per_layer;
+  total += static_cast<std::uint64_t>(model.vocab) * h * (model.tied_embeddings ? 1 : 2);
+  return total;
+}
+
+RequestStream generate(const Workload& workload) {
+  validate(workload);
+  RequestStream out;
+  if (workload.model.family == ModelFamily::llama)
+    detail::generate_llama(workload, out);
+  else
+    detail::generate_gpt(workload, out);
+  return out;
 }
 
 }  // namespace fragscope::workload

@@ -1,6 +1,6 @@
 #pragma once
-// A GPT-style decoder training loop described by its knobs, and the request stream it makes of
-// the CUDA caching allocator, in PyTorch's order (workload-model.md §1.5).
+// A decoder (GPT or Llama family) training loop described by its knobs, and the request stream it
+// makes of the CUDA caching allocator, in PyTorch's order (workload-model.md §1.5).
 //
 // Strategy: the generator walks one training step the way eager PyTorch runs it — parameter
 // init, a forward that allocates every op's output and keeps what autograd saves, the loss, a
@@ -32,19 +32,38 @@ enum class SeqLenKind : std::uint8_t { fixed, uniform, lognormal, list };
 //   pack: samples concatenated into rows of seq_len.max tokens (T is always max).
 enum class Collation : std::uint8_t { per_batch, pad_to_max, pack };
 
-struct GptModel {
+// Which decoder family the model is: GPT-2 style (LayerNorm, GeLU MLP, fused QKV, learned or no
+// positions) or Llama style (RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention;
+// Mistral and Qwen2 are Llama-style too, Qwen2 with q/k/v biases).
+enum class ModelFamily : std::uint8_t { gpt, llama };
+
+struct Model {
+  ModelFamily family = ModelFamily::gpt;
   int layers = 8;
   int hidden = 1024;
   int heads = 16;
-  int ffn_mult = 4;
+  int ffn_mult = 4;  // gpt: the MLP is ffn_mult × hidden wide
   int vocab = 8192;
   bool tied_embeddings = false;
-  bool bias = true;
+  bool bias = true;               // gpt: every linear and LayerNorm has a bias
   double dropout = 0.1;           // attention-probability dropout (eager; flash keeps no mask)
   bool residual_dropout = false;  // nanoGPT-style dropout after attention and after the MLP
   Attention attention = Attention::eager;
   int positions = 0;             // learned position-embedding rows; 0 = none (the fixtures)
   bool final_layernorm = false;  // ln_f before the LM head (GPT-2); the fixtures have none
+  // llama family
+  int kv_heads = 0;      // grouped-query attention: key/value heads (0 = heads)
+  int head_dim = 0;      // 0 = hidden / heads
+  int intermediate = 0;  // SwiGLU width (gate and up projections)
+  double rope_theta = 10000;
+  double norm_eps = 1e-5;
+  int max_positions = 0;  // longest sequence the rotary table is meant for (0 = unlimited)
+  bool qkv_bias = false;  // Qwen2: q, k and v projections have biases
+
+  int query_width() const { return heads * effective_head_dim(); }
+  int kv_width() const { return effective_kv_heads() * effective_head_dim(); }
+  int effective_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int effective_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 struct SeqLenSpec {
@@ -60,14 +79,22 @@ struct SeqLenSpec {
   Collation collation = Collation::per_batch;
 };
 
-// Which module kinds torch.compile covers (workload-model.md §5): compiled LayerNorms write
-// their 16-bit output directly, a compiled MLP fuses the residual dropout, a compiled loss keeps
-// only the 16-bit logits and per-row statistics.
+// What torch.compile covers (workload-model.md §5). scope parts: compiled LayerNorms write their
+// 16-bit output directly, a compiled MLP fuses the residual dropout, a compiled loss keeps only
+// the 16-bit logits and per-row statistics. scope model: torch.compile(model) — the whole forward
+// and backward are Inductor graphs (the loss and the optimizer stay eager); mode reduce-overhead
+// replays them as CUDA graphs whose memory comes from a private pool.
+enum class CompileScope : std::uint8_t { parts, model };
+enum class CompileMode : std::uint8_t { default_mode, reduce_overhead };
+
 struct CompileSpec {
+  CompileScope scope = CompileScope::parts;
+  CompileMode mode = CompileMode::default_mode;
   bool layernorm = false;
   bool mlp = false;
   bool loss = false;
-  bool any() const { return layernorm || mlp || loss; }
+  bool whole_model() const { return scope == CompileScope::model; }
+  bool any() const { return whole_model() || layernorm || mlp || loss; }
 };
 
 struct Training {
@@ -95,7 +122,7 @@ struct Parallel {
 };
 
 struct Workload {
-  GptModel model;
+  Model model;
   Training training;
   Parallel parallel;
 };
@@ -112,7 +139,7 @@ struct MicroBatch {
 std::vector<MicroBatch> micro_batches(const Training& training);
 
 // Number of parameters (elements), counted tensor by tensor as the generator allocates them.
-std::uint64_t parameter_count(const GptModel& model);
+std::uint64_t parameter_count(const Model& model);
 
 // Throws fragscope::InputError naming the knob when the combination cannot be modelled.
 void validate(const Workload& workload);

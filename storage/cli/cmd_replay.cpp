@@ -25,6 +25,18 @@ nlohmann::json event_json(const std::optional<TraceEvent>& event) {
           {"stream", event->stream.value}};
 }
 
+nlohmann::json seeded_json(const replay::SeededState& seeded) {
+  return {{"segments", seeded.segments},
+          {"live_blocks", seeded.live_blocks},
+          {"pending_blocks", seeded.pending_blocks},
+          {"free_blocks", seeded.free_blocks},
+          {"reserved", seeded.reserved},
+          {"allocated", seeded.allocated},
+          {"inferred_sizes", seeded.inferred_sizes},
+          {"guessed_sizes", seeded.guessed_sizes},
+          {"description", replay::describe(seeded)}};
+}
+
 int run_replay(const std::vector<std::string>& argv) {
   const Args args(argv, {"--summary"}, {"--alloc-conf", "--capacity", "--device", "--json"});
   args.expect_positional(1, "one SNAPSHOT file");
@@ -92,7 +104,9 @@ int run_replay(const std::vector<std::string>& argv) {
                                 {"ooms", ooms},
                                 {"memory_stats", stats},
                                 {"memory_summary", summary},
-                                {"recorded", recorded}};
+                                {"recorded", recorded},
+                                {"seeded", seeded_json(result.seeded)},
+                                {"warnings", result.warnings}};
     write_json(out, *target);
     if (*target != "-" && !args.flag("--summary"))
       std::cout << "wrote " << *target << "\n";
@@ -100,6 +114,10 @@ int run_replay(const std::vector<std::string>& argv) {
     std::cout << "replayed " << file.string() << ": " << result.entries << " trace entries, "
               << result.allocs << " allocation requests, " << segment_events.size()
               << " segment events, " << ooms.size() << " OOM(s)\n";
+    if (!result.seeded.empty())
+      std::cout << replay::describe(result.seeded) << "\n";
+    for (const std::string& warning : result.warnings)
+      std::cerr << "warning: " << warning << "\n";
     if (result.compared) {
       std::cout << "recorded config: segment events "
                 << (result.segment_events_match ? "match" : "differ") << ", OOMs "

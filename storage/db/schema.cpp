@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 4> kMigrations = {
+constexpr std::array<std::string_view, 5> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -121,7 +121,31 @@ CREATE TABLE reports(
   content BLOB NOT NULL,
   created_at TEXT NOT NULL);
 )sql",
-    // 4: the environment fingerprint a run was recorded in (fragscope-record's NAME.env.json,
+    // 4: multi-rank jobs (DDP, FSDP, ZeRO): one run per rank, linked to the job; and where a
+    // collected Slurm task's run came from, so that collecting twice imports nothing twice.
+    R"sql(
+CREATE TABLE jobs(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  world_size INTEGER NOT NULL DEFAULT 0,
+  origin TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL);
+CREATE TABLE job_ranks(
+  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  rank INTEGER NOT NULL,
+  local_rank INTEGER,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  PRIMARY KEY (job_id, rank)) WITHOUT ROWID;
+CREATE INDEX job_ranks_by_run ON job_ranks(run_id);
+CREATE TABLE sweep_tasks(
+  sweep_dir TEXT NOT NULL,
+  task INTEGER NOT NULL,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  collected_at TEXT NOT NULL,
+  PRIMARY KEY (sweep_dir, task)) WITHOUT ROWID;
+CREATE INDEX sweep_tasks_by_run ON sweep_tasks(run_id);
+)sql",
+    // 5: the environment fingerprint a run was recorded in (fragscope-record's NAME.env.json,
     // kept whole as JSON: Python, the PyTorch build and how it was installed, CUDA, packages).
     R"sql(
 CREATE TABLE run_environments(

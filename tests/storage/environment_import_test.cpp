@@ -10,6 +10,7 @@
 
 #include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
+#include "storage/db/job_import.h"
 #include "storage/db/snapshot_import.h"
 #include "storage_test_util.h"
 
@@ -134,6 +135,22 @@ TEST(EnvironmentImport, HandWrittenFingerprintsImport) {
   EXPECT_EQ(runs[0].environment.gpu_name, "NVIDIA A100-SXM4-40GB");
   EXPECT_EQ(runs[1].environment.torch_version, "2.11.0");
   EXPECT_EQ(runs[1].environment.host, "h200-node-1");
+}
+
+TEST(EnvironmentImport, EveryRankOfARecordedJobKeepsItsFingerprint) {
+  // The torchrun job fragscope-record wrote on the GPU machine: its manifest names each rank's
+  // env file.
+  RunStore store(":memory:");
+  const JobImportResult result =
+      import_job(store, read_job_manifest(kRecorded + "/ddp/fragscope-job.json"), {});
+  ASSERT_EQ(result.ranks.size(), 2u);
+  for (const auto& rank : result.ranks) {
+    const auto stored = store.recorded_environment(rank.result.run);
+    ASSERT_TRUE(stored) << rank.rank;
+    EXPECT_EQ(analysis::parse_recorded_environment(*stored, "stored").torch_version,
+              "2.11.0+cu130");
+    EXPECT_EQ(store.run(rank.result.run).environment.driver_version, "580.159.04");
+  }
 }
 
 }  // namespace

@@ -159,7 +159,7 @@ TEST(Generator, MicroBatchShapesAreTheFixturesOwn) {
 
 TEST(Generator, FixtureModelMatchesRecordedModelKeys) {
   const nlohmann::json model = fixture_stats("gpt_fixedlen_default").at("model");
-  const GptModel& m = point("gpt_fixedlen_default").workload.model;
+  const Model& m = point("gpt_fixedlen_default").workload.model;
   EXPECT_EQ(m.layers, model.at("layers").get<int>());
   EXPECT_EQ(m.hidden, model.at("hidden").get<int>());
   EXPECT_EQ(m.heads, model.at("heads").get<int>());
@@ -196,7 +196,7 @@ TEST(Generator, ParameterCounts) {
   // the fixture model: 2·V·h + L·(12h² + 13h)
   EXPECT_EQ(parameter_count(point("gpt_fixedlen_default").workload.model), 117547008U);
   // the case study's 1.2B model, counted tensor by tensor in workload-model.md §6
-  GptModel m;
+  Model m;
   m.layers = 22;
   m.hidden = 2048;
   m.heads = 16;

@@ -1,0 +1,103 @@
+// Traces that start mid-run: a real 2.11 recording with the head of its trace cut off (its final
+// segments kept, as when recording starts late or the ring buffer dropped the oldest entries)
+// has a known answer, the full recording. Replaying the cut trace from the state rebuilt at its
+// first entry must give the same segment events and OOM as the recording from there on, and the
+// recording's final memory_stats() .current values.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/allocator/stats.h"
+#include "engine/replay/replay.h"
+#include "engine/snapshot/snapshot.h"
+
+namespace fragscope::replay {
+namespace {
+
+const std::string kFixtures = FRAGSCOPE_FIXTURES;
+
+struct Cut {
+  std::string fixture;
+  int keep_percent;  // share of the trace kept (its tail)
+};
+
+void PrintTo(const Cut& cut, std::ostream* out) {
+  *out << cut.fixture << " keeping " << cut.keep_percent << "%";
+}
+
+std::string name_of(const ::testing::TestParamInfo<Cut>& info) {
+  return info.param.fixture + "_keep" + std::to_string(info.param.keep_percent);
+}
+
+class MidRunReplay : public ::testing::TestWithParam<Cut> {};
+
+TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
+  const Cut cut = GetParam();
+  snapshot::Snapshot snap = snapshot::read_snapshot(kFixtures + "/" + cut.fixture + ".pickle.gz");
+  std::ifstream stats_file(kFixtures + "/" + cut.fixture + ".stats.json");
+  const nlohmann::json recorded = nlohmann::json::parse(stats_file);
+
+  auto& trace = snap.device_traces.at(0);
+  const std::size_t drop = trace.size() - trace.size() * cut.keep_percent / 100;
+  // The expected segment events and OOM are the full recording's after the cut.
+  const std::vector<TraceEvent> tail(trace.begin() + static_cast<std::ptrdiff_t>(drop),
+                                     trace.end());
+  std::size_t expected_ooms = 0;
+  for (const TraceEvent& e : tail)
+    expected_ooms += e.action == TraceAction::oom ? 1 : 0;
+  trace = tail;
+
+  ReplayOptions options;
+  if (recorded.at("params").contains("cap_gib"))
+    options.allowed_memory = recorded.at("params").at("cap_gib").get<Bytes>() << 30;
+  options.total_memory = recorded.at("total_memory").get<Bytes>();
+  options.check_invariants_every = 97;
+  const ReplayResult result = replay_snapshot(snap, options);
+
+  EXPECT_TRUE(result.warnings.empty()) << result.warnings.front();
+  EXPECT_GT(result.seeded.segments, 0u) << "the cut trace starts with memory in use";
+  EXPECT_GT(result.seeded.live_blocks, 0u);
+  EXPECT_TRUE(result.segment_events_match)
+      << (result.first_divergence ? describe(*result.first_divergence) : "");
+  EXPECT_TRUE(result.ooms_match);
+  EXPECT_EQ(result.run.ooms.size(), expected_ooms);
+
+  // Every .current value of the recording's final memory_stats(): the seeded state plus the
+  // replayed tail must leave exactly the recording's memory in use.
+  const auto got = alloc::to_memory_stats(result.run.stats);
+  std::size_t compared = 0;
+  for (const auto& [key, value] : recorded.at("memory_stats").items()) {
+    if (!key.ends_with(".current"))
+      continue;
+    ++compared;
+    auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << key;
+    EXPECT_EQ(it->second, value.get<std::int64_t>()) << "memory_stats()[\"" << key << "\"]";
+  }
+  EXPECT_EQ(compared, 29u);  // every .current key of the 122
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Torch211H200, MidRunReplay,
+    ::testing::Values(Cut{"gpt_fixedlen_default", 50}, Cut{"gpt_varlen_default", 90},
+                      Cut{"gpt_varlen_default", 37}, Cut{"gpt_varlen_expandable", 50},
+                      Cut{"gpt_oom_cap", 50}, Cut{"gpt_oom_cap", 10}, Cut{"gpt_ckpt_accum", 63},
+                      Cut{"random_default", 50}, Cut{"random_split64_round4", 20},
+                      Cut{"streams_default", 50}, Cut{"streams_default", 80}),
+    name_of);
+
+// A trace recorded from torch.cuda.init() seeds nothing.
+TEST(MidRunReplay, CompleteTraceSeedsNothing) {
+  const snapshot::Snapshot snap =
+      snapshot::read_snapshot(kFixtures + "/gpt_fixedlen_default.pickle.gz");
+  const ReplayResult result = replay_snapshot(snap);
+  EXPECT_TRUE(result.seeded.empty());
+  EXPECT_EQ(describe(result.seeded), "the trace starts with an empty allocator: nothing seeded");
+}
+
+}  // namespace
+}  // namespace fragscope::replay
