@@ -34,6 +34,8 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   // Read (and validate) everything before touching the database, so a bad file writes nothing.
   const snapshot::Snapshot snap = snapshot::read_snapshot(filePath.toStdString());
   const std::optional<nlohmann::json> stats = storage::read_companion_stats(filePath.toStdString());
+  const std::optional<nlohmann::json> fingerprint =
+      storage::read_companion_environment(filePath.toStdString());
   cancelled();
   if (job)
     job->progress(0.5);
@@ -48,6 +50,10 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   options.source_file = QFileInfo(filePath).absoluteFilePath().toStdString();
   // The recording's own memory_stats() and cap go in with the run, in the same transaction.
   options.recorded_stats = stats;
+  if (fingerprint) {  // fragscope-record's NAME.env.json: the environment the run was recorded in
+    options.recorded_environment = fingerprint;
+    options.recorded_environment_file = storage::companion_environment_path(options.source_file);
+  }
 
   storage::RunStore store(databasePath.toStdString());
   const storage::ImportResult imported = storage::import_snapshot(store, snap, options);
