@@ -81,6 +81,9 @@ ComparisonData loadComparison(const QString& databasePath, const std::vector<sto
     compared.oomCount = overview.oomEvents.size();
     compared.timeline =
         loadTimeline(databasePath, run, 0, overview.record.event_count, buckets).buckets;
+    if (const auto fingerprint = openReader(databasePath)->recorded_environment(run))
+      compared.recordedEnvironment =
+          analysis::parse_recorded_environment(*fingerprint, "run " + std::to_string(run.value));
     data.runs.push_back(std::move(compared));
   }
   return data;
@@ -101,11 +104,22 @@ QStringList comparisonWarnings(const ComparisonData& data) {
     };
     check(QObject::tr("allocator config"), base.alloc_config, other.alloc_config);
     check(QObject::tr("device"), base.device_name, other.device_name);
-    check(QObject::tr("PyTorch version"), base.environment.torch_version,
-          other.environment.torch_version);
-    check(QObject::tr("CUDA version"), base.environment.cuda_version,
-          other.environment.cuda_version);
-    check(QObject::tr("GPU"), base.environment.gpu_name, other.environment.gpu_name);
+    const auto& baseEnv = data.runs.front().recordedEnvironment;
+    const auto& otherEnv = data.runs[i].recordedEnvironment;
+    if (baseEnv && otherEnv) {
+      // Both fingerprinted: the PyTorch build, cuDNN, NCCL, driver, allocator variables and
+      // packages, point by point (the same warnings as `fragscope-cli compare`).
+      for (const std::string& warning : analysis::environment_warnings(
+               "#" + std::to_string(base.id.value) + " " + base.name, *baseEnv,
+               "#" + std::to_string(other.id.value) + " " + other.name, *otherEnv))
+        warnings << QString::fromStdString(warning);
+    } else {
+      check(QObject::tr("PyTorch version"), base.environment.torch_version,
+            other.environment.torch_version);
+      check(QObject::tr("CUDA version"), base.environment.cuda_version,
+            other.environment.cuda_version);
+      check(QObject::tr("GPU"), base.environment.gpu_name, other.environment.gpu_name);
+    }
     if (base.capacity != other.capacity)
       warnings << QObject::tr("%1: capacity %2, baseline %3")
                       .arg(who, formatBytes(static_cast<double>(other.capacity)),

@@ -9,7 +9,10 @@
 #include <QLabel>
 #include <QTableView>
 #include <QWidget>
+#include <optional>
 #include <vector>
+
+#include "engine/analysis/recorded_environment.h"
 
 #include "gui/job_tracker.h"
 #include "gui/metatypes.h"
@@ -23,6 +26,8 @@ struct ComparedRun {
   storage::RunRecord record;
   std::vector<storage::TimelineBucket> timeline;
   std::size_t oomCount = 0;
+  // fragscope-record's fingerprint, when the run has one: warnings then go point by point.
+  std::optional<analysis::RecordedEnvironment> recordedEnvironment;
 };
 
 struct ComparisonData {

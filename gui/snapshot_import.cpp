@@ -90,6 +90,8 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   // Read (and validate) everything before touching the database, so a bad file writes nothing.
   const snapshot::Snapshot snap = snapshot::read_snapshot(filePath.toStdString());
   const std::optional<nlohmann::json> stats = storage::read_companion_stats(filePath.toStdString());
+  const std::optional<nlohmann::json> fingerprint =
+      storage::read_companion_environment(filePath.toStdString());
   cancelled();
   if (job)
     job->progress(0.5);
@@ -112,6 +114,10 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
     options.name = result.name.toStdString();
   }
   cancelled();
+  if (fingerprint) {  // fragscope-record's NAME.env.json: the environment the run was recorded in
+    options.recorded_environment = fingerprint;
+    options.recorded_environment_file = storage::companion_environment_path(options.source_file);
+  }
 
   // The job's cancel reaches every stage of the store, up to right before the commit.
   WorkControl control;

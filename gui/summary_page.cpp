@@ -6,6 +6,7 @@
 #include <QVBoxLayout>
 
 #include "engine/allocator/summary.h"
+#include "engine/analysis/recorded_environment.h"
 #include "gui/format.h"
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
@@ -22,7 +23,8 @@ QString rule() {
 }
 }  // namespace
 
-QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state) {
+QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state,
+                         const QString& recordedEnvironment) {
   const auto bytes = [](std::int64_t value) { return formatBytes(static_cast<double>(value)); };
   QString text;
   text += rule();
@@ -87,6 +89,12 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
   field(QObject::tr("GPU"), run.environment.gpu_name);
   field(QObject::tr("FragScope"), run.environment.fragscope_version);
   field(QObject::tr("Host"), run.environment.host);
+  if (!recordedEnvironment.isEmpty()) {
+    text += QStringLiteral("\n") + QObject::tr("Recorded environment (NAME.env.json):") +
+            QStringLiteral("\n");
+    for (const QString& line : recordedEnvironment.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+      text += QStringLiteral("  ") + line + QLatin1Char('\n');
+  }
   const auto stats = run.summary.find("memory_stats");
   if (stats != run.summary.end() && stats->is_object()) {
     text += QStringLiteral("\n") + QObject::tr("Recorded memory_stats():") + QStringLiteral("\n");
@@ -111,6 +119,9 @@ PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId 
   out.config = QString::fromStdString(state.config);
   for (const auto& caveat : state.caveats)
     out.caveats << QString::fromStdString(caveat);
+  if (const auto fingerprint = store->recorded_environment(run))
+    out.recordedEnvironment = QString::fromStdString(analysis::to_text(
+        analysis::parse_recorded_environment(*fingerprint, "run " + std::to_string(run.value))));
   return out;
 }
 
@@ -212,7 +223,9 @@ void SummaryPage::refresh() {
   } else if (!m_replayError.isEmpty()) {
     m_status->setText(tr("memory_summary() could not be computed: %1").arg(m_replayError));
   }
-  text += stateSummaryText(*m_run, m_state ? &*m_state : nullptr);
+  text += stateSummaryText(
+      *m_run, m_state ? &*m_state : nullptr,
+      m_pytorch && m_pytorch->run == m_run->id ? m_pytorch->recordedEnvironment : QString());
   // Keep the reader's place while stepping through events.
   const int scroll = m_text->verticalScrollBar()->value();
   m_text->setPlainText(text);

@@ -17,7 +17,8 @@
 namespace fragscope::gui {
 
 // The text shown on the page under PyTorch's summary; also used by the reports.
-QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state);
+QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state,
+                         const QString& recordedEnvironment = {});
 
 // PyTorch's memory_summary() after the first `eventIndex` events of a run, with how it was
 // obtained; loaded off the GUI thread.
@@ -29,6 +30,9 @@ struct PyTorchSummaryAt {
   QString abbreviated;
   QString config;
   QStringList caveats;
+  // The environment the run was recorded in (fragscope-record's NAME.env.json), as text; empty
+  // when the run has none.
+  QString recordedEnvironment;
 };
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
                                     std::uint64_t eventIndex);

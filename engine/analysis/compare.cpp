@@ -186,7 +186,15 @@ Comparison compare_runs(std::span<const RunProfile> profiles) {
         c.warnings.push_back("capacity differs: " + first.label + " " +
                              alloc::format_size(first.capacity) + " vs " + other.label + " " +
                              alloc::format_size(other.capacity));
+      const bool fingerprinted = first.recorded_environment && other.recorded_environment;
+      if (fingerprinted)
+        for (std::string& warning : environment_warnings(first.label, *first.recorded_environment,
+                                                         other.label, *other.recorded_environment))
+          c.warnings.push_back(std::move(warning));
       for (const auto& [key, value] : first.environment) {
+        // The fingerprints compared the build, driver and GPU already, more precisely.
+        if (fingerprinted && key != "fragscope")
+          continue;
         auto it = other.environment.find(key);
         if (value.empty() || it == other.environment.end() || it->second.empty())
           continue;

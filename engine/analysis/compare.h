@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/analysis/metrics.h"
+#include "engine/analysis/recorded_environment.h"
 #include "engine/core/trace.h"
 #include "engine/snapshot/segment_state.h"
 
@@ -33,6 +34,10 @@ struct RunProfile {
   // Environment fingerprint: key -> value (torch, cuda, driver, gpu, gpu_memory, ...); empty
   // values count as unknown and are not compared.
   std::map<std::string, std::string> environment;
+  // The full fingerprint fragscope-record wrote (NAME.env.json), when the run has one: then two
+  // runs that both have it are compared point by point (torch build and how it was installed,
+  // cuDNN, NCCL, driver, allocator variables, packages) instead of by `environment`.
+  std::optional<RecordedEnvironment> recorded_environment;
   // Metrics from the events; fragmentation metrics are absent when the layout could not be
   // rebuilt (then `series_only` is set and only the peaks of the four series are known).
   RunMetrics metrics;

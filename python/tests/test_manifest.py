@@ -86,3 +86,18 @@ def test_bad_manifests_name_the_place(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(manifest.ManifestError, match=message):
         manifest.read_manifest(str(path))
+
+
+def test_the_gpu_jobs_manifest_reads():
+    """The manifest torchrun's two ranks wrote on the GPU machine (tests/fixtures)."""
+    folder = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures",
+                          "fragscope-record", "ddp")
+    path = os.path.join(folder, "fragscope-job.json")
+    if not os.path.exists(path):
+        pytest.skip("no repository fixtures beside the package")
+    job = manifest.read_manifest(path)
+    assert (job["job"], job["world_size"]) == ("ddp_gloo", 2)
+    assert [r["rank"] for r in job["ranks"]] == [0, 1]
+    for entry in job["ranks"]:
+        for role in ("snapshot", "stats", "summary", "env"):
+            assert os.path.exists(os.path.join(folder, entry[role])), entry[role]

@@ -69,6 +69,9 @@ analysis::RunProfile profile_of(storage::RunStore& store, storage::RunId id, std
                          {"gpu", env.gpu_name},
                          {"gpu_memory", env.gpu_memory ? std::to_string(env.gpu_memory) : ""},
                          {"fragscope", env.fragscope_version}};
+  if (const auto fingerprint = store.recorded_environment(id))
+    profile.recorded_environment = analysis::parse_recorded_environment(
+        *fingerprint, store.database().path() + ": run " + std::to_string(id.value));
   if (auto stats = record.summary.find("memory_stats");
       stats != record.summary.end() && stats->contains("num_alloc_retries"))
     profile.alloc_retries = (*stats)["num_alloc_retries"].get<std::int64_t>();

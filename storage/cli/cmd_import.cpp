@@ -18,7 +18,7 @@ namespace {
 
 // Several snapshots, a directory or a job manifest: one run per rank, linked to a job.
 int import_job(const Args& args) {
-  for (const char* single : {"--name", "--device", "--stats"}) {
+  for (const char* single : {"--name", "--device", "--stats", "--env"}) {
     if (args.option(single))
       throw UsageError{std::string(single) + " applies to one snapshot; a job's ranks take " +
                        "their names from the job and their stats from the manifest or beside " +
@@ -63,9 +63,9 @@ int import_job(const Args& args) {
 }
 
 int run_import(const std::vector<std::string>& argv) {
-  const Args args(
-      argv, {},
-      {"--db", "--name", "--json", "--device", "--stats", "--job", "--threads", "--torch-version"});
+  const Args args(argv, {},
+                  {"--db", "--name", "--json", "--device", "--stats", "--env", "--job", "--threads",
+                   "--torch-version"});
   if (args.positional().empty())
     throw UsageError{"expected a SNAPSHOT file (or, with --job, several, a directory or a " +
                      std::string(storage::kJobManifestName) + ")"};
@@ -91,8 +91,20 @@ int run_import(const std::vector<std::string>& argv) {
     stats_file = storage::companion_stats_path(file.string());
   }
 
+  // The environment fingerprint fragscope-record wrote: --env FILE, else NAME.env.json.
+  std::optional<nlohmann::json> fingerprint;
+  std::string env_file;
+  if (const auto explicit_env = args.option("--env")) {
+    env_file = *explicit_env;
+    fingerprint = storage::read_recording_environment(env_file);
+  } else if ((fingerprint = storage::read_companion_environment(file.string()))) {
+    env_file = storage::companion_environment_path(file.string());
+  }
+
   storage::ImportOptions options;
   options.source_file = file.string();
+  options.recorded_environment = fingerprint;
+  options.recorded_environment_file = env_file;
   options.name = args.option_or("--name", storage::run_name_for(file.string()));
   options.recorded_stats = recorded_stats;
   if (const auto device = args.uint_option("--device"))
@@ -111,8 +123,9 @@ int run_import(const std::vector<std::string>& argv) {
       {"allocator_config_note", config.note()},
       {"ooms", result.ooms},
       {"warnings", result.warnings},
-      {"recorded_stats",
-       stats_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(stats_file)}};
+      {"recorded_stats", stats_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(stats_file)},
+      {"recorded_environment",
+       env_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(env_file)}};
   for (const std::string& warning : result.warnings)
     std::cerr << "warning: " << file.string() << ": " << warning << "\n";
   if (auto target = args.option("--json")) {
@@ -124,6 +137,7 @@ int run_import(const std::vector<std::string>& argv) {
             << " segments, " << result.ooms << " OOM(s)"
             << (result.truncated ? ", trace truncated" : "")
             << (stats_file.empty() ? "" : ", with the recording's stats from " + stats_file)
+            << (env_file.empty() ? "" : ", environment from " + env_file)
             << "\n  written by PyTorch " << snapshot.torch_version.describe() << "\n";
   if (!config.note().empty())
     std::cout << "  allocator settings: " << config.note() << "\n";
@@ -134,13 +148,14 @@ int run_import(const std::vector<std::string>& argv) {
 
 FRAGSCOPE_CLI_COMMAND(
     {"import",
-     "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--stats FILE] "
+     "import SNAPSHOT [--db FILE] [--name NAME] [--device N] [--stats FILE] [--env FILE] "
      "[--torch-version X.Y] [--json FILE|-]\n"
      "  import RANK0.pickle RANK1.pickle ... | DIR | fragscope-job.json [--job NAME] "
      "[--threads N] [--db FILE] [--json FILE|-]",
      "Store a PyTorch memory snapshot (.pickle or .pickle.gz) as a run, with the recording's "
-     "NAME.stats.json (memory_stats, cap) when it is beside it or given; several snapshots, a "
-     "directory or a job manifest become one run per rank linked to a job (read in parallel)",
+     "NAME.stats.json (memory_stats, cap) and NAME.env.json (environment fingerprint) when they "
+     "are beside it or given; several snapshots, a directory or a job manifest become one run per "
+     "rank linked to a job (read in parallel)",
      run_import});
 
 }  // namespace fragscope::cli

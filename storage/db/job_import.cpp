@@ -149,6 +149,7 @@ JobSource read_job_manifest(const std::string& path) {
     if (rank.snapshot.empty())
       throw InputError(where + ": missing \"snapshot\"");
     rank.stats = optional_path(ranks[i], "stats", where, base);
+    rank.env = optional_path(ranks[i], "env", where, base);
     source.ranks.push_back(rank);
   }
   std::sort(source.ranks.begin(), source.ranks.end(),
@@ -222,6 +223,7 @@ JobImportResult import_job(RunStore& store, const JobSource& source,
   const std::size_t count = source.ranks.size();
   std::vector<std::optional<snapshot::Snapshot>> snapshots(count);
   std::vector<std::optional<nlohmann::json>> stats(count);
+  std::vector<std::optional<nlohmann::json>> environments(count);  // NAME.env.json per rank
   std::vector<std::exception_ptr> errors(count);
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex progress_mutex;
@@ -234,6 +236,8 @@ JobImportResult import_job(RunStore& store, const JobSource& source,
         snapshots[i] = snapshot::read_snapshot(rank.snapshot);
         stats[i] = rank.stats.empty() ? read_companion_stats(rank.snapshot)
                                       : std::optional(read_recording_stats(rank.stats));
+        environments[i] = rank.env.empty() ? read_companion_environment(rank.snapshot)
+                                           : std::optional(read_recording_environment(rank.env));
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -266,6 +270,10 @@ JobImportResult import_job(RunStore& store, const JobSource& source,
       import.name = name + " rank " + std::to_string(rank.rank);
       import.source_file = rank.snapshot;
       import.recorded_stats = stats[i];
+      import.recorded_environment = environments[i];
+      if (environments[i])
+        import.recorded_environment_file =
+            rank.env.empty() ? companion_environment_path(rank.snapshot) : rank.env;
       const ImportResult imported = import_snapshot(store, *snapshots[i], import);
       stored.push_back(imported.run);
       result.ranks.push_back({rank.rank, rank.snapshot, imported});

@@ -20,6 +20,7 @@ struct RankFile {
   std::optional<int> local_rank;
   std::string snapshot;  // paths as the caller can open them
   std::string stats;     // NAME.stats.json; empty: the companion file when there is one
+  std::string env;       // NAME.env.json; empty: the companion file when there is one
 };
 
 struct JobSource {

@@ -57,6 +57,10 @@ void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
         summary["allowed_bytes"] = static_cast<Bytes>(bytes);
     }
   }
+  // fragscope-record's cap: the allocator's own limit (fraction x device total) as recorded.
+  if (const auto allowed = stats.find("allowed_bytes");
+      allowed != stats.end() && allowed->is_number_unsigned() && allowed->get<Bytes>() > 0)
+    summary["allowed_bytes"] = allowed->get<Bytes>();
 }
 
 }  // namespace fragscope::storage

@@ -192,6 +192,10 @@ class RunStore {
   void set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
   void set_labels(RunId run, std::span<const RequestLabel> labels);  // labels[i] is LabelId{i}
   void add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report);
+  // The environment fingerprint the run was recorded in (NAME.env.json, already checked with
+  // analysis::parse_recorded_environment), in the run's ingest transaction when there is one.
+  void set_recorded_environment(RunId run, const nlohmann::json& fingerprint,
+                                const std::string& source_file);
   // Writes what is buffered, sets status, wall time and summary, and commits. Returns the run.
   // If any ingest call throws (disk full, I/O error), the run is rolled back and the store is
   // ready for the next begin_run().
@@ -227,6 +231,8 @@ class RunStore {
   // Every stack of the run: result[i] is FrameStackId{i + 1} (as set_frame_stacks took them).
   std::vector<std::vector<StackFrame>> frame_stacks(RunId run);
   std::vector<OomReport> oom_reports(RunId run);
+  // The run's recorded environment fingerprint; nullopt when it was stored without one.
+  std::optional<nlohmann::json> recorded_environment(RunId run);
   // At most `buckets` peak-preserving buckets over events [first, end).
   std::vector<TimelineBucket> timeline(RunId run, std::uint64_t first, std::uint64_t end,
                                        std::size_t buckets);

@@ -152,6 +152,14 @@ ALTER TABLE experiments ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'
   CHECK (status IN ('complete', 'incomplete'));
 ALTER TABLE experiments ADD COLUMN expected_points INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6: the environment fingerprint a run was recorded in (fragscope-record's NAME.env.json,
+    // kept whole as JSON: Python, the PyTorch build and how it was installed, CUDA, packages).
+    R"sql(
+CREATE TABLE run_environments(
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  source_file TEXT NOT NULL DEFAULT '',
+  fingerprint TEXT NOT NULL);
+)sql",
 };
 
 // True when the file holds tables although it was never a FragScope database.

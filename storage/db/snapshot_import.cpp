@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
 #include "engine/core/input_file.h"
 #include "engine/snapshot/timeline.h"
@@ -78,6 +79,30 @@ SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device
   return map;
 }
 
+namespace {
+
+// The run's environment columns from a fingerprint: the PyTorch build, driver, the GPU the
+// run used (else the first) and the host.
+Environment fingerprint_environment(const analysis::RecordedEnvironment& env, std::size_t device) {
+  Environment environment = Environment::current();
+  environment.torch_version = env.torch_version;
+  environment.cuda_version = env.torch_cuda;
+  environment.driver_version = env.driver;
+  const analysis::RecordedGpu* gpu = env.gpus.empty() ? nullptr : &env.gpus.front();
+  for (const auto& candidate : env.gpus)
+    if (candidate.index == static_cast<std::int64_t>(device))
+      gpu = &candidate;
+  if (gpu != nullptr) {
+    environment.gpu_name = gpu->name;
+    environment.gpu_memory = gpu->total_memory;
+  }
+  if (!env.host.empty())
+    environment.host = env.host;
+  return environment;
+}
+
+}  // namespace
+
 std::string run_name_for(const std::string& snapshot_path) {
   std::string name = std::filesystem::path(snapshot_path).filename().string();
   for (const std::string suffix : {".pickle.gz", ".pickle", ".pkl.gz", ".pkl"}) {
@@ -87,6 +112,27 @@ std::string run_name_for(const std::string& snapshot_path) {
       return name.substr(0, name.size() - suffix.size());
   }
   return name;
+}
+
+nlohmann::json read_recording_environment(const std::string& env_path) {
+  // Regular files only, bounded nesting and size, like the stats file.
+  nlohmann::json json = read_json_file(env_path, "environment file");
+  analysis::parse_recorded_environment(json, env_path);  // throws, naming the place
+  return json;
+}
+
+std::string companion_environment_path(const std::string& snapshot_path) {
+  return (std::filesystem::path(snapshot_path).parent_path() /
+          (run_name_for(snapshot_path) + ".env.json"))
+      .string();
+}
+
+std::optional<nlohmann::json> read_companion_environment(const std::string& snapshot_path) {
+  const std::string path = companion_environment_path(snapshot_path);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error))
+    return std::nullopt;  // no fingerprint beside the snapshot
+  return read_recording_environment(path);
 }
 
 std::string companion_stats_path(const std::string& snapshot_path) {
@@ -123,12 +169,22 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   const SegmentMap final_state = segment_map_of(snapshot, device);
   const SegmentMap initial = rewind(final_state, events);
 
+  // Checked before anything is written: a bad fingerprint stores nothing.
+  std::optional<analysis::RecordedEnvironment> fingerprint;
+  if (options.recorded_environment)
+    fingerprint = analysis::parse_recorded_environment(*options.recorded_environment,
+                                                       options.recorded_environment_file.empty()
+                                                           ? options.source_file + " (environment)"
+                                                           : options.recorded_environment_file);
+
   RunRecord record;
   record.name = options.name;
   record.experiment = options.experiment;
   record.source = options.source;
   if (options.environment)
     record.environment = *options.environment;
+  else if (fingerprint)
+    record.environment = fingerprint_environment(*fingerprint, device);
   else if (options.recorded_stats && options.recorded_stats->is_object()) {
     record.environment = Environment::current();
     apply_recorded_environment(*options.recorded_stats, record.environment);
@@ -188,6 +244,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     }
     if (!stacks.empty())
       store.set_frame_stacks(run, stacks);
+    if (options.recorded_environment)
+      store.set_recorded_environment(run, *options.recorded_environment,
+                                     options.recorded_environment_file);
     // In slices, so that a cancel is seen within a fraction of a second on a 1M-event trace.
     constexpr std::size_t kSlice = 1u << 16;
     if (series.size() != events.size())

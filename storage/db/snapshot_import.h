@@ -29,12 +29,25 @@ struct ImportOptions {
   // ["recorded_outcome"], ["recorded_alloc_conf"] and ["allowed_bytes"] (the cap, which a replay
   // needs to fail where the recording failed).
   std::optional<nlohmann::json> recorded_stats;
+  // fragscope-record's environment fingerprint (NAME.env.json) and the file it came from:
+  // stored whole with the run in the same transaction, and the run's environment columns
+  // (torch, CUDA, driver, GPU, host) taken from it unless `environment` is set. Checked before
+  // anything is written: a bad fingerprint is an InputError naming the file and the place.
+  std::optional<nlohmann::json> recorded_environment;
+  std::string recorded_environment_file;
 };
 
 // Where the stats of a snapshot file lie: NAME.stats.json beside NAME.pickle[.gz] / .pkl[.gz].
 std::string companion_stats_path(const std::string& snapshot_path);
 // read_recording_stats of the companion file; nullopt when there is none.
 std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path);
+// A recording's environment fingerprint (NAME.env.json, or any file given for it), checked with
+// analysis::parse_recorded_environment: an InputError naming the file and the place otherwise.
+nlohmann::json read_recording_environment(const std::string& env_path);
+// NAME.env.json beside NAME.pickle[.gz] / .pkl[.gz].
+std::string companion_environment_path(const std::string& snapshot_path);
+// read_recording_environment of the companion file; nullopt when there is none.
+std::optional<nlohmann::json> read_companion_environment(const std::string& snapshot_path);
 // The run name a snapshot file gives: its file name without .pickle[.gz] / .pkl[.gz].
 std::string run_name_for(const std::string& snapshot_path);
 
