@@ -14,6 +14,7 @@
 #include "gui/report.h"
 #include "gui/run_data.h"
 #include "gui/runs_browser.h"
+#include "gui/segment_map_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
 #include "storage/db/data_location.h"
@@ -119,12 +120,20 @@ struct CommandLine {
   QCommandLineOption size{QStringLiteral("size"), QObject::tr("Window size for --screenshot."),
                           QStringLiteral("WxH"), QStringLiteral("1600x1000")};
   QCommandLineOption dark{QStringLiteral("dark"), QObject::tr("Use the dark theme.")};
+  QCommandLineOption event{QStringLiteral("event"),
+                           QObject::tr("With --run: put the cursor after this many events."),
+                           QStringLiteral("N")};
+  QCommandLineOption block{
+      QStringLiteral("block"),
+      QObject::tr("With --run: select the live block at this address (0x...) in the segment map "
+                  "and show its stack, or \"largest\"."),
+      QStringLiteral("ADDR")};
 
   CommandLine() {
     parser.setApplicationDescription(QObject::tr("FragScope: CUDA memory fragmentation workbench"));
     parser.addHelpOption();
     parser.addVersionOption();
-    parser.addOptions({db, report, runs, screenshot, run, compare, page, size, dark});
+    parser.addOptions({db, report, runs, screenshot, run, compare, page, size, dark, event, block});
     parser.addPositionalArgument(QStringLiteral("snapshots"),
                                  QObject::tr("PyTorch memory snapshots to import."),
                                  QStringLiteral("[FILE...]"));
@@ -158,8 +167,8 @@ int runApplication(int argc, char** argv) {
 
   CommandLine commandLine;
   QCommandLineParser& parser = commandLine.parser;
-  const auto& [unusedParser, db, report, runs, screenshot, run, compare, page, size, dark] =
-      commandLine;
+  const auto& [unusedParser, db, report, runs, screenshot, run, compare, page, size, dark, event,
+               block] = commandLine;
   parser.process(app);
 
   const QString databasePath = parser.isSet(db)
@@ -202,6 +211,30 @@ int runApplication(int argc, char** argv) {
       return fail(QObject::tr("--run: %1").arg(ids ? QObject::tr("one run id expected") : error));
     window.runsBrowser()->selectRuns(*ids);
     window.showRun(ids->front());
+    // Both after the overview, which opens the cursor at the OOM or the peak and resets the map.
+    if (parser.isSet(event)) {
+      bool ok = false;
+      const qulonglong at = parser.value(event).toULongLong(&ok);
+      if (!ok)
+        return fail(
+            QObject::tr("--event: expected an event count, got %1").arg(parser.value(event)));
+      QObject::connect(
+          window.timelinePage(), &TimelinePage::overviewReady, window.timelinePage(),
+          [&window, at] { window.timelinePage()->setCursorEvent(at); }, Qt::QueuedConnection);
+    }
+    if (parser.isSet(block)) {
+      const QString text = parser.value(block);
+      bool ok = text == QLatin1String("largest");
+      const std::uint64_t addr = ok ? 0 : text.toULongLong(&ok, 0);
+      if (!ok)
+        return fail(QObject::tr("--block: expected an address like 0x7f0000000000 or \"largest\", "
+                                "got %1")
+                        .arg(text));
+      QObject::connect(
+          window.timelinePage(), &TimelinePage::overviewReady, window.timelinePage(),
+          [&window, addr] { window.segmentMapPage()->mapWidget()->selectAddress(addr); },
+          Qt::QueuedConnection);
+    }
   }
   if (parser.isSet(compare)) {
     QString error;

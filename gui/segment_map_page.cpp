@@ -117,8 +117,26 @@ void SegmentMapWidget::clear() {
   relayout();
 }
 
+void SegmentMapWidget::selectAddress(std::uint64_t addr) {
+  m_selectLargest = addr == 0;
+  m_selectedAddr = addr;
+  findSelection();
+  update();
+  emit selectionChanged();
+}
+
 void SegmentMapWidget::findSelection() {
   m_selected.reset();
+  if (m_selectLargest && !m_views.empty()) {
+    Bytes largest = 0;
+    for (const SegmentView& view : m_views)
+      for (const Piece& piece : view.pieces)
+        if (piece.kind == PieceKind::allocated && piece.size > largest) {
+          largest = piece.size;
+          m_selectedAddr = piece.addr;
+        }
+    m_selectLargest = false;
+  }
   if (!m_selectedAddr)
     return;
   for (std::size_t s = 0; s < m_views.size(); ++s)

@@ -45,6 +45,9 @@ class SegmentMapWidget : public QWidget {
   // The clicked piece (kept across events while the block at that address lives).
   const Piece* selectedPiece(const SegmentView** segment = nullptr) const;
   void selectAt(const QPointF& position);
+  // Selects the live block at `addr` (kept while it lives; found when the next state loads);
+  // 0 = the largest live block of the state shown next.
+  void selectAddress(std::uint64_t addr);
   // The tooltip text for a piece.
   QString describePiece(const Piece& piece, const SegmentView& segment) const;
 
@@ -73,6 +76,7 @@ class SegmentMapWidget : public QWidget {
   QString m_oomVerdict;
   std::shared_ptr<const FrameStacks> m_stacks;
   std::optional<std::uint64_t> m_selectedAddr;
+  bool m_selectLargest = false;
   std::optional<std::pair<std::size_t, std::size_t>> m_selected;  // (segment, piece)
 
  public:
