@@ -155,8 +155,9 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
     EXPECT_EQ(integrity.column_text(0), "ok") << "after import " << i;
     const auto runs = check.list_runs();
     EXPECT_EQ(runs.size(), committed) << "after import " << i;
-    if (!runs.empty())
+    if (!runs.empty()) {
       EXPECT_EQ(check.events(runs.back().id, 0, events), trace) << "import " << i;
+    }
   }
   EXPECT_EQ(committed, imports);
 
