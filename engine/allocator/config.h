@@ -84,7 +84,7 @@ struct RecordedAllocatorConfig {
   std::vector<std::string> defaulted_keys;  // not recorded: at their defaults
   // Of those, the keys the writing release had and should have recorded (the others came later).
   std::vector<std::string> missing_keys;
-  std::vector<std::string> ignored_keys;    // not known to 2.11: ignored
+  std::vector<std::string> ignored_keys;  // not known to 2.11: ignored
   std::string raw_string_error;  // the raw PYTORCH_CUDA_ALLOC_CONF did not parse (older option)
 
   // One line for the user; "" when the settings were recorded in full.

@@ -191,44 +191,19 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std::string* note) {
-  // A 2.11 snapshot carries every key, so the allocator's own parser gives the exact config (also
-  // max_non_split_rounding and large_segment_size, which the layout rules do not know).
-  std::string strict_error;
+  // One reader of allocator_settings for every release (the allocator's own): a key the writing
+  // release did not record keeps its default, and the note says which. An empty dict is a
+  // snapshot that recorded none.
+  const bool absent = settings.is_null() || (settings.is_object() && settings.empty());
+  alloc::RecordedAllocatorConfig recorded;
   try {
-    return alloc::config_from_allocator_settings(settings);
+    recorded = alloc::read_allocator_settings(absent ? nullptr : &settings);
   } catch (const alloc::AllocatorConfigError& error) {
-    strict_error = error.what();
-  }
-  // Older releases record fewer keys (2.0 none): read those that decide layouts, the rest keep
-  // PyTorch's defaults. A value of the wrong type is still an InputError naming the key.
-  if (!settings.is_object() && !settings.is_null())
-    throw InputError("allocator_settings: expected a dict, found " +
-                     std::string(settings.type_name()));
-  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_allocator_settings(settings);
-  alloc::AllocatorConfig config;
-  config.max_split_size = rules.max_split_size;
-  config.roundup_power2_divisions = rules.roundup_power2_divisions;
-  config.expandable_segments = rules.expandable_segments;
-  if (settings.is_object()) {
-    if (auto it = settings.find("garbage_collection_threshold"); it != settings.end()) {
-      if (!it->is_number())
-        throw InputError("allocator_settings: 'garbage_collection_threshold' must be a number");
-      config.garbage_collection_threshold = it->get<double>();
-    }
-    if (auto it = settings.find("PYTORCH_CUDA_ALLOC_CONF"); it != settings.end()) {
-      if (!it->is_string())
-        throw InputError("allocator_settings: 'PYTORCH_CUDA_ALLOC_CONF' must be a string");
-      config.raw = it->get<std::string>();
-    }
+    throw InputError(std::string("allocator_settings: ") + error.what());
   }
   if (note)
-    *note = settings.is_object() && !settings.empty()
-                ? "allocator_settings are incomplete (" + strict_error +
-                      "): read max_split_size, roundup_power2_divisions, expandable_segments "
-                      "and garbage_collection_threshold; the rest at PyTorch's defaults"
-                : "the snapshot records no allocator_settings: replayed under PyTorch's "
-                  "default config";
-  return config;
+    *note = recorded.note();
+  return recorded.config;
 }
 
 std::string describe(const Divergence& d) {

@@ -107,7 +107,7 @@ TEST(EnvironmentImport, BadFilesNameTheFile) {
                 ": format: expected \"fragscope-env/1\" (an environment fingerprint written by "
                 "fragscope-record), got none");
   EXPECT_EQ(error_of([&] { read_recording_environment(dir.file("absent.env.json")); }),
-            dir.file("absent.env.json") + ": cannot open the environment file");
+            dir.file("absent.env.json") + ": no such file (the environment file)");
   // A snapshot whose companion fingerprint is bad fails the import before anything is written.
   std::ofstream(dir.file("run.env.json")) << "[1, 2]";
   EXPECT_NE(error_of([&] {

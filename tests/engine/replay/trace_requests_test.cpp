@@ -106,7 +106,7 @@ TEST(TraceRequests, MissingSettingsKeysKeepTheDefaults) {
   std::string note;
   const alloc::AllocatorConfig config = config_from_settings(settings, &note);
   EXPECT_EQ(config.max_split_size, 64 * kMiB);
-  EXPECT_NE(note.find("incomplete"), std::string::npos) << note;
+  EXPECT_NE(note.find("graph_capture_record_stream_reuse"), std::string::npos) << note;
   note.clear();
   EXPECT_EQ(config_from_settings(nlohmann::json::object(), &note), alloc::AllocatorConfig{});
   EXPECT_NE(note.find("no allocator_settings"), std::string::npos) << note;
