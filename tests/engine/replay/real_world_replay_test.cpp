@@ -24,7 +24,8 @@ namespace {
 const std::map<std::string, std::string>& not_yet_matched() {
   static const std::map<std::string, std::string> files = [] {
     std::map<std::string, std::string> out;
-    // The reader (issue #13 item 1): memo references to an object again after it was compacted.
+    // These open since the reader follows memo references anywhere (issue #13 item 1), and
+    // replay from their start, but the replay diverges: the cause is not diagnosed yet.
     for (const char* name :
          {"kkaitlyn111__cs336-a2-systems__memory_2.7b_forward.pickle.gz",
           "kkaitlyn111__cs336-a2-systems__memory_ctx256_forward.pickle.gz",
@@ -36,12 +37,7 @@ const std::map<std::string, std::string>& not_yet_matched() {
           "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_forward_.pickle.gz",
           "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_forward_mixed.pickle.gz",
           "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_fullstep_.pickle.gz"})
-      out[name] = "reader: pickle memo references an object again after it was compacted";
-    // The reader: a frame whose filename/name is a shared (memoized) object.
-    for (const char* name : {"kkaitlyn111__cs336-a2-systems__cs336_systems_memory_logs_memory_"
-                             "ctx128_forward.pickle.gz",
-                             "kkaitlyn111__cs336-a2-systems__memory_small_forward.pickle.gz"})
-      out[name] = "reader: frame fields that are memo references";
+      out[name] = "replay diverges after the reader fix: cause not diagnosed yet";
     // cudaMalloc failed and the allocator released its cache and retried (segment_free before
     // segment_alloc, no OOM entry): the memory the device had left is not in the snapshot.
     out["Maphsge4__select_n__snapshot__04d383cd.pickle.gz"] =
