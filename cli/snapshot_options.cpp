@@ -1,4 +1,4 @@
-#include "storage/cli/snapshot_options.h"
+#include "cli/snapshot_options.h"
 
 #include "engine/core/error.h"
 

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/analysis/advisor.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
-#include "storage/cli/command.h"
 
 namespace fragscope::cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "storage/cli/command.h"
+#include "cli/command.h"
 
 #include <cerrno>
 #include <cstring>

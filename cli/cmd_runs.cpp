@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "storage/cli/command.h"
+#include "cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/experiment_status.h"
 #include "storage/db/run_json.h"

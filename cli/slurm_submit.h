@@ -4,7 +4,7 @@
 #include <set>
 #include <string>
 
-#include "storage/cli/command.h"
+#include "cli/command.h"
 #include "storage/db/sweep.h"
 
 namespace fragscope::cli {

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/allocator/summary.h"
-#include "storage/cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/stats_at.h"

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "cli/slurm_submit.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
@@ -24,8 +26,6 @@
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
-#include "storage/cli/command.h"
-#include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "cli/snapshot_options.h"
 #include "engine/snapshot/snapshot.h"
-#include "storage/cli/command.h"
-#include "storage/cli/snapshot_options.h"
 #include "storage/db/data_location.h"
 #include "storage/db/job_import.h"
 #include "storage/db/snapshot_import.h"

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/core/error.h"
-#include "storage/cli/command.h"
 
 #ifdef FRAGSCOPE_HAVE_CUDA
 #include <chrono>

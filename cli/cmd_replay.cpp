@@ -5,14 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "cli/snapshot_options.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/stats.h"
 #include "engine/allocator/summary.h"
 #include "engine/core/error.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
-#include "storage/cli/command.h"
-#include "storage/cli/snapshot_options.h"
 
 namespace fragscope::cli {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/command.h"
 #include "engine/core/error.h"
 #include "fragscope/version.h"
-#include "storage/cli/command.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/core/error.h"
-#include "storage/cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/jobs.h"
 

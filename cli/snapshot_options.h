@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/allocator/config.h"
 #include "engine/snapshot/snapshot.h"
-#include "storage/cli/command.h"
 
 namespace fragscope::cli {
 

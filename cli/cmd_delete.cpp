@@ -1,7 +1,7 @@
 // fragscope-cli delete: removes one run and everything stored for it.
 #include <iostream>
 
-#include "storage/cli/command.h"
+#include "cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "storage/cli/command.h"
+#include "cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_json.h"
 #include "storage/db/run_store.h"

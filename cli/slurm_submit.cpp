@@ -1,4 +1,4 @@
-#include "storage/cli/slurm_submit.h"
+#include "cli/slurm_submit.h"
 
 #include <chrono>
 #include <ctime>

@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "cli/slurm_submit.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/hf_config.h"
 #include "engine/workload/runner.h"
-#include "storage/cli/command.h"
-#include "storage/cli/slurm_submit.h"
 #include "storage/db/data_location.h"
 #include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"

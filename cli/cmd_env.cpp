@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
-#include "storage/cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"

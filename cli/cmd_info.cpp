@@ -4,11 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "cli/snapshot_options.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
-#include "storage/cli/command.h"
-#include "storage/cli/snapshot_options.h"
 
 namespace fragscope::cli {
 namespace {

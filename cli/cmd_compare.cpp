@@ -6,11 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
 #include "engine/allocator/config.h"
 #include "engine/analysis/compare.h"
 #include "engine/analysis/trace_requests.h"
 #include "engine/core/error.h"
-#include "storage/cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 

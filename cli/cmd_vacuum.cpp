@@ -2,7 +2,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "storage/cli/command.h"
+#include "cli/command.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 
