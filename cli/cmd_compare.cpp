@@ -7,17 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "engine/allocator/config.h"
 #include "engine/analysis/compare.h"
-#include "engine/analysis/trace_requests.h"
-#include "engine/core/error.h"
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
+#include "usecases/compare.h"
 
 namespace fragscope::cli {
 namespace {
 
-constexpr std::uint64_t kDefaultPhases = 10;
 constexpr std::uint64_t kMaxPhases = 1000;
 
 std::vector<storage::RunId> parse_run_ids(const std::string& list) {
@@ -42,57 +39,6 @@ std::vector<storage::RunId> parse_run_ids(const std::string& list) {
   return ids;
 }
 
-// The rules that decide block sizes for a stored run: the recorded settings of an imported
-// snapshot, else its PYTORCH_CUDA_ALLOC_CONF.
-snapshot::LayoutRules rules_of(const storage::RunRecord& record) {
-  if (auto it = record.summary.find("allocator_settings");
-      it != record.summary.end() && it->is_object())
-    return snapshot::LayoutRules::from_allocator_settings(*it);
-  try {
-    return analysis::layout_rules_of(alloc::AllocatorConfig::parse(record.alloc_config));
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError("run " + std::to_string(record.id.value) + ": its allocator config \"" +
-                     record.alloc_config + "\" does not parse: " + error.what());
-  }
-}
-
-analysis::RunProfile profile_of(storage::RunStore& store, storage::RunId id, std::size_t phases) {
-  const storage::RunRecord record = store.run(id);
-  analysis::RunProfile profile;
-  profile.label = "#" + std::to_string(id.value) + " " + record.name;
-  profile.alloc_conf = record.alloc_config;
-  profile.capacity = record.capacity;
-  const storage::Environment& env = record.environment;
-  profile.environment = {{"torch", env.torch_version},
-                         {"cuda", env.cuda_version},
-                         {"driver", env.driver_version},
-                         {"gpu", env.gpu_name},
-                         {"gpu_memory", env.gpu_memory ? std::to_string(env.gpu_memory) : ""},
-                         {"fragscope", env.fragscope_version}};
-  if (const auto fingerprint = store.recorded_environment(id))
-    profile.recorded_environment = analysis::parse_recorded_environment(
-        *fingerprint, store.database().path() + ": run " + std::to_string(id.value));
-  if (auto stats = record.summary.find("memory_stats");
-      stats != record.summary.end() && stats->contains("num_alloc_retries"))
-    profile.alloc_retries = (*stats)["num_alloc_retries"].get<std::int64_t>();
-  if (auto time = record.summary.find("estimated_step_time_ratio");
-      time != record.summary.end() && time->is_number())
-    profile.estimated_step_time = time->get<double>();
-
-  const auto events = store.events(id, 0, record.event_count);
-  if (!analysis::measure_run(profile, events, snapshot::SegmentState{rules_of(record)}, phases)) {
-    // The stored series are exact even where the layout is unknown.
-    for (const auto& bucket : store.timeline(id, 1)) {
-      analysis::MemorySample& peak = profile.metrics.peak;
-      peak.allocated = std::max<Bytes>(peak.allocated, static_cast<Bytes>(bucket.max.allocated));
-      peak.reserved = std::max<Bytes>(peak.reserved, static_cast<Bytes>(bucket.max.reserved));
-      peak.active = std::max<Bytes>(peak.active, static_cast<Bytes>(bucket.max.active));
-      peak.requested = std::max<Bytes>(peak.requested, static_cast<Bytes>(bucket.max.requested));
-    }
-  }
-  return profile;
-}
-
 int run_compare(const std::vector<std::string>& argv) {
   const Args args(argv, {}, {"--db", "--runs", "--json", "--phases", "--save"});
   args.expect_positional(0, "no positional arguments");
@@ -100,7 +46,8 @@ int run_compare(const std::vector<std::string>& argv) {
   if (!runs)
     throw UsageError{"--runs A,B[,C...] is required"};
   const std::vector<storage::RunId> ids = parse_run_ids(*runs);
-  const std::uint64_t phases = args.uint_option("--phases").value_or(kDefaultPhases);
+  const std::uint64_t phases =
+      args.uint_option("--phases").value_or(usecases::kDefaultComparePhases);
   if (phases == 0 || phases > kMaxPhases)
     throw UsageError{"--phases must be between 1 and " + std::to_string(kMaxPhases)};
   const std::string path = args.option_or("--db", storage::default_database_path());
@@ -108,10 +55,8 @@ int run_compare(const std::vector<std::string>& argv) {
   auto store = storage::open_run_store(
       path, save ? storage::OpenMode::read_write : storage::OpenMode::read_only, true);
 
-  std::vector<analysis::RunProfile> profiles;
-  for (const storage::RunId id : ids)
-    profiles.push_back(profile_of(*store, id, static_cast<std::size_t>(phases)));
-  const analysis::Comparison comparison = analysis::compare_runs(profiles);
+  const analysis::Comparison comparison =
+      usecases::compare_stored_runs(*store, ids, static_cast<std::size_t>(phases)).comparison;
   nlohmann::json result = analysis::to_json(comparison);
   if (save) {
     const storage::ComparisonId saved = store->save_comparison(*args.option("--save"), ids, result);
