@@ -4,6 +4,7 @@
 #include <QFont>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QPainter>
 #include <QSplitter>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -314,15 +315,7 @@ void JobPage::plotMultiples() {
     delete item->widget();
     delete item;
   }
-  double top = 0, longest = 0;
-  for (const JobRankView& rank : m_data.ranks) {
-    for (const auto& bucket : rank.timeline)
-      top = std::max(top, static_cast<double>(bucket.max.reserved));
-    if (!rank.timeline.empty())
-      longest = std::max(
-          longest,
-          static_cast<double>(rank.timeline.back().t1_us - rank.timeline.front().t0_us) / 1e6);
-  }
+  const JobPlotScale scale = jobPlotScale(m_data);
   const int columns =
       m_data.ranks.size() > 4 ? 4 : std::max<int>(1, static_cast<int>(m_data.ranks.size()));
   const int worst = m_model->worstRow();
@@ -331,45 +324,85 @@ void JobPage::plotMultiples() {
     const storage::RunId run = rank.record.id;
     auto* plot = new RankPlot(m_multiples, [this, run] { emit rankActivated(run); });
     setUpMemoryPlot(plot);
-    plot->legend->setVisible(false);
-    plot->plotLayout()->insertRow(0);
-    const bool isWorst = static_cast<int>(i) == worst;
-    auto* title = new QCPTextElement(
-        plot, tr("rank %1%2").arg(rank.rank).arg(isWorst ? tr(" — worst") : QString()),
-        QFont(font().family(), -1, isWorst ? QFont::Bold : QFont::Normal));
-    plot->plotLayout()->addElement(0, 0, title);
-    QVector<double> keys, reserved, allocated;
-    const double t0 = rank.timeline.empty() ? 0 : static_cast<double>(rank.timeline.front().t0_us);
-    const double events = static_cast<double>(std::max<std::uint64_t>(rank.record.event_count, 1));
-    for (const auto& bucket : rank.timeline) {
-      keys.push_back(m_alignment == Alignment::time
-                         ? (static_cast<double>(bucket.t0_us) - t0) / 1e6
-                         : 100.0 * static_cast<double>(bucket.first_event) / events);
-      reserved.push_back(static_cast<double>(bucket.max.reserved));
-      allocated.push_back(static_cast<double>(bucket.max.allocated));
-    }
-    const QColor color = colors::run(static_cast<int>(i));
-    QCPGraph* r = plot->addGraph();
-    r->setName(tr("reserved"));
-    r->setPen(QPen(color, 1.6));
-    r->setLineStyle(QCPGraph::lsStepLeft);
-    r->setData(keys, reserved, true);
-    QCPGraph* a = plot->addGraph();
-    a->setName(tr("allocated"));
-    a->setPen(QPen(color, 1.2, Qt::DashLine));
-    a->setLineStyle(QCPGraph::lsStepLeft);
-    a->setData(keys, allocated, true);
-    plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
-    plot->xAxis->setLabel(m_alignment == Alignment::time ? tr("s since the rank's first event")
-                                                         : tr("% of the rank's events"));
-    // One scale for every rank: the imbalance is visible by eye.
-    plot->xAxis->setRange(0, m_alignment == Alignment::time ? std::max(longest, 1e-3) : 100.0);
-    plot->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
+    drawRankPlot(plot, rank, static_cast<int>(i), static_cast<int>(i) == worst, m_alignment, scale);
     plot->setMinimumHeight(140);
     plot->setToolTip(tr("Double-click to open rank %1's timeline").arg(rank.rank));
     m_multiplesLayout->addWidget(plot, static_cast<int>(i) / columns,
                                  static_cast<int>(i) % columns);
   }
+}
+
+JobPlotScale jobPlotScale(const JobViewData& data) {
+  JobPlotScale scale;
+  for (const JobRankView& rank : data.ranks) {
+    for (const auto& bucket : rank.timeline)
+      scale.top = std::max(scale.top, static_cast<double>(bucket.max.reserved));
+    if (!rank.timeline.empty())
+      scale.longest = std::max(
+          scale.longest,
+          static_cast<double>(rank.timeline.back().t1_us - rank.timeline.front().t0_us) / 1e6);
+  }
+  return scale;
+}
+
+void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool worst,
+                  JobAlignment alignment, JobPlotScale scale) {
+  plot->legend->setVisible(false);
+  plot->plotLayout()->insertRow(0);
+  auto* title = new QCPTextElement(
+      plot,
+      QObject::tr("rank %1%2").arg(rank.rank).arg(worst ? QObject::tr(" — worst") : QString()),
+      QFont(plot->font().family(), -1, worst ? QFont::Bold : QFont::Normal));
+  plot->plotLayout()->addElement(0, 0, title);
+  QVector<double> keys, reserved, allocated;
+  const double t0 = rank.timeline.empty() ? 0 : static_cast<double>(rank.timeline.front().t0_us);
+  const double events = static_cast<double>(std::max<std::uint64_t>(rank.record.event_count, 1));
+  for (const auto& bucket : rank.timeline) {
+    keys.push_back(alignment == JobAlignment::time
+                       ? (static_cast<double>(bucket.t0_us) - t0) / 1e6
+                       : 100.0 * static_cast<double>(bucket.first_event) / events);
+    reserved.push_back(static_cast<double>(bucket.max.reserved));
+    allocated.push_back(static_cast<double>(bucket.max.allocated));
+  }
+  const QColor color = colors::run(index);
+  QCPGraph* r = plot->addGraph();
+  r->setName(QObject::tr("reserved"));
+  r->setPen(QPen(color, 1.6));
+  r->setLineStyle(QCPGraph::lsStepLeft);
+  r->setData(keys, reserved, true);
+  QCPGraph* a = plot->addGraph();
+  a->setName(QObject::tr("allocated"));
+  a->setPen(QPen(color, 1.2, Qt::DashLine));
+  a->setLineStyle(QCPGraph::lsStepLeft);
+  a->setData(keys, allocated, true);
+  plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  plot->xAxis->setLabel(alignment == JobAlignment::time
+                            ? QObject::tr("s since the rank's first event")
+                            : QObject::tr("% of the rank's events"));
+  plot->xAxis->setRange(0, alignment == JobAlignment::time ? std::max(scale.longest, 1e-3) : 100.0);
+  plot->yAxis->setRange(0, scale.top > 0 ? scale.top * 1.08 : 1024);
+}
+
+QImage renderJobMultiples(const JobViewData& data, JobAlignment alignment, int width) {
+  const int count = static_cast<int>(data.ranks.size());
+  const int columns = std::clamp(count, 1, 4);
+  const int rows = std::max(1, (count + columns - 1) / columns);
+  const int cellWidth = width / columns;
+  const int cellHeight = 260;
+  QImage image(cellWidth * columns, cellHeight * rows, QImage::Format_ARGB32);
+  image.fill(Qt::white);
+  const JobPlotScale scale = jobPlotScale(data);
+  const auto worst = data.balance.worst_rank;
+  QPainter painter(&image);
+  for (int i = 0; i < count; ++i) {
+    const JobRankView& rank = data.ranks[static_cast<std::size_t>(i)];
+    QCustomPlot plot;
+    setUpMemoryPlot(&plot);
+    drawRankPlot(&plot, rank, i, worst && *worst == rank.rank, alignment, scale);
+    painter.drawPixmap((i % columns) * cellWidth, (i / columns) * cellHeight,
+                       plot.toPixmap(cellWidth, cellHeight));
+  }
+  return image;
 }
 
 }  // namespace fragscope::gui

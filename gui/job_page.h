@@ -8,6 +8,7 @@
 #include <QAbstractTableModel>
 #include <QComboBox>
 #include <QGridLayout>
+#include <QImage>
 #include <QLabel>
 #include <QTableView>
 #include <QWidget>
@@ -17,6 +18,8 @@
 #include "gui/job_tracker.h"
 #include "gui/metatypes.h"
 #include "storage/db/jobs.h"
+
+class QCustomPlot;
 
 namespace fragscope::gui {
 
@@ -35,6 +38,23 @@ struct JobViewData {
 std::vector<storage::JobRecord> listJobs(const QString& databasePath);
 JobViewData loadJobView(const QString& databasePath, storage::JobId job, std::size_t buckets,
                         const JobContext* context = nullptr);
+
+// How the ranks' x axes line up: seconds since each rank's first event, or share of its events.
+enum class JobAlignment { time, share };
+
+// The scale every rank's small multiple shares, so the imbalance is visible by eye.
+struct JobPlotScale {
+  double top = 0;      // highest reserved bucket of any rank
+  double longest = 0;  // longest rank, in seconds
+};
+JobPlotScale jobPlotScale(const JobViewData& data);
+// Rank `index`'s reserved (solid) and allocated (dashed) on `plot` (set up by the caller's
+// setUpMemoryPlot), titled with its rank and whether it is the worst. The Jobs page and reports
+// draw with it.
+void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool worst,
+                  JobAlignment alignment, JobPlotScale scale);
+// The job's small multiples as one image, `width` pixels wide (reports). GUI thread only.
+QImage renderJobMultiples(const JobViewData& data, JobAlignment alignment, int width);
 
 // One row per rank.
 class JobBalanceModel : public QAbstractTableModel {
@@ -68,7 +88,7 @@ class JobBalanceModel : public QAbstractTableModel {
 class JobPage : public QWidget {
   Q_OBJECT
  public:
-  enum class Alignment { time, share };
+  using Alignment = JobAlignment;
   explicit JobPage(QWidget* parent = nullptr);
   void setDatabase(const QString& databasePath);
   // Re-reads the list of jobs (after an import), keeping the shown job when it still exists.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gui/format.h"
 #include "gui/job_page.h"
 #include "gui/main_window.h"
 #include "gui/report.h"
@@ -101,6 +102,33 @@ class TestJobPage : public QObject {
     const QString html = gui::reportHtml(data, {}, true);
     QVERIFY(html.contains(QStringLiteral("Job ddp_gloo_gpt_imbalance")));
     QVERIFY(html.contains(QStringLiteral("Fragmentation")));
+  }
+
+  // The report carries the job's small multiples: one image after the run's own plot, under the
+  // job's table, with both ranks drawn (each rank's color appears in its half).
+  void reportDrawsTheJobsSmallMultiples() {
+    const gui::ReportData data = gui::loadReportData(m_db, {m_result.ranks[0].result.run});
+    QCOMPARE(data.jobViews.size(), std::size_t{1});
+    QCOMPARE(data.jobViews[0].ranks.size(), std::size_t{2});
+    const std::vector<QImage> plots = gui::renderReportPlots(data);
+    QCOMPARE(plots.size(), std::size_t{2});  // the run's plot, then the job's
+    const QImage& job = plots[1];
+    QCOMPARE(job.width(), 1200);
+    for (int half = 0; half < 2; ++half) {
+      const QColor color = gui::colors::run(half);
+      bool found = false;
+      for (int y = 0; y < job.height() && !found; ++y)
+        for (int x = half * 600; x < (half + 1) * 600 && !found; ++x)
+          found = std::abs(job.pixelColor(x, y).red() - color.red()) < 24 &&
+                  std::abs(job.pixelColor(x, y).green() - color.green()) < 24 &&
+                  std::abs(job.pixelColor(x, y).blue() - color.blue()) < 24;
+      QVERIFY2(found, qPrintable(QStringLiteral("rank %1's color is not drawn").arg(half)));
+    }
+    const QString html = gui::reportHtml(data, plots, true);
+    const qsizetype table = html.indexOf(QStringLiteral("Job ddp_gloo_gpt_imbalance"));
+    const qsizetype image = html.indexOf(QStringLiteral("one scale"));
+    QVERIFY(table >= 0 && image > table);
+    QCOMPARE(html.count(QStringLiteral("data:image/png")), 2);
   }
 
   void mainWindowOpensTheRankThatWasActivated() {
