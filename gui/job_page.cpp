@@ -8,6 +8,7 @@
 #include <QSplitter>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "gui/format.h"
 #include "gui/plot_style.h"
@@ -54,6 +55,11 @@ JobViewData loadJobView(const QString& databasePath, storage::JobId job, std::si
     view.rank = data.job.ranks[i].rank;
     view.record = store->run(data.job.ranks[i].run);
     view.timeline = store->timeline(data.job.ranks[i].run, buckets);
+    if (const auto ends = view.record.summary.find("step_ends_us");
+        ends != view.record.summary.end() && ends->is_array())
+      for (const nlohmann::json& end : *ends)
+        if (end.is_number_unsigned())
+          view.stepEndsUs.push_back(end.get<std::uint64_t>());
     data.ranks.push_back(std::move(view));
     if (context)
       context->progress(static_cast<double>(i + 1) / static_cast<double>(data.job.ranks.size()));
@@ -187,6 +193,7 @@ JobPage::JobPage(QWidget* parent)
   bar->addWidget(new QLabel(tr("Align ranks by:"), this));
   m_align->addItem(tr("Time since the rank's first event"));
   m_align->addItem(tr("Share of the rank's events"));
+  m_align->addItem(tr("Training step (fragscope-record's step times)"));
   bar->addWidget(m_align);
   layout->addLayout(bar);
   m_header->setWordWrap(true);
@@ -211,7 +218,7 @@ JobPage::JobPage(QWidget* parent)
       showJob(storage::JobId{m_jobs->itemData(index).toLongLong()});
   });
   connect(m_align, &QComboBox::currentIndexChanged, this, [this](int index) {
-    m_alignment = index == 1 ? Alignment::share : Alignment::time;
+    m_alignment = index == 2 ? Alignment::step : index == 1 ? Alignment::share : Alignment::time;
     plotMultiples();
   });
   connect(m_table, &QTableView::activated, this, [this](const QModelIndex& index) {
@@ -272,7 +279,9 @@ void JobPage::showJob(storage::JobId job) {
 }
 
 void JobPage::setAlignment(Alignment alignment) {
-  m_align->setCurrentIndex(alignment == Alignment::share ? 1 : 0);
+  m_align->setCurrentIndex(alignment == Alignment::step    ? 2
+                           : alignment == Alignment::share ? 1
+                                                           : 0);
 }
 
 void JobPage::clear() {
@@ -332,6 +341,30 @@ void JobPage::plotMultiples() {
   }
 }
 
+double stepCoordinate(const std::vector<std::uint64_t>& stepEndsUs, double firstUs, double timeUs) {
+  if (stepEndsUs.empty())
+    return 0;
+  // the first end after timeUs names the step it belongs to
+  const auto after =
+      std::upper_bound(stepEndsUs.begin(), stepEndsUs.end(), timeUs,
+                       [](double t, std::uint64_t end) { return t < static_cast<double>(end); });
+  const auto step = static_cast<std::size_t>(after - stepEndsUs.begin());
+  const auto end_of = [&](std::size_t k) { return static_cast<double>(stepEndsUs[k]); };
+  double start = 0, length = 0;
+  if (step == 0) {
+    start = std::min(firstUs, end_of(0));
+    length = end_of(0) - start;
+  } else if (step < stepEndsUs.size()) {
+    start = end_of(step - 1);
+    length = end_of(step) - start;
+  } else {  // after the last recorded end: the last step's length goes on
+    start = end_of(step - 1);
+    length =
+        step >= 2 ? end_of(step - 1) - end_of(step - 2) : end_of(0) - std::min(firstUs, end_of(0));
+  }
+  return static_cast<double>(step) + (length > 0 ? (timeUs - start) / length : 0.0);
+}
+
 JobPlotScale jobPlotScale(const JobViewData& data) {
   JobPlotScale scale;
   for (const JobRankView& rank : data.ranks) {
@@ -341,6 +374,7 @@ JobPlotScale jobPlotScale(const JobViewData& data) {
       scale.longest = std::max(
           scale.longest,
           static_cast<double>(rank.timeline.back().t1_us - rank.timeline.front().t0_us) / 1e6);
+    scale.steps = std::max(scale.steps, static_cast<double>(rank.stepEndsUs.size()));
   }
   return scale;
 }
@@ -349,18 +383,25 @@ void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool wo
                   JobAlignment alignment, JobPlotScale scale) {
   plot->legend->setVisible(false);
   plot->plotLayout()->insertRow(0);
-  auto* title = new QCPTextElement(
-      plot,
-      QObject::tr("rank %1%2").arg(rank.rank).arg(worst ? QObject::tr(" — worst") : QString()),
-      QFont(plot->font().family(), -1, worst ? QFont::Bold : QFont::Normal));
+  const bool noSteps = alignment == JobAlignment::step && rank.stepEndsUs.empty();
+  auto* title =
+      new QCPTextElement(plot,
+                         QObject::tr("rank %1%2%3")
+                             .arg(rank.rank)
+                             .arg(worst ? QObject::tr(" — worst") : QString())
+                             .arg(noSteps ? QObject::tr(" — no step times recorded") : QString()),
+                         QFont(plot->font().family(), -1, worst ? QFont::Bold : QFont::Normal));
   plot->plotLayout()->addElement(0, 0, title);
   QVector<double> keys, reserved, allocated;
   const double t0 = rank.timeline.empty() ? 0 : static_cast<double>(rank.timeline.front().t0_us);
   const double events = static_cast<double>(std::max<std::uint64_t>(rank.record.event_count, 1));
-  for (const auto& bucket : rank.timeline) {
-    keys.push_back(alignment == JobAlignment::time
-                       ? (static_cast<double>(bucket.t0_us) - t0) / 1e6
-                       : 100.0 * static_cast<double>(bucket.first_event) / events);
+  const std::vector<storage::TimelineBucket> none;
+  for (const auto& bucket : noSteps ? none : rank.timeline) {
+    const auto start = static_cast<double>(bucket.t0_us);
+    keys.push_back(alignment == JobAlignment::time ? (start - t0) / 1e6
+                   : alignment == JobAlignment::share
+                       ? 100.0 * static_cast<double>(bucket.first_event) / events
+                       : stepCoordinate(rank.stepEndsUs, t0, start));
     reserved.push_back(static_cast<double>(bucket.max.reserved));
     allocated.push_back(static_cast<double>(bucket.max.allocated));
   }
@@ -378,8 +419,11 @@ void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool wo
   plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   plot->xAxis->setLabel(alignment == JobAlignment::time
                             ? QObject::tr("s since the rank's first event")
-                            : QObject::tr("% of the rank's events"));
-  plot->xAxis->setRange(0, alignment == JobAlignment::time ? std::max(scale.longest, 1e-3) : 100.0);
+                        : alignment == JobAlignment::share ? QObject::tr("% of the rank's events")
+                                                           : QObject::tr("training step"));
+  plot->xAxis->setRange(0, alignment == JobAlignment::time    ? std::max(scale.longest, 1e-3)
+                           : alignment == JobAlignment::share ? 100.0
+                                                              : std::max(scale.steps, 1.0) + 0.5);
   plot->yAxis->setRange(0, scale.top > 0 ? scale.top * 1.08 : 1024);
 }
 
