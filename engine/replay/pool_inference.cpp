@@ -9,15 +9,55 @@ bool inside(std::uint64_t address, std::uint64_t base, Bytes size) {
   return address >= base && address < base + size;
 }
 
+// Seeded segments have no segment_alloc entry: they are numbered from here, after any trace.
+constexpr std::size_t kSeededIndex = std::size_t{1} << 48;
+
+std::vector<alloc::RecordedAddressDevice::RecordedSegment> device_addresses(
+    const PoolInferenceSettings& settings) {
+  // The seeded (non-expandable) segments lead, as in the replay's own device.
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> out;
+  for (const alloc::SeedSegment& seed : settings.initial_segments)
+    if (!seed.expandable)
+      out.push_back({seed.address, seed.size});
+  out.insert(out.end(), settings.recorded_segments.begin(), settings.recorded_segments.end());
+  return out;
+}
+
 }  // namespace
 
 PoolRouter::PoolRouter(PoolInferenceSettings settings)
     : settings_(std::move(settings)),
       simulated_(settings_.capacity.value_or(alloc::kUnlimited), settings_.total_memory),
-      device_(settings_.recorded_segments, simulated_),
+      device_(device_addresses(settings_), simulated_),
       model_(settings_.config, device_, &recorder_) {
   if (settings_.allowed_memory)
     model_.set_allowed_memory(settings_.allowed_memory);
+  seed_model();
+}
+
+void PoolRouter::seed_model() {
+  if (settings_.initial_segments.empty())
+    return;
+  const std::vector<std::uint64_t> addresses = model_.seed(settings_.initial_segments);
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < settings_.initial_segments.size(); ++k) {
+    const alloc::SeedSegment& seed = settings_.initial_segments[k];
+    std::size_t active = 0;
+    for (const alloc::SeedBlock& block : seed.blocks) {
+      const std::uint64_t address = addresses[at++];
+      if (block.state == BlockState::active_allocated) {
+        address_of_[block.tensor.value] = address;
+        ++active;
+      } else if (block.state == BlockState::active_pending_free) {
+        pending_[block.tensor.value] = address;
+      }
+    }
+    if (seed.expandable)
+      continue;
+    live_segments_[seed.address] =
+        LiveSegment{seed.size, MempoolId{}, kSeededIndex + k, seed.stream.value};
+    live_allocs_[seed.address] = active;
+  }
 }
 
 PoolRouter::~PoolRouter() = default;

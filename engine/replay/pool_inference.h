@@ -48,6 +48,10 @@ struct PoolInferenceSettings {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
   std::vector<SegmentPool> final_segments;
   PoolHints hints;
+  // The state before the first entry of a trace that starts mid-run (requests_from_trace's
+  // seeds, same tensor ids): the lockstep model starts from it, and its segments can be
+  // returned by an inferred empty_cache like any other.
+  std::vector<alloc::SeedSegment> initial_segments;
 };
 
 struct PoolInferenceSummary {
@@ -81,11 +85,12 @@ class PoolRouter {
   struct LiveSegment {
     Bytes size = 0;
     MempoolId pool;
-    std::size_t index = 0;  // trace index of its segment_alloc
+    std::size_t index = 0;  // trace index of its segment_alloc (seeded: kSeededIndex + k)
     std::uint64_t stream = 0;
   };
 
   void prepare(const std::vector<TraceEvent>& trace);
+  void seed_model();
   MempoolId pool_of_new_segment(std::size_t index, Bytes request, std::uint64_t stream);
   void infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
                          RequestStream& out);

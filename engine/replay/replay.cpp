@@ -241,9 +241,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
   TraceRequests requests;
-  // Pools are inferred for traces recorded from the start (a mid-run start state has no pools).
-  const bool from_start = initial == nullptr || initial->segment_map().empty();
-  if (from_start && needs_pool_inference(trace, options)) {
+  if (needs_pool_inference(trace, options)) {
     PoolInferenceSettings settings;
     settings.config = config_from_settings(allocator_settings);
     settings.total_memory = options.total_memory;
@@ -251,6 +249,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     settings.allowed_memory = options.allowed_memory;
     settings.recorded_segments = recorded_segments(trace);
     settings.final_segments = options.final_segments;
+    if (initial)
+      settings.initial_segments = requests_from_trace({}, initial).initial_segments;
     // Each pass that meets a decision its pool assignment cannot explain learns which segment
     // or pool was different and runs again; the last pass's requests are replayed.
     constexpr std::size_t kMaxPasses = 24;
