@@ -43,6 +43,7 @@
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
 #include "engine/allocator/private_pools.h"
+#include "engine/allocator/profile.h"
 #include "engine/allocator/sizes.h"
 #include "engine/allocator/stats.h"
 #include "engine/core/block_state.h"
@@ -182,6 +183,11 @@ class CachingAllocator {
   // after all its memory was returned).
   std::optional<int> pool_use_count(MempoolId pool) const;
   bool capture_underway() const;
+
+  // The rules of another release than 2.11 (torch-allocator-spec §14): its memory-fraction
+  // semantics and OOM text. Call before the first request.
+  void set_profile(const AllocatorProfile& profile);
+  const AllocatorProfile& profile() const;
 
   // set_per_process_memory_fraction as a byte limit; nullopt removes it (fraction 1.0).
   void set_allowed_memory(std::optional<Bytes> bytes);

@@ -30,6 +30,7 @@ PoolRouter::PoolRouter(PoolInferenceSettings settings)
       simulated_(settings_.capacity.value_or(alloc::kUnlimited), settings_.total_memory),
       device_(device_addresses(settings_), simulated_),
       model_(settings_.config, device_, &recorder_) {
+  model_.set_profile(settings_.profile);
   if (settings_.allowed_memory)
     model_.set_allowed_memory(settings_.allowed_memory);
   seed_model();

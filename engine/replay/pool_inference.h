@@ -52,6 +52,7 @@ struct PoolInferenceSettings {
   // seeds, same tensor ids): the lockstep model starts from it, and its segments can be
   // returned by an inferred empty_cache like any other.
   std::vector<alloc::SeedSegment> initial_segments;
+  alloc::AllocatorProfile profile;  // the release rules of the replay
 };
 
 struct PoolInferenceSummary {

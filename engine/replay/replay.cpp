@@ -238,6 +238,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
   const bool recorded_config = !options.config.has_value();
+  const alloc::AllocatorProfile profile =
+      alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
   TraceRequests requests;
@@ -249,6 +251,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     settings.allowed_memory = options.allowed_memory;
     settings.recorded_segments = recorded_segments(trace);
     settings.final_segments = options.final_segments;
+    settings.profile = profile;
     if (initial)
       settings.initial_segments = requests_from_trace({}, initial).initial_segments;
     // Each pass that meets a decision its pool assignment cannot explain learns which segment
@@ -292,8 +295,10 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.allowed_memory = options.allowed_memory;
   run_options.check_invariants_every = options.check_invariants_every;
   run_options.initial_segments = requests.initial_segments;
+  run_options.profile = profile;
 
   ReplayResult result;
+  result.profile = profile;
   if (router) {
     result.pools = router->summary();
     result.pools->passes = passes;
@@ -390,6 +395,8 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
   ReplayOptions options = given;
+  if (!options.torch_version)
+    options.torch_version = snapshot.torch_version.profile();
   if (options.final_segments.empty()) {
     for (const snapshot::Segment& segment : snapshot.segments) {
       if (segment.device != static_cast<int>(device) || segment.is_expandable)
