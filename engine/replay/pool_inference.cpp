@@ -1,6 +1,7 @@
 #include "engine/replay/pool_inference.h"
 
 #include <algorithm>
+#include <set>
 
 namespace fragscope::replay {
 namespace {
@@ -33,16 +34,41 @@ PoolRouter::PoolRouter(PoolInferenceSettings settings)
   model_.set_profile(settings_.profile);
   if (settings_.allowed_memory)
     model_.set_allowed_memory(settings_.allowed_memory);
-  seed_model();
 }
 
-void PoolRouter::seed_model() {
-  if (settings_.initial_segments.empty())
+void PoolRouter::seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+                      RequestStream& out) {
+  if (trace_ != &trace)
+    prepare(trace);
+  if (seeds.empty())
     return;
-  const std::vector<std::uint64_t> addresses = model_.seed(settings_.initial_segments);
+  // Final segments the trace never returns or reopens were there all along, in that pool.
+  std::set<std::uint64_t> touched;
+  for (const TraceEvent& e : trace)
+    if (e.action == TraceAction::segment_alloc || e.action == TraceAction::segment_free)
+      touched.insert(e.addr);
+  std::map<std::uint64_t, const SegmentPool*> untouched_final;
+  for (const SegmentPool& segment : settings_.final_segments)
+    if (!touched.contains(segment.address))
+      untouched_final[segment.address] = &segment;
+  for (std::size_t k = 0; k < seeds.size(); ++k) {
+    alloc::SeedSegment& seed = seeds[k];
+    if (seed.expandable)
+      continue;
+    const std::size_t index = kSeededIndex + k;
+    if (auto it = untouched_final.find(seed.address);
+        it != untouched_final.end() && it->second->size == seed.size) {
+      final_pool_[index] = it->second->pool;
+      seed.pool_id = it->second->pool;
+    } else if (auto hint = settings_.hints.segment_pool.find(index);
+               hint != settings_.hints.segment_pool.end()) {
+      seed.pool_id = hint->second;
+    }
+  }
+  const std::vector<std::uint64_t> addresses = model_.seed(seeds);
   std::size_t at = 0;
-  for (std::size_t k = 0; k < settings_.initial_segments.size(); ++k) {
-    const alloc::SeedSegment& seed = settings_.initial_segments[k];
+  for (std::size_t k = 0; k < seeds.size(); ++k) {
+    const alloc::SeedSegment& seed = seeds[k];
     std::size_t active = 0;
     for (const alloc::SeedBlock& block : seed.blocks) {
       const std::uint64_t address = addresses[at++];
@@ -53,10 +79,16 @@ void PoolRouter::seed_model() {
         pending_[block.tensor.value] = address;
       }
     }
+    if (!seed.pool_id.is_default() && !owned_.contains(seed.pool_id)) {
+      // The seed made the pool with its owner's reference, released when the trace frees it.
+      owned_[seed.pool_id] = true;
+      out.pool_index(seed.pool_id);
+      summary_.pools.push_back(seed.pool_id);
+    }
     if (seed.expandable)
       continue;
     live_segments_[seed.address] =
-        LiveSegment{seed.size, MempoolId{}, kSeededIndex + k, seed.stream.value};
+        LiveSegment{seed.size, seed.pool_id, kSeededIndex + k, seed.stream.value};
     live_allocs_[seed.address] = active;
   }
 }
@@ -388,12 +420,21 @@ void PoolRouter::check_malloc(std::uint64_t model_address) {
 void PoolRouter::check_empty_cache(std::size_t events_before) {
   // The model returned a segment the recording kept: the recorded ones were a private pool's.
   bool extra = false;
+  std::vector<std::uint64_t> returned;
   for (std::size_t i = events_before; i < recorder_.events().size(); ++i) {
     const TraceEvent& e = recorder_.events()[i];
-    if (e.action == TraceAction::segment_free && !burst_.contains(e.addr))
+    if (e.action != TraceAction::segment_free)
+      continue;
+    returned.push_back(e.addr);
+    if (!burst_.contains(e.addr))
       extra = true;
   }
-  if (extra) {
+  // The same segments in another order: the default pools return large before small, so a
+  // recording that returned them otherwise returned a private pool's (a trace that starts
+  // mid-run shows nothing else of that pool).
+  const bool reordered =
+      !extra && returned.size() == burst_order_.size() && returned != burst_order_;
+  if (extra || reordered) {
     for (std::uint64_t address : burst_) {
       if (auto it = live_segments_.find(address); it != live_segments_.end())
         learn_private(it->second.index, it->second.stream);

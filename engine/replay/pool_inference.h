@@ -48,9 +48,8 @@ struct PoolInferenceSettings {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
   std::vector<SegmentPool> final_segments;
   PoolHints hints;
-  // The state before the first entry of a trace that starts mid-run (requests_from_trace's
-  // seeds, same tensor ids): the lockstep model starts from it, and its segments can be
-  // returned by an inferred empty_cache like any other.
+  // The state before the first entry of a trace that starts mid-run: its segments' addresses
+  // lead the lockstep model's device (PoolRouter::seed seeds the model).
   std::vector<alloc::SeedSegment> initial_segments;
   alloc::AllocatorProfile profile;  // the release rules of the replay
 };
@@ -70,6 +69,12 @@ class PoolRouter {
   PoolRouter(const PoolRouter&) = delete;
   PoolRouter& operator=(const PoolRouter&) = delete;
 
+  // The state before the first entry of a trace that starts mid-run (requests_from_trace's
+  // seeds): decides each seeded segment's pool (the final snapshot's segment_pool_id when the
+  // trace never returns it, else what an earlier pass learned, else the default pools), writes
+  // it into the seeds and starts the lockstep model from them.
+  void seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+            RequestStream& out);
   // Before trace entry `index` becomes requests: appends the pool requests it needs first.
   void before_entry(const std::vector<TraceEvent>& trace, std::size_t index, RequestStream& out);
   // After its requests were appended: runs them through the lockstep model.
@@ -91,7 +96,6 @@ class PoolRouter {
   };
 
   void prepare(const std::vector<TraceEvent>& trace);
-  void seed_model();
   MempoolId pool_of_new_segment(std::size_t index, Bytes request, std::uint64_t stream);
   void infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
                          RequestStream& out);

@@ -121,6 +121,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   std::uint64_t next_tensor = 1;
   if (initial)
     seed_from(*initial, out, live, pending, next_tensor);
+  if (router)
+    router->seed(trace, out.initial_segments, out.requests);
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     if (router)

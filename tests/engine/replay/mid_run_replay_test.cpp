@@ -125,6 +125,10 @@ const std::string kGraphFixtures = kFixtures + "/../torch-2.11-h200-graphs";
 INSTANTIATE_TEST_SUITE_P(
     Torch211H200Graphs, MidRunReplay,
     ::testing::Values(Cut{"gpt_compile_reduce_overhead", 40, -1, kGraphFixtures},
+                      Cut{"gpt_compile_reduce_overhead", 0, 0, kGraphFixtures},
+                      Cut{"gpt_compile_reduce_overhead", 0, 1, kGraphFixtures},
+                      Cut{"gpt_l4_h768_t512_reduce_overhead", 0, 1, kGraphFixtures},
+                      Cut{"mempool_basic", 0, 0, kGraphFixtures},
                       Cut{"encoder_infer_two_shapes_reduce_overhead", 0, 0, kGraphFixtures},
                       Cut{"graph_manual", 0, 0, kGraphFixtures}),
     name_of);
