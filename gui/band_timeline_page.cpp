@@ -110,6 +110,7 @@ BandTimelinePage::BandTimelinePage(LifetimeKind kind, QWidget* parent)
   split->addWidget(m_frames);
   split->setStretchFactor(0, 4);
   split->setStretchFactor(1, 1);
+  split->setSizes({1000, 260});
   layout->addWidget(split, 1);
   auto* hint = new QLabel(tr("Wheel: zoom · Drag: pan · Hover: size and stack · Click: keep the "
                              "stack and move the cursor · Double-click: whole run"),
@@ -191,7 +192,7 @@ void BandTimelinePage::clear() {
   m_data = {};
   m_raster = {};
   m_selected.reset();
-  m_pixmap->setPixmap({});
+  m_pixmap->setVisible(false);
   m_total->data()->clear();
   for (auto* line : m_oomLines)
     m_plot->removeItem(line);
@@ -269,11 +270,12 @@ void BandTimelinePage::updateHeader() {
     return;
   const Lifetimes& lifetimes = *m_data.lifetimes;
   const std::int64_t peak = peakTotal(lifetimes, 0, lifetimes.totals.size());
-  const auto before = static_cast<std::size_t>(std::count_if(
-      lifetimes.items.begin(), lifetimes.items.end(), [](const Lifetime& l) { return l.beforeTrace(); }));
+  const auto before =
+      static_cast<std::size_t>(std::count_if(lifetimes.items.begin(), lifetimes.items.end(),
+                                             [](const Lifetime& l) { return l.beforeTrace(); }));
   QString text =
       (m_kind == LifetimeKind::allocations
-           ? tr("<b>Run %1</b> · %2 allocations · peak %3 live")
+           ? tr("<b>Run %1</b> · %2 allocations · peak %3 requested and live")
            : tr("<b>Run %1</b> · %2 segments · peak %3 reserved"))
           .arg(m_data.run.value)
           .arg(formatCount(lifetimes.items.size()), formatBytes(static_cast<double>(peak)));
@@ -292,7 +294,8 @@ void BandTimelinePage::setRange(std::uint64_t first, std::uint64_t end) {
   end = std::min(end, m_data.lifetimes->eventCount + 1);
   first = std::min(first, end > 0 ? end - 1 : 0);
   m_settingRange = true;
-  m_plot->xAxis->setRange(static_cast<double>(first), static_cast<double>(std::max(end, first + 1)));
+  m_plot->xAxis->setRange(static_cast<double>(first),
+                          static_cast<double>(std::max(end, first + 1)));
   m_settingRange = false;
   requestRender();
 }
@@ -328,9 +331,9 @@ void BandTimelinePage::showRaster(BandRaster raster) {
   // The drawn total: each column's peak, as a line over the bands.
   QVector<double> keys;
   QVector<double> values;
-  const double step = m_raster.width > 0 ? static_cast<double>(m_raster.end - m_raster.first) /
-                                               m_raster.width
-                                         : 1.0;
+  const double step = m_raster.width > 0
+                          ? static_cast<double>(m_raster.end - m_raster.first) / m_raster.width
+                          : 1.0;
   for (int x = 0; x < m_raster.width; ++x) {
     keys.push_back(static_cast<double>(m_raster.first) + x * step);
     values.push_back(static_cast<double>(
@@ -382,6 +385,7 @@ void BandTimelinePage::paintImage() {
     }
   }
   m_pixmap->setPixmap(QPixmap::fromImage(image));
+  m_pixmap->setVisible(true);
   m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -403,8 +407,7 @@ QString BandTimelinePage::describe(std::size_t item, std::size_t maxFrames) cons
   const Lifetime& lifetime = lifetimes.items[item];
   QString text =
       tr("<b>%1</b> at 0x%2")
-          .arg(formatBytes(static_cast<double>(lifetime.size)),
-               QString::number(lifetime.addr, 16));
+          .arg(formatBytes(static_cast<double>(lifetime.size)), QString::number(lifetime.addr, 16));
   if (m_kind == LifetimeKind::allocations && lifetimes.labelled)
     text += QStringLiteral(" · ") + QString::fromUtf8(to_string(lifetime.category));
   if (m_kind == LifetimeKind::segments)

@@ -154,8 +154,8 @@ QVariant EventListModel::data(const QModelIndex& index, int role) const {
     return {};
   if (role == Qt::ForegroundRole && event->action == TraceAction::oom)
     return colors::oom;
-  if (role == Qt::TextAlignmentRole && (index.column() == Column::EventColumn ||
-                                        index.column() == Column::SizeColumn))
+  if (role == Qt::TextAlignmentRole &&
+      (index.column() == Column::EventColumn || index.column() == Column::SizeColumn))
     return QVariant(Qt::AlignRight | Qt::AlignVCenter);
   if (role == Qt::ToolTipRole && index.column() == Column::FrameColumn)
     return blockStackHtml(m_stacks.get(), event->frames, 16);
@@ -178,8 +178,8 @@ QVariant EventListModel::data(const QModelIndex& index, int role) const {
     case Column::TimeColumn:
       return event->time_us == 0
                  ? QString()
-                 : tr("%1 ms").arg(static_cast<double>(event->time_us - m_firstTimeUs) / 1000.0,
-                                   0, 'f', 1);
+                 : tr("%1 ms").arg(static_cast<double>(event->time_us - m_firstTimeUs) / 1000.0, 0,
+                                   'f', 1);
     case Column::FrameColumn: {
       const auto* frames = stackOf(m_stacks.get(), event->frames);
       const storage::StackFrame* frame = frames ? userFrame(*frames) : nullptr;
@@ -232,9 +232,8 @@ std::optional<EventQuery> parseEventQuery(const QString& input) {
 }
 
 std::optional<std::uint64_t> findEvent(const QString& databasePath, storage::RunId run,
-                                       const EventQuery& query, std::uint64_t start,
-                                       int direction, const FrameStacks* stacks,
-                                       const JobContext* job) {
+                                       const EventQuery& query, std::uint64_t start, int direction,
+                                       const FrameStacks* stacks, const JobContext* job) {
   auto store = openReader(databasePath);
   const std::uint64_t count = store->run(run).event_count;
   if (count == 0 || start >= count)
@@ -346,7 +345,9 @@ void EventHistoryPage::setRun(storage::RunId run, std::uint64_t eventCount,
   m_oomEvents = std::move(oomEvents);
   m_peakCursor = peakCursor;
   m_model->setRun(m_databasePath, run, eventCount, m_stacks);
-  for (int column : {EventListModel::EventColumn, EventListModel::ActionColumn, EventListModel::SizeColumn})
+  followCursor();
+  for (int column :
+       {EventListModel::EventColumn, EventListModel::ActionColumn, EventListModel::SizeColumn})
     m_view->resizeColumnToContents(column);
   m_status->setText(tr("%1 events · %n OOM(s)", nullptr, static_cast<int>(m_oomEvents.size()))
                         .arg(formatCount(eventCount)));
@@ -363,7 +364,7 @@ void EventHistoryPage::setStacks(std::shared_ptr<const FrameStacks> stacks) {
   m_stacks = std::move(stacks);
   if (m_run)
     m_model->setRun(m_databasePath, *m_run, m_eventCount, m_stacks);
-  selectRow(m_cursor > 0 ? m_cursor - 1 : 0);
+  followCursor();
 }
 
 void EventHistoryPage::selectRow(std::uint64_t index) {
@@ -389,12 +390,17 @@ void EventHistoryPage::goToEvent(std::uint64_t index) {
 }
 
 void EventHistoryPage::setCursorEvent(std::uint64_t cursor) {
-  if (m_following || cursor == m_cursor)
+  if (m_following || (cursor == m_cursor && m_view->currentIndex().isValid()))
     return;
   m_cursor = cursor;
+  followCursor();
+}
+
+void EventHistoryPage::followCursor() {
   // The event just applied; at an OOM's cursor the OOM itself (the map explains it).
-  const auto next = m_model->event(cursor);
-  selectRow(next && next->action == TraceAction::oom ? cursor : (cursor > 0 ? cursor - 1 : 0));
+  const auto next = m_model->event(m_cursor);
+  selectRow(next && next->action == TraceAction::oom ? m_cursor
+                                                     : (m_cursor > 0 ? m_cursor - 1 : 0));
 }
 
 void EventHistoryPage::nextOom(int direction) {

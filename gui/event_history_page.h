@@ -25,7 +25,16 @@ namespace fragscope::gui {
 class EventListModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { EventColumn, ActionColumn, SizeColumn, AddressColumn, StreamColumn, TimeColumn, FrameColumn, ColumnCount };
+  enum Column {
+    EventColumn,
+    ActionColumn,
+    SizeColumn,
+    AddressColumn,
+    StreamColumn,
+    TimeColumn,
+    FrameColumn,
+    ColumnCount
+  };
 
   explicit EventListModel(QObject* parent = nullptr);
   // Opens its own reader on the database; eventCount rows.
@@ -67,9 +76,8 @@ std::optional<EventQuery> parseEventQuery(const QString& text);
 // The first alloc event from `start` in `direction` (+1 / -1) that matches; reads `stacks` for a
 // frame query. nullopt when none (or cancelled).
 std::optional<std::uint64_t> findEvent(const QString& databasePath, storage::RunId run,
-                                       const EventQuery& query, std::uint64_t start,
-                                       int direction, const FrameStacks* stacks,
-                                       const JobContext* job = nullptr);
+                                       const EventQuery& query, std::uint64_t start, int direction,
+                                       const FrameStacks* stacks, const JobContext* job = nullptr);
 
 class EventHistoryPage : public QWidget {
   Q_OBJECT
@@ -108,6 +116,7 @@ class EventHistoryPage : public QWidget {
 
  private:
   void selectRow(std::uint64_t index);
+  void followCursor();
 
   QString m_databasePath;
   std::optional<storage::RunId> m_run;

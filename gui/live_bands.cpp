@@ -80,7 +80,8 @@ void LifetimeBuilder::unmapRange(std::uint64_t addr, Bytes size, std::uint64_t c
     begin(part);
 }
 
-void LifetimeBuilder::add(std::span<const TraceEvent> events, std::span<const Category> categories) {
+void LifetimeBuilder::add(std::span<const TraceEvent> events,
+                          std::span<const Category> categories) {
   for (std::size_t i = 0; i < events.size(); ++i) {
     const TraceEvent& event = events[i];
     const std::uint64_t cursor = ++m_next;
@@ -169,10 +170,11 @@ BandRaster renderBands(const Lifetimes& lifetimes, std::uint64_t first, std::uin
   raster.height = std::max(height, 0);
   if (raster.width == 0 || raster.height == 0 || end <= first)
     return raster;
-  raster.maxBytes = maxBytes > 0 ? maxBytes : std::max<std::int64_t>(peakTotal(lifetimes, first, end), 1);
+  raster.maxBytes =
+      maxBytes > 0 ? maxBytes : std::max<std::int64_t>(peakTotal(lifetimes, first, end), 1);
   raster.cursors.resize(static_cast<std::size_t>(raster.width));
-  raster.ids.assign(static_cast<std::size_t>(raster.width) * static_cast<std::size_t>(raster.height),
-                    0);
+  raster.ids.assign(
+      static_cast<std::size_t>(raster.width) * static_cast<std::size_t>(raster.height), 0);
   const std::uint64_t span = end - first;
   const auto W = static_cast<std::uint64_t>(raster.width);
   const auto H = static_cast<std::int64_t>(raster.height);

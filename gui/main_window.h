@@ -38,7 +38,16 @@ class EventHistoryPage;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class Page { run, activeMemory, segmentTimeline, summary, postMortem, compare, designer, jobs };
+  enum class Page {
+    run,
+    activeMemory,
+    segmentTimeline,
+    summary,
+    postMortem,
+    compare,
+    designer,
+    jobs
+  };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;

@@ -20,6 +20,7 @@ void MainWindow::createRunViews() {
   mapRow->addWidget(m_history);
   mapRow->setStretchFactor(0, 3);
   mapRow->setStretchFactor(1, 2);
+  mapRow->setSizes({760, 460});
   m_runSplitter->addWidget(mapRow);
 
   connect(m_timeline, &TimelinePage::overviewReady, this, [this](const RunOverview& overview) {
@@ -30,10 +31,8 @@ void MainWindow::createRunViews() {
   });
   // One cursor: the timeline relays it to the segment map; every view follows and can move it.
   for (BandTimelinePage* page : {m_activeMemory, m_segmentTimeline}) {
-    connect(m_timeline, &TimelinePage::cursorEventChanged, page,
-            &BandTimelinePage::setCursorEvent);
-    connect(page, &BandTimelinePage::cursorEventChanged, m_timeline,
-            &TimelinePage::setCursorEvent);
+    connect(m_timeline, &TimelinePage::cursorEventChanged, page, &BandTimelinePage::setCursorEvent);
+    connect(page, &BandTimelinePage::cursorEventChanged, m_timeline, &TimelinePage::setCursorEvent);
   }
   connect(m_timeline, &TimelinePage::cursorEventChanged, m_history,
           &EventHistoryPage::setCursorEvent);
