@@ -33,6 +33,7 @@
 #include "gui/post_mortem_page.h"
 #include "gui/report.h"
 #include "gui/runs_browser.h"
+#include "gui/runs_model.h"
 #include "gui/segment_map_page.h"
 #include "gui/snapshot_import.h"
 #include "gui/summary_page.h"
@@ -179,7 +180,11 @@ MainWindow::MainWindow(QWidget* parent)
     m_segments->setMemoryLimit(storage::run_memory_limit(overview.record));
     m_summary->setRun(overview.record);
     // Every run gets a post-mortem: a failure's diagnosis, or a finished run's fragmentation.
+    m_postMortem->setStartsMidRun(runStartsMidRun(overview.record));
     m_postMortem->setRun(overview.record.id);
+  });
+  connect(m_postMortem, &PostMortemPage::analysisUnavailable, this, [this] {
+    m_statusLabel->setText(tr("No post-mortem for this run: the Post-mortem page says why."));
   });
   // The segment map's OOM banner says what the post-mortem concluded.
   connect(m_postMortem, &PostMortemPage::dataReady, this, [this] {
