@@ -45,13 +45,6 @@ int run_replay(const std::vector<std::string>& argv) {
   const std::filesystem::path file = args.positional()[0];
 
   replay::ReplayOptions options;
-  if (auto conf = args.option("--alloc-conf")) {
-    try {
-      options.config = alloc::AllocatorConfig::parse(*conf);
-    } catch (const alloc::AllocatorConfigError& error) {
-      throw InputError("--alloc-conf '" + *conf + "': " + error.what());
-    }
-  }
   // Capacity is what the allocator may reserve, as set_per_process_memory_fraction gives it
   // (e.g. gpt_oom_cap's cap_gib x 2^30): the snapshot does not record it. The device itself stays
   // as large as the recording's, so OOM texts carry the "allowed" clause PyTorch prints.
@@ -64,6 +57,17 @@ int run_replay(const std::vector<std::string>& argv) {
 
   snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
   apply_torch_version_option(args, snapshot);
+  const alloc::AllocatorProfile profile =
+      alloc::allocator_profile(snapshot.torch_version.profile());
+  if (auto conf = args.option("--alloc-conf")) {
+    // As the snapshot's release parsed it (its options, messages and roundup rule).
+    try {
+      options.config = alloc::parse_alloc_conf(*conf, profile);
+    } catch (const alloc::AllocatorConfigError& error) {
+      throw InputError("--alloc-conf '" + *conf + "' (PyTorch " + profile.version.to_string() +
+                       "): " + error.what());
+    }
+  }
   if (device >= std::max<std::size_t>(snapshot.device_count(), 1))
     throw InputError(file.string() + ": no device " + std::to_string(device) +
                      " in the snapshot (it has " + std::to_string(snapshot.device_count()) + ")");
@@ -118,6 +122,7 @@ int run_replay(const std::vector<std::string>& argv) {
         {"warnings", result.warnings},
         {"device", device},
         {"torch_version", torch_version_json(snapshot.torch_version)},
+        {"allocator_profile", result.profile.version.to_string()},
         {"allocator_config_note", options.config ? std::string() : recorded_config.note()}};
     write_json(out, *target);
     if (*target != "-" && !args.flag("--summary"))
@@ -126,7 +131,8 @@ int run_replay(const std::vector<std::string>& argv) {
     std::cout << "replayed " << file.string() << " (device " << device << "): " << result.entries
               << " trace entries, " << result.allocs << " allocation requests, "
               << segment_events.size() << " segment events, " << ooms.size() << " OOM(s)\n"
-              << "  snapshot written by PyTorch " << snapshot.torch_version.describe() << "\n";
+              << "  snapshot written by PyTorch " << snapshot.torch_version.describe() << "\n"
+              << "  allocator rules: PyTorch " << result.profile.version.to_string() << "\n";
     if (!options.config && !recorded_config.note().empty())
       std::cout << "  allocator settings: " << recorded_config.note() << "\n";
     if (!result.seeded.empty())

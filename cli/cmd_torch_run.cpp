@@ -38,20 +38,21 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The runner next to an installed binary, else the one in this source tree.
+// The runner of this installation: CMake installs experiments/ (the runner with it) under
+// PREFIX/share/fragscope/experiments beside PREFIX/bin; a build tree uses the source tree it was
+// configured from (an absolute path, so the working directory never matters).
 fs::path default_runner() {
   if (const char* env = std::getenv("FRAGSCOPE_TORCH_RUNNER"))
     return env;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const fs::path installed =
-        exe.parent_path().parent_path() / "share/fragscope/torch_runner/torch_runner.py";
+    const fs::path installed = exe.parent_path().parent_path() /
+                               "share/fragscope/experiments/torch_runner/torch_runner.py";
     if (fs::exists(installed))
       return installed;
   }
-  return fs::path(__FILE__).parent_path().parent_path().parent_path() /
-         "experiments/torch_runner/torch_runner.py";
+  return fs::path(FRAGSCOPE_CLI_SOURCE_DIR) / "experiments/torch_runner/torch_runner.py";
 }
 
 // A file-name stem for a point: letters, digits, '-', '_' kept, everything else '_'.
