@@ -13,24 +13,43 @@
 #include <memory>
 #include <utility>
 
+#include "engine/core/cancel.h"
+
 namespace fragscope::gui {
 
 // What a job sees: whether it should stop early, and a way to report progress (0..1).
+// workControl() hands the same to engine, storage and use-case calls, which poll it and throw
+// fragscope::Cancelled once a newer job superseded this one.
 class JobContext {
  public:
   JobContext(std::shared_ptr<std::atomic<std::uint64_t>> generation, std::uint64_t mine,
-             std::function<void(double)> progress)
-      : m_generation(std::move(generation)), m_mine(mine), m_progress(std::move(progress)) {}
-  bool cancelled() const { return m_generation->load(std::memory_order_relaxed) != m_mine; }
+             std::function<void(double)> progress, CancelToken token = {})
+      : m_generation(std::move(generation)),
+        m_mine(mine),
+        m_progress(std::move(progress)),
+        m_token(std::move(token)) {}
+  bool cancelled() const {
+    return m_generation->load(std::memory_order_relaxed) != m_mine || m_token.cancelled();
+  }
   void progress(double fraction) const {
     if (m_progress)
       m_progress(fraction);
+  }
+  // Progress in units of a stage maps onto 0..1 when the total is known.
+  WorkControl workControl() const {
+    auto progress = m_progress;
+    return {m_token,
+            Progress([progress](std::string_view, std::uint64_t done, std::uint64_t total) {
+              if (progress && total > 0)
+                progress(static_cast<double>(done) / static_cast<double>(total));
+            })};
   }
 
  private:
   std::shared_ptr<std::atomic<std::uint64_t>> m_generation;
   std::uint64_t m_mine;
   std::function<void(double)> m_progress;
+  CancelToken m_token;
 };
 
 class JobTracker {
@@ -46,6 +65,8 @@ class JobTracker {
   template <typename Job, typename OnResult>
   void start(Job job, OnResult onResult, std::function<void(const QString&)> onError = {},
              std::function<void(double)> onProgress = {}) {
+    m_token.cancel();  // the superseded job stops at its next poll
+    m_token = CancelToken::make();
     const std::uint64_t mine = ++*m_generation;
     m_running = mine;
     QPointer<QObject> context = m_context;
@@ -64,8 +85,8 @@ class JobTracker {
       };
     }
     auto task = [job = std::move(job), onResult = std::move(onResult), onError = std::move(onError),
-                 context, generation, mine, running, progress]() mutable {
-      const JobContext jobContext(generation, mine, progress);
+                 context, generation, mine, running, progress, token = m_token]() mutable {
+      const JobContext jobContext(generation, mine, progress, token);
       try {
         auto result = job(jobContext);
         if (jobContext.cancelled() || !context)
@@ -101,6 +122,7 @@ class JobTracker {
 
   // The running job (if any) is told to stop and its result will be dropped.
   void cancel() {
+    m_token.cancel();
     ++*m_generation;
     m_running = 0;
   }
@@ -112,6 +134,7 @@ class JobTracker {
       std::make_shared<std::atomic<std::uint64_t>>(0);
   // The generation whose result is still awaited (0 = idle); touched on the GUI thread only.
   std::uint64_t m_running = 0;
+  CancelToken m_token;  // the running job's; cancelled when it is superseded
 };
 
 }  // namespace fragscope::gui

@@ -45,12 +45,12 @@ struct PostMortemData {
   Bytes shortfall() const;
 };
 
-// Loads the run's events, diagnoses every OOM and runs the what-if table (for a run without OOM
-// too, unless `whatIfForOomOnly`). Runs in a job; checks `job` between the stages.
+// usecases::post_mortem_of for the page: every OOM diagnosed and the what-if table (for a run
+// without OOM too, unless `whatIfForOomOnly`). Runs in a job; a superseded job throws Cancelled.
 PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
                               bool whatIfForOomOnly = false, const JobContext* job = nullptr);
-// Replays the run's requests under the named allocator mitigation (a WhatIfRow's name) and
-// stores the result as a simulated run; returns its id.
+// usecases::run_mitigation: replays the run's requests under the named allocator mitigation (a
+// WhatIfRow's name) and stores the result as a simulated run; returns its id.
 storage::RunId runMitigation(const QString& databasePath, storage::RunId run,
                              const std::string& mitigation, const JobContext* job = nullptr);
 

@@ -1,7 +1,8 @@
-// GUI and CLI give the same numbers for the same runs: the Compare page's table (what the user
-// reads) against `fragscope-cli compare --json` (what a script reads), on two of our recordings
-// and one third-party snapshot. Both go through usecases::compare_stored_runs; this pins that
-// neither front-end measures on its own again.
+// GUI and CLI give the same numbers for the same runs: the Compare page's table and the
+// Post-mortem page's what-if table (what the user reads) against `fragscope-cli compare --json`
+// and `fragscope-cli post-mortem --json` (what a script reads), on two of our recordings, one with
+// an OOM, and one third-party snapshot. Both front-ends go through usecases/; this pins that
+// neither measures on its own again.
 #include <QProcess>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -13,6 +14,8 @@
 #include "engine/snapshot/snapshot.h"
 #include "gui/application.h"
 #include "gui/compare_page.h"
+#include "gui/post_mortem_data.h"
+#include "gui/post_mortem_page.h"
 #include "storage/db/snapshot_import.h"
 #include "usecases/compare.h"
 
@@ -20,6 +23,16 @@ using namespace fragscope;
 using namespace fragscope::gui;
 
 namespace {
+nlohmann::json runCli(const QStringList& arguments) {
+  QProcess cli;
+  cli.start(QStringLiteral(FRAGSCOPE_CLI), arguments);
+  if (!cli.waitForFinished(300000) || cli.exitCode() != 0) {
+    qWarning("%s", cli.readAllStandardError().constData());
+    return {};
+  }
+  return nlohmann::json::parse(cli.readAllStandardOutput().toStdString());
+}
+
 // The compare table's rows, by header.
 std::map<QString, int> rowsByName(const ComparisonModel& model) {
   std::map<QString, int> rows;
@@ -40,7 +53,8 @@ class TestCompareParity : public QObject {
     m_db = m_dir.filePath(QStringLiteral("runs.db"));
     storage::RunStore store(m_db.toStdString());
     std::vector<std::string> paths = {FRAGSCOPE_FIXTURES "/random_split64_round4.pickle.gz",
-                                      FRAGSCOPE_FIXTURES "/gpt_varlen_expandable.pickle.gz"};
+                                      FRAGSCOPE_FIXTURES "/gpt_varlen_expandable.pickle.gz",
+                                      FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz"};
     const std::string realWorld = FRAGSCOPE_SHARED_FIXTURES
         "/real-world/"
         "shreyansh26__MLSys-Experiments__model_memory_usage_profile_grad."
@@ -60,13 +74,10 @@ class TestCompareParity : public QObject {
     QStringList ids;
     for (storage::RunId run : m_runs)
       ids << QString::number(run.value);
-    QProcess cli;
-    cli.start(QStringLiteral(FRAGSCOPE_CLI),
-              {QStringLiteral("compare"), QStringLiteral("--db"), m_db, QStringLiteral("--runs"),
-               ids.join(QLatin1Char(',')), QStringLiteral("--json"), QStringLiteral("-")});
-    QVERIFY(cli.waitForFinished(120000));
-    QCOMPARE(cli.exitCode(), 0);
-    const auto json = nlohmann::json::parse(cli.readAllStandardOutput().toStdString());
+    const auto json =
+        runCli({QStringLiteral("compare"), QStringLiteral("--db"), m_db, QStringLiteral("--runs"),
+                ids.join(QLatin1Char(',')), QStringLiteral("--json"), QStringLiteral("-")});
+    QVERIFY(json.is_object());
     std::map<std::string, nlohmann::json> cliRows;
     for (const auto& row : json["metrics"])
       cliRows[row["name"].get<std::string>()] = row["values"];
@@ -117,6 +128,63 @@ class TestCompareParity : public QObject {
           model.index(row, static_cast<int>(run)).data(ComparisonModel::ValueRole).toDouble();
       QCOMPARE(shown, double(at.reserved - at.allocated));
     }
+  }
+
+  // The post-mortem page's diagnosis and what-if table against `fragscope-cli post-mortem`.
+  void postMortemEqualsTheCli() {
+    for (storage::RunId run : m_runs) {
+      const auto json = runCli({QStringLiteral("post-mortem"), QStringLiteral("--db"), m_db,
+                                QStringLiteral("--run"), QString::number(run.value),
+                                QStringLiteral("--json"), QStringLiteral("-")});
+      QVERIFY(json.is_object());
+      const PostMortemData data = loadPostMortem(m_db, run);
+      QCOMPARE(data.postMortems.size(), json["post_mortems"].size());
+      for (std::size_t i = 0; i < data.postMortems.size(); ++i)
+        QCOMPARE(data.postMortems[i].event_index,
+                 json["post_mortems"][i]["event_index"].get<std::size_t>());
+      QVERIFY(data.whatIf.has_value());
+      WhatIfModel model;
+      model.resetData(*data.whatIf, !data.postMortems.empty());
+      const auto& rows = json["what_if"]["rows"];
+      QCOMPARE(static_cast<std::size_t>(model.rowCount()), rows.size());
+      QVERIFY(model.rowCount() >= 2);
+      for (int row = 0; row < model.rowCount(); ++row) {
+        const auto& cliRow = rows[static_cast<std::size_t>(row)];
+        QCOMPARE(model.index(row, WhatIfModel::NameColumn)
+                     .data(WhatIfModel::SortRole)
+                     .toString()
+                     .toStdString(),
+                 cliRow["name"].get<std::string>());
+        QCOMPARE(model.index(row, WhatIfModel::PeakReservedColumn)
+                     .data(WhatIfModel::SortRole)
+                     .toULongLong(),
+                 cliRow["peak_reserved"].get<qulonglong>());
+        QCOMPARE(model.index(row, WhatIfModel::DeviceCallsColumn)
+                     .data(WhatIfModel::SortRole)
+                     .toLongLong(),
+                 cliRow["extra_device_calls"].get<qlonglong>());
+      }
+    }
+  }
+
+  // Applying a what-if row stores its replay; the stored run has the row's peak.
+  void mitigationRunHasTheRowsPeak() {
+    const storage::RunId oomRun = m_runs[2];
+    const PostMortemData data = loadPostMortem(m_db, oomRun);
+    QVERIFY(!data.postMortems.empty());
+    const auto fitting = data.rowsThatFit();
+    QVERIFY(!fitting.empty());
+    const analysis::WhatIfRow& row = *fitting.front();
+    const storage::RunId created = runMitigation(m_db, oomRun, row.name);
+    storage::RunStore store(m_db.toStdString());
+    const storage::RunRecord record = store.run(created);
+    QCOMPARE(record.status, storage::RunStatus::ok);
+    QCOMPARE(record.summary["peaks"]["reserved"].get<std::int64_t>(),
+             static_cast<std::int64_t>(row.peak_reserved));
+    const auto cli = runCli({QStringLiteral("post-mortem"), QStringLiteral("--db"), m_db,
+                             QStringLiteral("--run"), QString::number(oomRun.value),
+                             QStringLiteral("--apply"), QStringLiteral("no such mitigation")});
+    QVERIFY(cli.is_null());  // exit 2 with the names it has
   }
 
  private:

@@ -1,0 +1,205 @@
+#include "usecases/post_mortem.h"
+
+#include <algorithm>
+
+#include "engine/allocator/device.h"
+#include "engine/allocator/event_sink.h"
+#include "engine/allocator/run.h"
+#include "engine/analysis/trace_requests.h"
+#include "engine/core/error.h"
+#include "engine/workload/experiment.h"
+#include "storage/db/stats_at.h"
+
+namespace fragscope::usecases {
+
+namespace {
+struct RunRequests {
+  storage::RunRecord record;
+  alloc::AllocatorConfig config;
+  analysis::TraceRequests requests;
+  std::vector<TraceEvent> events;
+  snapshot::SegmentState initial;
+};
+
+RunRequests load_requests(storage::RunStore& store, storage::RunId run) {
+  // The recorded config and the state at the first event, laid out with that config's rules (one
+  // loader below storage, shared with the summary's memory_stats_at).
+  storage::RunTrace trace = storage::load_run_trace(store, run);
+  RunRequests loaded;
+  loaded.record = std::move(trace.record);
+  loaded.config = std::move(trace.config);
+  loaded.events = std::move(trace.events);
+  loaded.initial = std::move(trace.initial);
+  loaded.requests = analysis::requests_from_trace(loaded.events, loaded.initial);
+  return loaded;
+}
+
+analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional<Bytes> limit) {
+  analysis::WhatIfOptions options;
+  options.capacity = limit;
+  options.threads = 0;
+  options.recorded_segments = loaded.requests.recorded_segments;
+  return options;
+}
+
+// The experiment point a simulated run was made from (its resolved configuration is stored in
+// the summary), or nullopt for any other run.
+std::optional<workload::ExperimentPoint> experiment_point_of(const storage::RunRecord& record) {
+  if (record.source != storage::RunSource::simulated)
+    return std::nullopt;
+  const auto config = record.summary.find("config");
+  if (config == record.summary.end() || !config->is_object())
+    return std::nullopt;
+  workload::Experiment experiment =
+      workload::parse_experiment(*config, "run " + std::to_string(record.id.value));
+  if (experiment.points.size() != 1)
+    return std::nullopt;
+  return std::move(experiment.points.front());
+}
+
+// The experiment document that runs a program-change row: the point's configuration with the
+// change applied, named after the row.
+nlohmann::json changed_document(const workload::ExperimentPoint& point, const std::string& row) {
+  nlohmann::json document = point.config;
+  nlohmann::json& training = document["training"];
+  const std::string micro_batch = "micro-batch ";
+  if (row.rfind(micro_batch, 0) == 0) {
+    training["batch_size"] = std::max(1, point.workload.training.batch_size / 2);
+    training["grad_accum"] = point.workload.training.grad_accum * 2;
+  } else if (row == "activation checkpointing") {
+    training["checkpointing"] = "blocks";
+    training["checkpoint_every"] = 1;
+  } else {
+    return {};
+  }
+  document["name"] = point.name + " · " + row;
+  return document;
+}
+}  // namespace
+
+StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
+                                bool what_if_for_oom_only, const WorkControl& control) {
+  StoredPostMortem data;
+  control.progress.report("diagnosing", 0, 3);
+  RunRequests loaded = load_requests(store, run);
+  data.record = loaded.record;
+  data.limit = storage::run_memory_limit(loaded.record);
+  data.post_mortems =
+      analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config, data.limit);
+  control.check();
+  control.progress.report("measuring", 1, 3);
+  try {
+    analysis::MetricsRecorder::Options options;
+    options.keep_samples = false;
+    data.metrics = analysis::measure_trace(loaded.events, loaded.initial, options);
+  } catch (const std::exception& error) {
+    data.metrics_error = error.what();
+  }
+  if (!data.post_mortems.empty() && !store.labels(run).empty()) {
+    const std::uint64_t at = data.post_mortems.front().event_index;
+    const auto buckets = store.category_timeline(run, at, at + 1, 1);
+    if (!buckets.empty())
+      data.categories_at_oom = buckets.front().bytes;
+  }
+  control.check();
+  control.progress.report("what-if", 2, 3);
+  if (data.post_mortems.empty() && what_if_for_oom_only)
+    return data;
+  try {
+    // A simulated run of an experiment: the advisor also runs the workload changes.
+    std::optional<workload::ExperimentPoint> point;
+    try {
+      point = experiment_point_of(loaded.record);
+    } catch (const std::exception&) {
+      point.reset();  // an older or foreign configuration: the allocator settings alone
+    }
+    if (point) {
+      analysis::AdviseOptions options;
+      options.capacity = data.limit;
+      const analysis::Advice advice =
+          analysis::advise_experiment(*point, loaded.record.name, options);
+      data.what_if = advice.table;
+      for (const analysis::WhatIfRow& row : advice.table.rows) {
+        nlohmann::json document = changed_document(*point, row.name);
+        if (!document.is_null())
+          data.workload_changes[row.name] = std::move(document);
+      }
+    } else {
+      const auto candidates =
+          analysis::standard_mitigations(loaded.requests.requests, loaded.config);
+      data.what_if = analysis::run_what_if(loaded.requests.requests, candidates,
+                                           what_if_options(loaded, data.limit));
+    }
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const std::exception& error) {
+    data.what_if_error = error.what();
+  }
+  control.progress.report("what-if", 3, 3);
+  return data;
+}
+
+analysis::Advice advice_of(const StoredPostMortem& post_mortem) {
+  analysis::Advice advice;
+  advice.input =
+      "run " + std::to_string(post_mortem.record.id.value) + " (" + post_mortem.record.name + ")";
+  advice.kind = "stored run";
+  advice.alloc_conf = post_mortem.record.alloc_config;
+  advice.capacity = post_mortem.limit;
+  advice.device_memory = std::max(analysis::kDefaultDeviceMemory, post_mortem.limit.value_or(0));
+  if (post_mortem.metrics)
+    advice.baseline = *post_mortem.metrics;
+  advice.post_mortems = post_mortem.post_mortems;
+  if (post_mortem.what_if)
+    advice.table = *post_mortem.what_if;
+  return advice;
+}
+
+storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
+                              const std::string& mitigation, const WorkControl& control) {
+  RunRequests loaded = load_requests(store, run);
+  const auto candidates = analysis::standard_mitigations(loaded.requests.requests, loaded.config);
+  const auto chosen =
+      std::find_if(candidates.begin(), candidates.end(),
+                   [&](const analysis::Mitigation& m) { return m.name == mitigation; });
+  if (chosen == candidates.end()) {
+    std::string names;
+    for (const analysis::Mitigation& candidate : candidates)
+      names += (names.empty() ? "\"" : ", \"") + candidate.name + "\"";
+    throw InputError("run " + std::to_string(run.value) + ": no mitigation named \"" + mitigation +
+                     "\" (this run has: " + names + ")");
+  }
+  control.check();
+  const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
+  // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
+  // whole simulated device, the recording's segment addresses to break best-fit ties.
+  const Bytes device_memory = std::max(analysis::kDefaultDeviceMemory, limit.value_or(0));
+  alloc::SimulatedDevice simulated(device_memory, device_memory);
+  alloc::RecordedAddressDevice device(loaded.requests.recorded_segments, simulated);
+  alloc::TraceRecorder recorder;
+  alloc::RunOptions options;
+  options.allowed_memory = limit;
+  const RequestStream& requests = chosen->requests ? *chosen->requests : loaded.requests.requests;
+  const alloc::RunResult result =
+      alloc::run_requests(requests, chosen->config, device, &recorder, options);
+  control.check();
+
+  storage::RunRecord record;
+  record.name = loaded.record.name + " · " + chosen->name;
+  record.source = storage::RunSource::simulated;
+  record.alloc_config = chosen->alloc_conf;
+  record.capacity = limit.value_or(0);
+  record.device_name = loaded.record.device_name;
+  record.environment = storage::Environment::current();
+  record.environment.gpu_name = loaded.record.environment.gpu_name;
+  const storage::RunId created = store.begin_run(record);
+  store.append_events(created, recorder.events());
+  nlohmann::json summary;
+  summary["mitigation_of"] = run.value;
+  summary["mitigation"] = chosen->name;
+  store.finish_run(created, result.ooms.empty() ? storage::RunStatus::ok : storage::RunStatus::oom,
+                   summary);
+  return created;
+}
+
+}  // namespace fragscope::usecases

@@ -1,0 +1,56 @@
+#pragma once
+// The post-mortem of a stored run and the mitigation run, once for both front-ends: every OOM
+// diagnosed, the run's fragmentation figures, what held the memory at the failure (labelled runs)
+// and the what-if table (the allocator settings; for a simulated run of an experiment also the
+// workload changes), each row computed by running it. The GUI's Post-mortem page and
+// `fragscope-cli post-mortem` show this; applying a row stores its replay as a simulated run.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/analysis/advisor.h"
+#include "engine/analysis/metrics.h"
+#include "engine/analysis/post_mortem.h"
+#include "engine/analysis/what_if.h"
+#include "engine/core/cancel.h"
+#include "storage/db/run_store.h"
+
+namespace fragscope::usecases {
+
+struct StoredPostMortem {
+  storage::RunRecord record;
+  std::optional<Bytes> limit;  // the per-process limit the run had, when known
+  std::vector<analysis::OomPostMortem> post_mortems;
+  // The whole run's figures (no per-event samples). Absent when the trace cannot be measured from
+  // its start state (metrics_error says why).
+  std::optional<analysis::RunMetrics> metrics;
+  std::string metrics_error;
+  // Live bytes by category (index = Category) at the first OOM, for a labelled run.
+  std::optional<std::array<std::int64_t, storage::kCategoryCount>> categories_at_oom;
+  std::optional<analysis::WhatIfTable> what_if;
+  std::string what_if_error;
+  // The what-if rows that change the workload, by row name: the experiment document that runs
+  // that change.
+  std::map<std::string, nlohmann::json> workload_changes;
+};
+
+// Polls `control` between the stages ("diagnosing", "measuring", "what-if") and throws Cancelled.
+// With `what_if_for_oom_only`, a run without OOM gets no what-if table.
+StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
+                                bool what_if_for_oom_only = false, const WorkControl& control = {});
+
+// The post-mortem in the advisor's shape, for its text and JSON writers.
+analysis::Advice advice_of(const StoredPostMortem& post_mortem);
+
+// Replays the run's requests under the named mitigation (a standard what-if row's name) on the
+// same device the what-if row ran on, and stores the result as a simulated run named
+// "<run> · <mitigation>"; returns its id. An unknown name is an InputError listing the names.
+storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
+                              const std::string& mitigation, const WorkControl& control = {});
+
+}  // namespace fragscope::usecases
