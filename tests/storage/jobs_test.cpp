@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "storage/db/job_import.h"
+#include "storage/db/recording_stats.h"
 #include "storage/storage_test_util.h"
 
 namespace fragscope::storage {
@@ -29,6 +30,20 @@ nlohmann::json stats_of(const fs::path& file) {
 
 void write(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
+}
+
+// fragscope-record's step end times reach the run's summary (the Jobs page aligns ranks by step
+// with them); entries that are not times are dropped, not stored.
+TEST(Jobs, RecordedStepEndTimesAreKeptInTheSummary) {
+  nlohmann::json summary = nlohmann::json::object();
+  add_recorded_stats(nlohmann::json::parse(R"({"step_ends_us": [1700000000000000, 1700000000500000,
+                                                                  -3, "x", 1700000001000000]})"),
+                     summary);
+  EXPECT_EQ(summary["step_ends_us"],
+            nlohmann::json::parse("[1700000000000000, 1700000000500000, 1700000001000000]"));
+  nlohmann::json without = nlohmann::json::object();
+  add_recorded_stats(nlohmann::json::parse(R"({"outcome": "ok"})"), without);
+  EXPECT_FALSE(without.contains("step_ends_us"));
 }
 
 TEST(Jobs, ManifestImportLinksOneRunPerRankWithTheRecordedPeaks) {

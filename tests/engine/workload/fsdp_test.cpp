@@ -133,6 +133,33 @@ TEST(Fsdp, GathersAndReduceScattersPerUnitOnTheirOwnStreams) {
   EXPECT_EQ(c.side_stream_allocs, 3 * c.all_gathers + 2 * c.reduce_scatters);
 }
 
+// The Llama family goes through the same units: every allocation freed once, every unit gathered
+// twice and reduce-scattered once per micro-batch, and a run that fits in less than one GPU's.
+TEST(Fsdp, LlamaShardsTheSameWay) {
+  ExperimentPoint p = point("fsdp2_gloo_gpt_bf16_rank0");
+  Model& m = p.workload.model;
+  m.family = ModelFamily::llama;
+  m.layers = 4;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 4;
+  m.intermediate = 2816;
+  m.vocab = 32000;
+  m.bias = false;
+  m.dropout = 0;
+  p.workload.training.steps = 2;
+  p.workload.parallel.backend = Backend::nccl;
+  const Counts c = count(generate(p.workload));
+  EXPECT_EQ(c.all_gathers, 2 * (m.layers + 1) * 2);
+  EXPECT_EQ(c.reduce_scatters, (m.layers + 1) * 2);
+  // half of every parameter in fp32, plus the rotary inv_freq buffer (not sharded: not a parameter)
+  const auto inv_freq = static_cast<Bytes>(4 * (m.hidden / m.heads / 2));
+  EXPECT_EQ(c.live.at(Category::parameter), 4 * parameter_count(m) / 2 + inv_freq);
+  ExperimentPoint single = p;
+  single.workload.parallel.fsdp_shards = 1;
+  EXPECT_LT(run_point(p, false).peak_allocated, run_point(single, false).peak_allocated);
+}
+
 TEST(Fsdp, MoreRanksHoldLessAndMixedPrecisionGathersHalfTheBytes) {
   Workload w = point("fsdp2_gloo_gpt_bf16_rank0").workload;
   w.parallel.backend = Backend::nccl;
