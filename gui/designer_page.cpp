@@ -123,6 +123,10 @@ DesignerPage::DesignerPage(QWidget* parent)
   bindChoice(optimizer, "/training/optimizer");
   bindCheck(compile, "/training/compile");
   bindCheck(holdLogits, "/training/hold_logits");
+  m_defaults = {{"/training/checkpointing", "none"},
+                {"/training/optimizer", "adamw"},
+                {"/training/compile", false},
+                {"/training/hold_logits", true}};
 
   auto* experimentBox = new QGroupBox(tr("Experiment"), this);
   auto* experimentForm = new QFormLayout(experimentBox);
@@ -372,6 +376,8 @@ void DesignerPage::refreshForm() {
     const nlohmann::json::json_pointer pointer(binding.pointer);
     if (m_document.contains(pointer))
       binding.write(m_document.at(pointer));
+    else if (const auto fallback = m_defaults.find(binding.pointer); fallback != m_defaults.end())
+      binding.write(fallback->second);
   }
   nlohmann::json points = nlohmann::json::object();
   for (const char* key : {"variants", "sweep"})
