@@ -8,6 +8,7 @@
 #include <QHBoxLayout>
 #include <QProgressBar>
 #include <QSaveFile>
+#include <QScrollArea>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <chrono>
@@ -122,6 +123,10 @@ DesignerPage::DesignerPage(QWidget* parent)
   bindChoice(optimizer, "/training/optimizer");
   bindCheck(compile, "/training/compile");
   bindCheck(holdLogits, "/training/hold_logits");
+  m_defaults = {{"/training/checkpointing", "none"},
+                {"/training/optimizer", "adamw"},
+                {"/training/compile", false},
+                {"/training/hold_logits", true}};
 
   auto* experimentBox = new QGroupBox(tr("Experiment"), this);
   auto* experimentForm = new QFormLayout(experimentBox);
@@ -189,7 +194,12 @@ DesignerPage::DesignerPage(QWidget* parent)
   connect(m_runButton, &QPushButton::clicked, this, &DesignerPage::runExperiment);
   connect(m_cancelButton, &QPushButton::clicked, this, &DesignerPage::cancelRun);
 
-  auto* left = new QVBoxLayout;
+  // The form scrolls: with every training control and the points editor it is taller than a
+  // laptop screen, and it must not set the window's minimum height.
+  auto* formArea = new QScrollArea(this);
+  auto* formWidget = new QWidget(formArea);
+  auto* left = new QVBoxLayout(formWidget);
+  left->setContentsMargins(0, 0, 0, 0);
   left->addWidget(experimentBox);
   left->addWidget(modelBox);
   left->addWidget(trainingBox);
@@ -232,7 +242,12 @@ DesignerPage::DesignerPage(QWidget* parent)
   runRow->addWidget(m_cancelButton);
   right->addLayout(runRow);
   auto* layout = new QHBoxLayout(this);
-  layout->addLayout(left);
+  formArea->setWidget(formWidget);
+  formArea->setWidgetResizable(true);
+  formArea->setFrameShape(QFrame::NoFrame);
+  formArea->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  formArea->setMinimumWidth(formWidget->sizeHint().width() + 24);
+  layout->addWidget(formArea);
   layout->addLayout(right, 1);
 
   m_previewTimer.setSingleShot(true);
@@ -361,6 +376,8 @@ void DesignerPage::refreshForm() {
     const nlohmann::json::json_pointer pointer(binding.pointer);
     if (m_document.contains(pointer))
       binding.write(m_document.at(pointer));
+    else if (const auto fallback = m_defaults.find(binding.pointer); fallback != m_defaults.end())
+      binding.write(fallback->second);
   }
   nlohmann::json points = nlohmann::json::object();
   for (const char* key : {"variants", "sweep"})

@@ -104,6 +104,9 @@ class DesignerPage : public QWidget {
   QPlainTextEdit* m_pointsEditor;
   QTimer m_pointsTimer;
   std::map<std::string, QWidget*> m_seqFields;  // seq_len key -> its field
+  // What a field shows when the document lacks its key: the experiment format's default, so an
+  // edit elsewhere never writes another value for it (hold_logits is true unless said otherwise).
+  std::map<std::string, nlohmann::json> m_defaults;
   QLabel* m_previewLabel;
   QCustomPlot* m_histogram;
   QPushButton* m_runButton;

@@ -1,5 +1,6 @@
 #include "gui/event_history_page.h"
 
+#include <QFontMetrics>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QRegularExpression>
@@ -346,9 +347,19 @@ void EventHistoryPage::setRun(storage::RunId run, std::uint64_t eventCount,
   m_peakCursor = peakCursor;
   m_model->setRun(m_databasePath, run, eventCount, m_stacks);
   followCursor();
-  for (int column :
-       {EventListModel::EventColumn, EventListModel::ActionColumn, EventListModel::SizeColumn})
-    m_view->resizeColumnToContents(column);
+  // Widths for the widest value of each column, not for the rows on screen at the start (the
+  // view opens at the run's cursor, far down a long run).
+  const QFontMetrics metrics(m_view->font());
+  const auto widthOf = [&metrics](const QString& text) {
+    return metrics.horizontalAdvance(text) + 2 * metrics.averageCharWidth() + 6;
+  };
+  m_view->setColumnWidth(EventListModel::EventColumn,
+                         widthOf(QString::number(std::max<std::uint64_t>(eventCount, 10))));
+  m_view->setColumnWidth(EventListModel::ActionColumn, widthOf(QStringLiteral("free_completed")));
+  m_view->setColumnWidth(EventListModel::SizeColumn, widthOf(QStringLiteral("999.9 MiB")));
+  m_view->setColumnWidth(EventListModel::AddressColumn, widthOf(QStringLiteral("0x7fb62a160000")));
+  m_view->setColumnWidth(EventListModel::StreamColumn, widthOf(QStringLiteral("Stream")));
+  m_view->setColumnWidth(EventListModel::TimeColumn, widthOf(QStringLiteral("99999.9 ms")));
   m_status->setText(tr("%1 events · %n OOM(s)", nullptr, static_cast<int>(m_oomEvents.size()))
                         .arg(formatCount(eventCount)));
   const QString path = m_databasePath;

@@ -332,6 +332,12 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
                 .arg(QObject::tr("Run"))
                 .arg(r.id.value)
                 .arg(esc(r.name));
+    if (runStartsMidRun(r))
+      html += QStringLiteral("<p class=\"warn\">%1</p>\n")
+                  .arg(QObject::tr("Mid-run trace: it began after memory was already allocated "
+                                   "(or was truncated to its newest events), so what was "
+                                   "allocated before its first event is not in these figures.")
+                           .toHtmlEscaped());
     if (i < plots.size())
       html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")
                   .arg(imageSource(plots[i], static_cast<int>(i), embedImages));
@@ -344,7 +350,7 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
     field(QObject::tr("Peak reserved"), bytes(static_cast<double>(summaryPeak(r, "reserved"))));
     field(QObject::tr("Peak active"), bytes(static_cast<double>(summaryPeak(r, "active"))));
     field(QObject::tr("Events"), formatCount(r.event_count));
-    field(QObject::tr("Outcome"), QString::fromLatin1(to_string(r.status)));
+    field(QObject::tr("Outcome"), outcomeText(r));
     field(QObject::tr("Source"), QString::fromLatin1(to_string(r.source)));
     field(QObject::tr("Allocator config"), r.alloc_config.empty()
                                                ? QObject::tr("(default)")

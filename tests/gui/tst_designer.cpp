@@ -37,6 +37,9 @@ class TestDesigner : public QObject {
     QCheckBox* compile = check(page, QStringLiteral("torch.compile"));
     QCheckBox* logits = check(page, QStringLiteral("logits"));
     QVERIFY(checkpointing && optimizer && compile && logits);
+    // The default document says nothing of hold_logits: the box shows the format's default (true).
+    QVERIFY(!defaultExperiment().at("training").contains("hold_logits"));
+    QVERIFY(logits->isChecked());
     checkpointing->setCurrentIndex(checkpointing->findText(QStringLiteral("blocks")));
     optimizer->setCurrentIndex(optimizer->findText(QStringLiteral("sgd")));
     compile->setChecked(true);

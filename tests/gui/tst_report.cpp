@@ -100,6 +100,30 @@ class TestReport : public QObject {
     keepArtifact(path);
   }
 
+  void midRunTracesAreMarked() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("midrun.db"));
+    storage::RunId whole;
+    storage::RunId midRun;
+    {
+      storage::RunStore store(db.toStdString());
+      whole = test::addRun(store, "whole", test::wavyTrace(3000, 6, false));
+      midRun = test::addRun(store, "tail", test::wavyTrace(3000, 7, false));
+      nlohmann::json summary = store.run(midRun).summary;
+      summary["truncated"] = true;
+      store.update_summary(midRun, summary);
+    }
+    const QString path = dir.filePath(QStringLiteral("midrun.html"));
+    QString error;
+    QVERIFY2(exportReport(db, {whole, midRun}, path, &error), qPrintable(error));
+    const QString html = QString::fromUtf8(readAll(path));
+    QCOMPARE(html.count(QStringLiteral("Mid-run trace:")), 1);
+    // The note sits under the mid-run run's heading, not the whole run's.
+    QVERIFY(html.indexOf(QStringLiteral("Mid-run trace:")) >
+            html.indexOf(QStringLiteral(": tail</h2>")));
+    QVERIFY(html.contains(QStringLiteral("ok · mid-run")));
+  }
+
   // A real recording's OOM: the report carries the engine's verdict and what-if table, exactly as
   // the post-mortem page computes them.
   void htmlCarriesTheEnginesPostMortem() {
