@@ -14,8 +14,8 @@ cd "$FRAGSCOPE_ROOT"
 if [ ! -f build/fuzz/CMakeCache.txt ]; then
   cmake --preset fuzz >/dev/null
 fi
-# The libFuzzer targets (snapshot reader, allocator config, recording stats, and experiment files
-# where the compiler can build the engine), each run for 5 s from its seed corpus.
+# The libFuzzer targets (snapshot reader, allocator config, experiment files, Hugging Face
+# config.json, recording stats, env.json fingerprint), each run for 5 s from its seed corpus.
 cmake --build build/fuzz --parallel "$(nproc)" --target fuzz_all
 ctest --test-dir build/fuzz -L fuzz --output-on-failure
 
