@@ -19,6 +19,7 @@
 #include "engine/cuda/gpu_run.h"
 #include "engine/workload/experiment.h"
 #include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #endif
 
@@ -93,7 +94,10 @@ int run_gpu_run(const std::vector<std::string>& argv) {
   std::optional<storage::ExperimentId> experiment_id;
   if (auto db = args.option("--db")) {
     store = std::make_unique<storage::RunStore>(*db);
-    experiment_id = store->create_experiment(experiment.name + " (GPU)", experiment.definition);
+    // Incomplete until every point has run under every allocator (experiment_status.h).
+    experiment_id =
+        storage::begin_experiment(*store, experiment.name + " (GPU)", experiment.definition,
+                                  points.size() * allocators.size());
   }
 
   nlohmann::json runs = nlohmann::json::array();
@@ -133,6 +137,8 @@ int run_gpu_run(const std::vector<std::string>& argv) {
       runs.push_back(std::move(entry));
     }
   }
+  if (store)
+    storage::finish_experiment(*store, *experiment_id);
   const nlohmann::json out = {
       {"experiment", experiment.name}, {"environment", environment}, {"runs", runs}};
   if (auto target = args.option("--json")) {

@@ -27,6 +27,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
 #include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
 
@@ -241,9 +242,9 @@ int run_torch_run(const std::vector<std::string>& argv) {
     const fs::path snapshot_file = out_dir / (stem + ".pickle");
     const Bytes gpu_total = stats.at("total_memory").get<Bytes>();
     const Twin twin = simulate_twin(*point, gpu_total, limit);
-    if (!experiment_id)
-      experiment_id =
-          store.create_experiment(experiment.name + " (PyTorch)", experiment.definition);
+    if (!experiment_id)  // incomplete until every point's two runs are stored
+      experiment_id = storage::begin_experiment(store, experiment.name + " (PyTorch)",
+                                                experiment.definition, 2 * points.size());
 
     storage::ImportOptions import;
     import.name = point->name + " [PyTorch]";
@@ -308,6 +309,8 @@ int run_torch_run(const std::vector<std::string>& argv) {
                       {"summary", (out_dir / (stem + ".summary.txt")).string()}};
     runs.push_back(std::move(entry));
   }
+  if (experiment_id)
+    storage::finish_experiment(store, *experiment_id);
   const json out = {{"experiment", experiment.name},
                     {"experiment_id", experiment_id->value},
                     {"db", db_path},

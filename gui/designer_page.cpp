@@ -1,7 +1,6 @@
 #include "gui/designer_page.h"
 
 #include <QFile>
-#include <QFileDialog>
 #include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
@@ -17,8 +16,10 @@
 #include "engine/core/error.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
+#include "gui/file_dialogs.h"
 #include "gui/format.h"
 #include "gui/plot_style.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/simulated_run.h"
 
 namespace fragscope::gui {
@@ -162,14 +163,14 @@ DesignerPage::DesignerPage(QWidget* parent)
   auto* openButton = new QPushButton(tr("Open…"), this);
   auto* saveButton = new QPushButton(tr("Save As…"), this);
   connect(openButton, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open Experiment"), QString(),
-                                                      tr("Experiments (*.json)"));
+    const QString path =
+        openFileName(this, tr("Open Experiment"), QString(), tr("Experiments (*.json)"));
     QString error;
     if (!path.isEmpty() && !loadFile(path, &error))
       emit errorOccurred(error);
   });
   connect(saveButton, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getSaveFileName(
+    const QString path = saveFileName(
         this, tr("Save Experiment"), QStringLiteral("experiment.json"), tr("Experiments (*.json)"));
     QString error;
     if (!path.isEmpty() && !saveFile(path, &error))
@@ -500,7 +501,9 @@ void DesignerPage::runExperiment() {
       [document, path](const JobContext& job) {
         const workload::Experiment experiment = workload::parse_experiment(document, "designer");
         storage::RunStore store(path.toStdString());
-        const storage::ExperimentId id = store.create_experiment(experiment.name, document);
+        // Incomplete until the last point is stored: a cancel or a failure leaves it visibly so.
+        const storage::ExperimentId id =
+            storage::begin_experiment(store, experiment.name, document, experiment.points.size());
         std::vector<storage::RunId> runs;
         for (std::size_t i = 0; i < experiment.points.size(); ++i) {
           if (job.cancelled())
@@ -511,6 +514,8 @@ void DesignerPage::runExperiment() {
           runs.push_back(storage::store_simulated_run(store, id, experiment.points[i], result));
           job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
         }
+        if (runs.size() == experiment.points.size())
+          storage::finish_experiment(store, id);
         return runs;
       },
       [this](std::vector<storage::RunId> runs) {

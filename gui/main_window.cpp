@@ -6,7 +6,6 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QFile>
-#include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QMenuBar>
@@ -29,6 +28,7 @@
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
 #include "gui/event_history_page.h"
+#include "gui/file_dialogs.h"
 #include "gui/job_page.h"
 #include "gui/post_mortem_page.h"
 #include "gui/report.h"
@@ -39,6 +39,7 @@
 #include "gui/summary_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/job_import.h"
 #include "storage/db/simulated_run.h"
 #include "storage/db/stats_at.h"
@@ -413,7 +414,7 @@ void MainWindow::refreshRuns() {
   try {
     auto runs = m_store->list_runs();
     updateWelcome(runs.size());
-    m_browser->setRuns(std::move(runs));
+    m_browser->setRuns(std::move(runs), storage::experiment_progress(*m_store));
   } catch (const std::exception& error) {
     showError(tr("Cannot list runs"), QString::fromUtf8(error.what()));
   }
@@ -503,7 +504,8 @@ bool MainWindow::openCaseStudy() {
         const workload::Experiment experiment =
             workload::parse_experiment(document, "case-study-1.2b-a100-40gb.json");
         storage::RunStore store(database.toStdString());
-        const storage::ExperimentId id = store.create_experiment(experiment.name, document);
+        const storage::ExperimentId id =
+            storage::begin_experiment(store, experiment.name, document, experiment.points.size());
         for (std::size_t i = 0; i < experiment.points.size(); ++i) {
           if (job.cancelled())
             throw InputError("the case study was cancelled");
@@ -511,6 +513,7 @@ bool MainWindow::openCaseStudy() {
           storage::store_simulated_run(store, id, experiment.points[i], result);
           job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
         }
+        storage::finish_experiment(store, id);
         return experiment.points.size();
       },
       [this](std::size_t) {
@@ -760,8 +763,8 @@ void MainWindow::exportReportDialog(const QString& suffix) {
     return;
   }
   const QString filter = suffix == QLatin1String("pdf") ? tr("PDF (*.pdf)") : tr("HTML (*.html)");
-  QString path = QFileDialog::getSaveFileName(this, tr("Export Report"),
-                                              QStringLiteral("fragscope-report.") + suffix, filter);
+  QString path =
+      saveFileName(this, tr("Export Report"), QStringLiteral("fragscope-report.") + suffix, filter);
   if (path.isEmpty())
     return;
   if (!path.endsWith(QLatin1Char('.') + suffix, Qt::CaseInsensitive))
@@ -787,9 +790,9 @@ void MainWindow::exportReportDialog(const QString& suffix) {
 }
 
 void MainWindow::exportPlotDialog() {
-  const QString path = QFileDialog::getSaveFileName(
-      this, tr("Export Plot"), QStringLiteral("timeline.png"),
-      tr("PNG image (*.png);;SVG image (*.svg);;PDF document (*.pdf)"));
+  const QString path =
+      saveFileName(this, tr("Export Plot"), QStringLiteral("timeline.png"),
+                   tr("PNG image (*.png);;SVG image (*.svg);;PDF document (*.pdf)"));
   if (path.isEmpty())
     return;
   QString error;
@@ -800,8 +803,8 @@ void MainWindow::exportPlotDialog() {
 }
 
 void MainWindow::exportCsvDialog() {
-  const QString path = QFileDialog::getSaveFileName(
-      this, tr("Export Timeline CSV"), QStringLiteral("timeline.csv"), tr("CSV (*.csv)"));
+  const QString path = saveFileName(this, tr("Export Timeline CSV"), QStringLiteral("timeline.csv"),
+                                    tr("CSV (*.csv)"));
   if (path.isEmpty())
     return;
   QSaveFile file(path);
@@ -813,7 +816,7 @@ void MainWindow::exportCsvDialog() {
 }
 
 void MainWindow::openSnapshotDialog() {
-  const QStringList paths = QFileDialog::getOpenFileNames(
+  const QStringList paths = openFileNames(
       this, tr("Open PyTorch Memory Snapshot"), QString(),
       tr("PyTorch memory snapshots and multi-rank jobs (*.pickle *.pickle.gz *.pkl *.pkl.gz "
          "fragscope-job.json);;All files (*)"));
@@ -864,9 +867,9 @@ void MainWindow::importJob(const QStringList& paths) {
 }
 
 void MainWindow::openDatabaseDialog() {
-  const QString path = QFileDialog::getOpenFileName(
-      this, tr("Open FragScope Database"), QFileInfo(m_databasePath).absolutePath(),
-      tr("FragScope databases (*.db *.sqlite);;All files (*)"));
+  const QString path =
+      openFileName(this, tr("Open FragScope Database"), QFileInfo(m_databasePath).absolutePath(),
+                   tr("FragScope databases (*.db *.sqlite);;All files (*)"));
   if (!path.isEmpty() && openDatabase(path))
     addRecentFile(path);
 }

@@ -87,9 +87,11 @@ RunsBrowser::RunsBrowser(QWidget* parent)
   onSelectionChanged();
 }
 
-void RunsBrowser::setRuns(std::vector<storage::RunRecord> runs) {
+void RunsBrowser::setRuns(
+    std::vector<storage::RunRecord> runs,
+    std::map<storage::ExperimentId, storage::ExperimentProgress> experiments) {
   const auto selected = selectedRuns();
-  m_model->resetData(std::move(runs));
+  m_model->resetData(std::move(runs), std::move(experiments));
   selectRuns(selected);
   onSelectionChanged();
 }

@@ -20,7 +20,8 @@ class RunsBrowser : public QWidget {
  public:
   explicit RunsBrowser(QWidget* parent = nullptr);
 
-  void setRuns(std::vector<storage::RunRecord> runs);
+  void setRuns(std::vector<storage::RunRecord> runs,
+               std::map<storage::ExperimentId, storage::ExperimentProgress> experiments = {});
   std::vector<storage::RunId> selectedRuns() const;
   void selectRuns(const std::vector<storage::RunId>& runs);
   RunsModel* model() const { return m_model; }

@@ -42,14 +42,18 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return {};
   const storage::RunRecord& run = m_runs[static_cast<std::size_t>(index.row())];
   const auto text = [](const std::string& s) { return QString::fromStdString(s); };
+  const storage::ExperimentProgress* incomplete = incompleteExperiment(run);
   if (role == RunIdRole)
     return QVariant::fromValue(run.id);
   if (role == StatusRole)
     return text(std::string(to_string(run.status)));
   if (role == FilterTextRole)
-    return QStringList{text(run.name), text(std::string(to_string(run.source))),
-                       text(std::string(to_string(run.status))), text(run.alloc_config),
-                       text(run.device_name)}
+    return QStringList{text(run.name),
+                       text(std::string(to_string(run.source))),
+                       text(std::string(to_string(run.status))),
+                       text(run.alloc_config),
+                       text(run.device_name),
+                       incomplete ? QStringLiteral("incomplete") : QString()}
         .join(QLatin1Char(' '));
   if (role == Qt::DisplayRole || role == Qt::EditRole || role == SortRole) {
     const bool sort = role == SortRole;
@@ -61,7 +65,14 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
       case SourceColumn:
         return text(std::string(to_string(run.source)));
       case StatusColumn:
-        return sort ? text(std::string(to_string(run.status))) : outcomeText(run);
+        if (sort)
+          return text(std::string(to_string(run.status)));
+        if (incomplete)
+          return tr("%1 · experiment incomplete (%2 of %3)")
+              .arg(outcomeText(run))
+              .arg(incomplete->stored_points)
+              .arg(incomplete->expected_points);
+        return outcomeText(run);
       case ConfigColumn:
         return run.alloc_config.empty() && !sort ? QStringLiteral("(default)")
                                                  : text(run.alloc_config);
@@ -93,7 +104,8 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return {};
   }
   if (role == Qt::ForegroundRole && index.column() == StatusColumn) {
-    if (run.status == storage::RunStatus::oom || run.status == storage::RunStatus::failed)
+    if (run.status == storage::RunStatus::oom || run.status == storage::RunStatus::failed ||
+        incomplete)
       return colors::oom;
     return {};
   }
@@ -109,6 +121,11 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
       tip +=
           tr("\nThe trace starts mid-run: memory allocated before its first event is not in "
              "its figures.");
+    if (incomplete)
+      tip += tr("\nIts experiment is incomplete: %1 of its %2 runs were stored (it was "
+                "cancelled, killed or ran out of disk before the last).")
+                 .arg(incomplete->stored_points)
+                 .arg(incomplete->expected_points);
     return tip;
   }
   return {};
@@ -160,9 +177,12 @@ bool RunsModel::setData(const QModelIndex& index, const QVariant& value, int rol
   return true;
 }
 
-void RunsModel::resetData(std::vector<storage::RunRecord> runs) {
+void RunsModel::resetData(
+    std::vector<storage::RunRecord> runs,
+    std::map<storage::ExperimentId, storage::ExperimentProgress> experiments) {
   beginResetModel();
   m_runs = std::move(runs);
+  m_experiments = std::move(experiments);
   updateDuplicateNames();
   endResetModel();
 }
@@ -187,6 +207,14 @@ void RunsModel::updateDuplicateNames() {
   m_sharedName.assign(m_runs.size(), false);
   for (std::size_t i = 0; i < m_runs.size(); ++i)
     m_sharedName[i] = uses[m_runs[i].name] > 1;
+}
+
+const storage::ExperimentProgress* RunsModel::incompleteExperiment(
+    const storage::RunRecord& run) const {
+  if (!run.experiment)
+    return nullptr;
+  const auto it = m_experiments.find(*run.experiment);
+  return it != m_experiments.end() && !it->second.complete ? &it->second : nullptr;
 }
 
 const storage::RunRecord* RunsModel::runAt(int row) const {

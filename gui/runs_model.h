@@ -4,9 +4,11 @@
 // list loaded off the GUI thread.
 #include <QAbstractTableModel>
 #include <QSortFilterProxyModel>
+#include <map>
 #include <vector>
 
 #include "gui/metatypes.h"
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::gui {
@@ -49,12 +51,17 @@ class RunsModel : public QAbstractTableModel {
   // model follows with resetData() or updateName().
   bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
 
-  void resetData(std::vector<storage::RunRecord> runs);
+  // `experiments`: each experiment's progress (storage::experiment_progress); a run of an
+  // incomplete experiment says so in its outcome, its tooltip and the filter text.
+  void resetData(std::vector<storage::RunRecord> runs,
+                 std::map<storage::ExperimentId, storage::ExperimentProgress> experiments = {});
   void clearData();
   void updateName(storage::RunId run, const QString& name);
   const storage::RunRecord* runAt(int row) const;
   int rowOf(storage::RunId run) const;
   const std::vector<storage::RunRecord>& runs() const { return m_runs; }
+  // The progress of the experiment `run` belongs to, when that experiment is incomplete.
+  const storage::ExperimentProgress* incompleteExperiment(const storage::RunRecord& run) const;
 
  signals:
   void renameRequested(storage::RunId run, const QString& name);
@@ -65,6 +72,7 @@ class RunsModel : public QAbstractTableModel {
 
   std::vector<storage::RunRecord> m_runs;
   std::vector<bool> m_sharedName;
+  std::map<storage::ExperimentId, storage::ExperimentProgress> m_experiments;
 };
 
 // Case-insensitive substring filter over name, source, status and config (all words must

@@ -60,9 +60,11 @@ bool check_private_pools(const AllocatorState& state, std::string* why) {
                            std::to_string(pool->use_count) + " but " +
                            (listed ? "listed" : "not listed") + " as freeable");
     freeable += listed ? 1 : 0;
+    // A named pointer, not the structured binding: clang 14 cannot capture a binding.
+    const PrivatePool* const owner = pool.get();
     const bool expandable = std::any_of(
         state.segments.begin(), state.segments.end(),
-        [&](const auto& s) { return s.second->owner == pool.get() && s.second->expandable; });
+        [owner](const auto& s) { return s.second->owner == owner && s.second->expandable; });
     if (!expandable && pool->cuda_malloc_count != device_ranges[pool.get()])
       return fail(why, "private pool " + to_string(id) + ": cudaMalloc_count " +
                            std::to_string(pool->cuda_malloc_count) + " but it holds " +

@@ -142,8 +142,10 @@ struct CachingAllocator::Impl : AllocatorState {
     auto deferred = std::move(deferred_blocks);
     deferred_blocks.clear();
     for (auto& [block, capture_uses] : deferred) {
-      std::erase_if(block->stream_uses, [&](std::uint64_t s) {
-        return std::find(capture_uses.begin(), capture_uses.end(), s) != capture_uses.end();
+      // A named reference, not the binding: clang 14 cannot capture a structured binding.
+      const auto& uses = capture_uses;
+      std::erase_if(block->stream_uses, [&uses](std::uint64_t s) {
+        return std::find(uses.begin(), uses.end(), s) != uses.end();
       });
       insert_events(block);
       if (block->event_count == 0)

@@ -32,6 +32,8 @@ namespace {
 constexpr std::uint64_t kMaxMegabytes = std::numeric_limits<std::uint64_t>::max() / kMiB;
 constexpr std::uint64_t kMinLargeAllocMegabytes = 10;  // kMinLargeAlloc / 1 MiB
 constexpr std::uint64_t kMaxPinnedRegisterThreads = 128;
+constexpr std::uint64_t kMaxRoundupDivisions =
+    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 constexpr std::string_view kAsyncBackendName = "cudaMallocAsync";
 
 // How an internal assert of PyTorch's tokenizer shows up, for the error text.
@@ -632,9 +634,12 @@ RecordedAllocatorConfig read_allocator_settings(const nlohmann::json* settings,
       const auto it = divisions.find(interval);
       if (it == divisions.end())
         continue;
-      if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
+      // Above 2^63 - 1 the value is unsigned in JSON and read as int64 it looked negative.
+      if (!it->is_number_integer() ||
+          (it->is_number_unsigned() ? it->get<std::uint64_t>() > kMaxRoundupDivisions
+                                    : it->get<std::int64_t>() < 0))
         throw AllocatorConfigError(
-            "allocator_settings: 'roundup_power2_divisions' needs a non-negative integer for "
+            "allocator_settings: 'roundup_power2_divisions' needs an integer in [0, 2^63) for "
             "interval \"" +
             interval + "\", got " + it->dump());
       config.roundup_power2_divisions[index] = it->get<std::uint64_t>();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,15 @@
 namespace fragscope::analysis {
 namespace {
 
+// What was found instead: a scalar as written, cut short (a type name alone, "got number", hid
+// which value was refused), a container by its type.
+std::string found(const nlohmann::json& value) {
+  if (!value.is_primitive())
+    return value.type_name();
+  std::string text = value.dump();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
 // Reads typed fields of one JSON object; every error names the file and the dotted place.
 class Fields {
  public:
@@ -22,7 +32,7 @@ class Fields {
   [[noreturn]] void fail(const std::string& key, const std::string& expected) const {
     const auto it = object_.find(key);
     throw InputError(where_ + ": " + path(key) + ": expected " + expected + ", got " +
-                     std::string(it == object_.end() ? "nothing" : it->type_name()));
+                     (it == object_.end() ? std::string("nothing") : found(*it)));
   }
 
   std::string path(const std::string& key) const {
@@ -47,7 +57,7 @@ class Fields {
   std::string version(const std::string& key) const {
     const nlohmann::json* value = find(key);
     if (value != nullptr && value->is_number_integer())
-      return std::to_string(value->get<std::int64_t>());
+      return value->dump();  // as written: 2^64 - 1 read as int64 printed "-1"
     if (value != nullptr && !value->is_string())
       fail(key, "a version (a string or a whole number)");
     return text(key);
@@ -86,7 +96,7 @@ class Fields {
     for (std::size_t i = 0; i < list->size(); ++i) {
       if (!(*list)[i].is_string())
         throw InputError(where_ + ": " + path(key) + "[" + std::to_string(i) +
-                         "]: expected a string, got " + (*list)[i].type_name());
+                         "]: expected a string, got " + found((*list)[i]));
       out.push_back((*list)[i].get<std::string>());
     }
     return out;
@@ -241,13 +251,15 @@ RecordedEnvironment parse_recorded_environment(const nlohmann::json& json,
     for (std::size_t i = 0; i < gpus->size(); ++i) {
       const std::string place = "gpus[" + std::to_string(i) + "]";
       if (!(*gpus)[i].is_object())
-        throw InputError(where + ": " + place + ": expected an object, got " +
-                         (*gpus)[i].type_name());
+        throw InputError(where + ": " + place + ": expected an object, got " + found((*gpus)[i]));
       const Fields gpu((*gpus)[i], where, place);
       RecordedGpu out;
       if (const nlohmann::json* index = gpu.find("index")) {
-        if (!index->is_number_integer())
-          gpu.fail("index", "a whole number");
+        if (!index->is_number_integer() ||
+            (index->is_number_unsigned() &&
+             index->get<std::uint64_t>() >
+                 static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+          gpu.fail("index", "a whole number below 2^63");
         out.index = index->get<std::int64_t>();
       } else {
         out.index = static_cast<std::int64_t>(i);

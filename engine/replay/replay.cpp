@@ -201,7 +201,10 @@ alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std:
   try {
     recorded = alloc::read_allocator_settings(absent ? nullptr : &settings);
   } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError(std::string("allocator_settings: ") + error.what());
+    // The allocator's reader already names the field ("allocator_settings: 'x' must be ...").
+    const std::string what = error.what();
+    throw InputError(what.rfind("allocator_settings", 0) == 0 ? what
+                                                              : "allocator_settings: " + what);
   }
   if (note)
     *note = recorded.note();

@@ -44,34 +44,42 @@ LayoutRules LayoutRules::from_allocator_settings(const nlohmann::json& settings)
     // that decide block sizes are read on their own below.
   }
   LayoutRules r;
-  auto bad = [](const std::string& key, const char* expected) {
-    throw InputError("allocator_settings: '" + key + "' must be " + expected);
+  // The value found is quoted (cut short): "must be an int" alone did not say what was there.
+  auto bad = [](const std::string& key, const char* expected, const nlohmann::json& found) {
+    std::string text = found.dump();
+    if (text.size() > 60)
+      text = text.substr(0, 57) + "...";
+    throw InputError("allocator_settings: '" + key + "' must be " + expected + ", got " + text);
   };
   if (auto it = settings.find("max_split_size"); it != settings.end()) {
     if (!it->is_number_integer())
-      bad("max_split_size", "an int");
+      bad("max_split_size", "an int", *it);
     std::int64_t v = it->get<std::int64_t>();
     r.max_split_size = v < 0 ? std::numeric_limits<Bytes>::max() : static_cast<Bytes>(v);
   }
   if (auto it = settings.find("expandable_segments"); it != settings.end()) {
     if (!it->is_boolean())
-      bad("expandable_segments", "a bool");
+      bad("expandable_segments", "a bool", *it);
     r.expandable_segments = it->get<bool>();
   }
   if (auto it = settings.find("roundup_power2_divisions"); it != settings.end()) {
     if (!it->is_object())
-      bad("roundup_power2_divisions", "a dict of MiB interval start -> divisions");
+      bad("roundup_power2_divisions", "a dict of MiB interval start -> divisions", *it);
     for (const auto& [key, value] : it->items()) {
       std::uint64_t mib = 0;
       try {
         mib = std::stoull(key);
       } catch (const std::exception&) {
-        bad("roundup_power2_divisions", "keyed by powers of two in MiB");
+        bad("roundup_power2_divisions", "keyed by powers of two in MiB", key);
       }
       if (mib == 0 || !std::has_single_bit(mib) || std::bit_width(mib) > 16)
-        bad("roundup_power2_divisions", "keyed by powers of two from 1 to 32768 (MiB)");
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 0)
-        bad("roundup_power2_divisions", "a dict of non-negative ints");
+        bad("roundup_power2_divisions", "keyed by powers of two from 1 to 32768 (MiB)", key);
+      if (!value.is_number_integer() ||
+          (value.is_number_unsigned()
+               ? value.get<std::uint64_t>() >
+                     static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+               : value.get<std::int64_t>() < 0))
+        bad("roundup_power2_divisions", "a dict of ints in [0, 2^63)", value);
       r.roundup_power2_divisions[static_cast<std::size_t>(std::bit_width(mib) - 1)] =
           value.get<std::uint64_t>();
     }

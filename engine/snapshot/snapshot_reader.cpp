@@ -229,7 +229,9 @@ class TraceSink : public pickle::ListSink {
   TraceSink(const Keys& keys, Snapshot& out) : keys_(keys), out_(out), notes_(out.warnings) {}
 
   bool on_append(Machine& vm, Value list, std::span<Value> items) override {
-    if (std::none_of(items.begin(), items.end(),
+    // Items that are no entries, appended to a trace: the loop below says what is wrong with them.
+    if (vm.node(list).kind != Kind::trace_list &&
+        std::none_of(items.begin(), items.end(),
                      [&](const Value& item) { return is_trace_entry(vm, item); }))
       return false;
     Node& ln = vm.node(list);
@@ -244,8 +246,7 @@ class TraceSink : public pickle::ListSink {
     FrameInterner interner(vm, keys_, out_.frames, notes_, odd_frames);
     for (const Value& item : items) {
       if (!is_trace_entry(vm, item))
-        vm.fail("a device trace holds a " + std::string(to_string(item.kind)) +
-                " where a trace entry dict (with an 'action' key) was expected");
+        vm.fail(not_a_trace_entry(vm, item));
       append(vm, item, events_index, interner);
     }
     return true;
@@ -257,6 +258,18 @@ class TraceSink : public pickle::ListSink {
   std::uint64_t odd_frames = 0;
 
  private:
+  std::string not_a_trace_entry(Machine& vm, const Value& item) const {
+    if (item.kind == Kind::dict && vm.node(item).kind == Kind::dict) {
+      const Value* action = find_key(vm.node(item), keys_.action);
+      if (action == nullptr)
+        return "a trace entry dict needs an 'action' key (e.g. 'alloc')";
+      return "a trace entry's 'action' must be a str (e.g. 'alloc'), found " +
+             std::string(to_string(node_kind(vm, *action)));
+    }
+    return "a device trace holds a " + std::string(to_string(node_kind(vm, item))) +
+           " where a trace entry dict (with an 'action' key) was expected";
+  }
+
   // A dict with a str 'action', or an entry converted earlier and referenced again.
   bool is_trace_entry(Machine& vm, const Value& item) const {
     if (item.kind == Kind::trace_event)
@@ -493,6 +506,26 @@ class SchemaReader {
     }
   }
 
+  // The first item of device_traces[device] that is not a trace entry, and what is wrong with it.
+  std::string why_not_a_trace(const Value& list, std::size_t device) {
+    const std::string where = "device_traces[" + std::to_string(device) + "]";
+    const std::uint32_t action_key = vm_.intern("action");
+    const auto& items = vm_.node(list).items;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string place = where + "[" + std::to_string(i) + "]";
+      const Kind kind = node_kind(vm_, items[i]);
+      if (kind != Kind::dict)
+        return place + " is a " + std::string(to_string(kind)) + ", not a trace entry dict";
+      const Value* action = find_key(vm_.node(items[i]), action_key);
+      if (action == nullptr)
+        return place + ": a trace entry dict needs an 'action' key (e.g. 'alloc')";
+      if (const Kind action_kind = node_kind(vm_, *action); action_kind != Kind::string)
+        return place + ": 'action' must be a str (e.g. 'alloc'), found " +
+               std::string(to_string(action_kind));
+    }
+    return where + " must be a list of trace entry dicts";
+  }
+
   void read_traces(const Value& traces) {
     Kind tk = node_kind(vm_, traces);
     if (tk == Kind::none)
@@ -525,6 +558,10 @@ class SchemaReader {
           set_texts(d, std::move(sink_.texts(list)));
       } else if ((k == Kind::list || k == Kind::tuple) && vm_.node(t).items.empty()) {
         // a device with no entries
+      } else if (k == Kind::list || k == Kind::tuple) {
+        // A list the trace reader did not take: say which item is wrong ("found list" named the
+        // container, not the fault).
+        vm_.fail(why_not_a_trace(t, d));
       } else {
         vm_.fail("device_traces[" + std::to_string(d) +
                  "] must be a list of trace entry dicts, found " + std::string(to_string(k)));

@@ -71,10 +71,16 @@ class Reader {
       return fallback;
     if (!v->is_number_integer() && !v->is_number_unsigned())
       fail(at(key), "expected an integer >= " + std::to_string(min) + ", got " + describe(*v));
-    const auto value = v->get<std::int64_t>();
-    if (value < min || value > max)
+    // A number above 2^63 - 1 is unsigned in the JSON: reading it as int64 wrapped it to a
+    // negative, and the message then quoted the wrapped value. Quote the text as written.
+    const bool too_large = v->is_number_unsigned() &&
+                           v->get<std::uint64_t>() >
+                               static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    const auto value =
+        too_large ? std::numeric_limits<std::int64_t>::max() : v->get<std::int64_t>();
+    if (too_large || value < min || value > max)
       fail(at(key), "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                        "], got " + std::to_string(value));
+                        "], got " + describe(*v));
     return value;
   }
   int int32(std::string_view key, int fallback, int min,

@@ -2,11 +2,11 @@
 // LlamaConfig, MistralConfig, Qwen2Config and GPT2Config.
 #include "engine/workload/hf_config.h"
 
-#include <fstream>
 #include <limits>
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/core/input_file.h"
 
 namespace fragscope::workload {
 namespace {
@@ -162,15 +162,9 @@ Model model_from_hf_config(const json& config, std::string_view source) {
 }
 
 Model load_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw InputError(path.string() + ": cannot open the Hugging Face config");
-  json config;
-  try {
-    config = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InputError(path.string() + ": not valid JSON: " + e.what());
-  }
+  // Regular files only, bounded size and nesting, 1e400 refused (input_file.h): a FIFO blocked,
+  // deep nesting overflowed the stack and 1e400 escaped as an internal error.
+  const json config = read_json_file(path, "Hugging Face config");
   return model_from_hf_config(config, path.string());
 }
 
@@ -195,15 +189,7 @@ Experiment experiment_from_hf_config(const std::filesystem::path& config,
 
 Experiment experiment_with_hf_model(const std::filesystem::path& experiment_file,
                                     const std::filesystem::path& config) {
-  std::ifstream in(experiment_file);
-  if (!in)
-    throw InputError(experiment_file.string() + ": cannot open the experiment file");
-  json document;
-  try {
-    document = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InputError(experiment_file.string() + ": not valid JSON: " + e.what());
-  }
+  json document = read_json_file(experiment_file, "experiment file");
   if (!document.is_object())
     throw InputError(experiment_file.string() + ": $: expected an experiment object");
   document["model"] = {{"hf_config", std::filesystem::absolute(config).string()}};

@@ -40,7 +40,7 @@ std::string describe(const ExperimentProgress& progress) {
   if (progress.complete)
     return "complete";
   return "incomplete (" + std::to_string(progress.stored_points) + " of " +
-         std::to_string(progress.expected_points) + " points)";
+         std::to_string(progress.expected_points) + " runs)";
 }
 
 }  // namespace fragscope::storage

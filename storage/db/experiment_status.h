@@ -1,7 +1,8 @@
 #pragma once
-// Whether an experiment holds every point it was started with. `run` marks the experiment
-// incomplete with its number of points before storing the first one, and complete after the
-// last; a kill, a full disk or a failed point in between leaves it visibly incomplete.
+// Whether an experiment holds every run it was started for. Every front-end that stores an
+// experiment (`run`, `gpu-run`, `torch-run`, the designer, the case study) marks it incomplete
+// with the number of runs it will store before storing the first, and complete after the last;
+// a kill, a full disk, a failed point or a cancel in between leaves it visibly incomplete.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,8 +15,10 @@ namespace fragscope::storage {
 
 struct ExperimentProgress {
   bool complete = true;
-  std::uint64_t expected_points = 0;  // 0 = not recorded (experiments before schema version 4)
-  std::uint64_t stored_points = 0;    // runs of the experiment now in the database
+  // Runs the experiment stores when complete (one per point for `run`; a point of `gpu-run` or
+  // `torch-run` stores several). 0 = not recorded (experiments before schema version 4).
+  std::uint64_t expected_points = 0;
+  std::uint64_t stored_points = 0;  // runs of the experiment now in the database
 };
 
 // Creates the experiment, marked incomplete until finish_experiment(), in one transaction.
@@ -25,7 +28,7 @@ ExperimentId begin_experiment(RunStore& store, const std::string& name,
 void finish_experiment(RunStore& store, ExperimentId experiment);
 // Every experiment's progress.
 std::map<ExperimentId, ExperimentProgress> experiment_progress(RunStore& store);
-// "complete", or "incomplete (2 of 5 points)".
+// "complete", or "incomplete (2 of 5 runs)".
 std::string describe(const ExperimentProgress& progress);
 
 }  // namespace fragscope::storage

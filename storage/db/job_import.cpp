@@ -4,7 +4,6 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/core/input_file.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::storage {
@@ -111,15 +111,8 @@ JobSource from_files(std::vector<std::string> files, const std::string& origin) 
 }  // namespace
 
 JobSource read_job_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw InputError(path + ": cannot read the job manifest");
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(path + ": not JSON (" + error.what() + ")");
-  }
+  // Regular files only, bounded size and nesting, 1e400 refused (engine/core/input_file.h).
+  const nlohmann::json manifest = read_json_file(path, "job manifest");
   if (!manifest.is_object())
     throw InputError(path + ": a job manifest is a JSON object");
   const nlohmann::json& format = require(manifest, "format", path);

@@ -88,7 +88,7 @@ TEST(EnvironmentImport, BadFingerprintStoresNothing) {
       nlohmann::json::parse(R"({"format": "fragscope-env/1", "gpus": [{"name": 42}]})");
   options.recorded_environment_file = "bad.env.json";
   EXPECT_EQ(error_of([&] { import_snapshot(store, snapshot, options); }),
-            "bad.env.json: gpus[0].name: expected a string, got number");
+            "bad.env.json: gpus[0].name: expected a string, got 42");
   EXPECT_EQ(store.run_count(), 0);
   EXPECT_EQ(store.database().query_int("SELECT count(*) FROM run_environments"), 0);
 }

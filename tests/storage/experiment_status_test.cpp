@@ -28,7 +28,7 @@ TEST(ExperimentStatus, InterruptedExperimentIsIncompleteWithItsCount) {
   EXPECT_FALSE(progress.complete);
   EXPECT_EQ(progress.expected_points, 5U);
   EXPECT_EQ(progress.stored_points, 2U);
-  EXPECT_EQ(describe(progress), "incomplete (2 of 5 points)");
+  EXPECT_EQ(describe(progress), "incomplete (2 of 5 runs)");
 }
 
 TEST(ExperimentStatus, FinishedExperimentIsComplete) {

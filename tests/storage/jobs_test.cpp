@@ -3,6 +3,7 @@
 #include "storage/db/jobs.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -148,6 +149,34 @@ TEST(Jobs, ABadManifestNamesTheFieldAndWritesNothing) {
   EXPECT_THROW(import_job(store, later, {}), InputError);
   EXPECT_EQ(store.run_count(), 0);
   EXPECT_TRUE(list_jobs(store).empty());
+}
+
+// The manifest is a user's file: a FIFO blocked in open(), deep nesting overflowed the stack and
+// 1e400 escaped as an internal error. Each is an InputError naming the manifest.
+TEST(Jobs, HostileManifestsAreRefusedNamingTheFile) {
+  test::TempDir dir;
+  const auto error_of = [](const std::string& path) -> std::string {
+    try {
+      (void)read_job_manifest(path);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string fifo = dir.file("fragscope-job.json");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error_of(fifo).find("fragscope-job.json: the job manifest is a FIFO"),
+            std::string::npos)
+      << error_of(fifo);
+  write(dir.path() / "deep.json", std::string(100000, '{') + std::string(100000, '}'));
+  EXPECT_NE(
+      error_of(dir.file("deep.json")).find("deep.json: line 1, column 65: JSON nested deeper"),
+      std::string::npos)
+      << error_of(dir.file("deep.json"));
+  write(dir.path() / "huge.json", R"({"format": "fragscope-job/1", "world_size": 1e400})");
+  EXPECT_NE(error_of(dir.file("huge.json")).find("the number 1e400 is out of range"),
+            std::string::npos)
+      << error_of(dir.file("huge.json"));
 }
 
 TEST(Jobs, AJobNameIsUniqueAndDeletingKeepsOrRemovesTheRuns) {

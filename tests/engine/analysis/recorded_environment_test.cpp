@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -83,17 +84,29 @@ TEST(RecordedEnvironment, BadInputNamesTheFileAndThePlace) {
   bad["gpus"][0]["total_memory"] = -5;
   EXPECT_EQ(error_of(bad),
             "run.env.json: gpus[0].total_memory: expected a byte count (a whole number, not "
-            "negative), got number");
+            "negative), got -5");
   bad = fixture(kPip);
   bad["packages"]["list"][1] = 7;
-  EXPECT_EQ(error_of(bad), "run.env.json: packages.list[1]: expected a string, got number");
+  EXPECT_EQ(error_of(bad), "run.env.json: packages.list[1]: expected a string, got 7");
   bad = fixture(kPip);
   bad["allocator_env"]["PYTORCH_CUDA_ALLOC_CONF"] = true;
   EXPECT_EQ(error_of(bad),
-            "run.env.json: allocator_env.PYTORCH_CUDA_ALLOC_CONF: expected a string, got boolean");
+            "run.env.json: allocator_env.PYTORCH_CUDA_ALLOC_CONF: expected a string, got true");
   bad = fixture(kPip);
   bad["python"] = "3.11";
-  EXPECT_EQ(error_of(bad), "run.env.json: python: expected an object, got string");
+  EXPECT_EQ(error_of(bad), "run.env.json: python: expected an object, got \"3.11\"");
+}
+
+TEST(RecordedEnvironment, NumbersAboveInt64AreQuotedAsWritten) {
+  // Read as int64, 2^64 - 1 became -1: a cuDNN "version -1", a GPU "index -1".
+  nlohmann::json env = fixture(kPip);
+  env["torch"]["cudnn"] = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(parse_recorded_environment(env, "x").torch_cudnn, "18446744073709551615");
+  env = fixture(kPip);
+  env["gpus"][0]["index"] = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(error_of(env),
+            "run.env.json: gpus[0].index: expected a whole number below 2^63, got "
+            "18446744073709551615");
 }
 
 TEST(RecordedEnvironment, DiffGoesPointByPointBuildFirst) {

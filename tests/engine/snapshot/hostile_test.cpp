@@ -105,6 +105,40 @@ TEST(Hostile, WrongSchemaNamesWhatWasExpected) {
   EXPECT_THAT(error_of(segments_not_list), HasSubstr("'segments' must be a list"));
 }
 
+TEST(Hostile, ANonStringActionIsNamedWithItsPlace) {
+  // {'segments': [], 'device_traces': [[{'action': 5}]]}: the message once said "found list".
+  const std::string int_action = std::string(
+      "\x80\x04}(\x8c\x08segments]\x8c\x0d"
+      "device_traces]]}(\x8c\x06"
+      "actionK\x05u"
+      "aau.");
+  std::string err = error_of(int_action);
+  EXPECT_THAT(err,
+              HasSubstr("device_traces[0][0]: 'action' must be a str (e.g. 'alloc'), found int"));
+  EXPECT_THAT(err, ::testing::Not(HasSubstr("found list")));
+  // A valid entry first, then one whose action is a float.
+  const std::string float_action = std::string(
+      "\x80\x04}(\x8c\x08segments]\x8c\x0d"
+      "device_traces]]}(\x8c\x06"
+      "action\x8c\x05"
+      "alloc\x8c\x04"
+      "addrK\x40\x8c\x04"
+      "sizeK\x40u"
+      "a}(\x8c\x06"
+      "actionG\x3f\xf1\x11\x11\x11\x11\x11\x11u"  // no NUL byte: std::string(const char*)
+      "aau.");
+  err = error_of(float_action);
+  EXPECT_THAT(err, HasSubstr("'action' must be a str (e.g. 'alloc'), found float"));
+  // A dict without an action among plain items.
+  const std::string no_action = std::string(
+      "\x80\x04}(\x8c\x08segments]\x8c\x0d"
+      "device_traces]]}(\x8c\x04"
+      "addrK\x01u"
+      "aau.");
+  EXPECT_THAT(error_of(no_action),
+              HasSubstr("device_traces[0][0]: a trace entry dict needs an 'action' key"));
+}
+
 TEST(Hostile, NestingMemoAndSizeBombsHitLimits) {
   std::string deep = "\x80\x04";
   for (int i = 0; i < 100000; ++i)

@@ -4,6 +4,8 @@
 
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/error.h"
 #include "engine/snapshot/segment_state.h"
 #include "engine/snapshot/timeline.h"
@@ -19,6 +21,24 @@ std::vector<TraceEvent> wrapping_trace() {
   return {{TraceAction::segment_alloc, kTop - 4095, 12288},
           {TraceAction::alloc, kTop - 4095, 8192},
           {TraceAction::alloc, 4096, 512}};
+}
+
+TEST(SegmentStateHostile, BadLayoutSettingsQuoteWhatWasFound) {
+  const auto error_of = [](const nlohmann::json& settings) -> std::string {
+    try {
+      (void)LayoutRules::from_allocator_settings(settings);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  // "must be an int" alone did not say what was there.
+  EXPECT_EQ(error_of({{"max_split_size", "big"}}),
+            "allocator_settings: 'max_split_size' must be an int, got \"big\"");
+  EXPECT_EQ(
+      error_of({{"roundup_power2_divisions", {{"1", std::numeric_limits<std::uint64_t>::max()}}}}),
+      "allocator_settings: 'roundup_power2_divisions' must be a dict of ints in [0, 2^63), got "
+      "18446744073709551615");
 }
 
 TEST(SegmentStateHostile, SegmentWrappingPastTwoToTheSixtyFourIsAnInputError) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -91,6 +92,20 @@ TEST(ExperimentLimits, OutOfRangeNumberNamesTheFile) {
       error_of([&] { load_experiment(path); }),
       HasSubstr("fragscope-1e400.json: line 2, column 10: the number 1e400 is out of range"));
   std::filesystem::remove(path);
+}
+
+TEST(ExperimentMessages, IntegersAboveInt64AreQuotedAsWritten) {
+  // 2^64 - 1 is unsigned in JSON; read as int64 it wrapped and the message said "got -1".
+  json e = minimal();
+  e["training"]["batch_size"] = std::numeric_limits<std::uint64_t>::max();
+  const std::string err = error_of([&] { (void)parse_experiment(e, "huge.json"); });
+  EXPECT_THAT(err, HasSubstr("huge.json"));
+  EXPECT_THAT(err, HasSubstr("training.batch_size"));
+  EXPECT_THAT(err, HasSubstr("got 18446744073709551615"));
+  EXPECT_THAT(err, ::testing::Not(HasSubstr("got -1")));
+  e["training"]["batch_size"] = std::uint64_t{1} << 63;
+  EXPECT_THAT(error_of([&] { (void)parse_experiment(e, "huge.json"); }),
+              HasSubstr("got 9223372036854775808"));
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // families (parameter counts checked against the published counts of real checkpoints), a config
 // of each runs, and anything else is refused naming the field.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -121,8 +125,42 @@ TEST(HfConfig, BadFieldsAreNamed) {
             std::string::npos);
   gqa["num_key_value_heads"] = 2;
   EXPECT_EQ(model_from_hf_config(gqa, "c.json").kv_heads, 2);
-  EXPECT_NE(error_of([] { load_hf_config(kConfigs + "absent.json"); }).find("cannot open"),
+  EXPECT_NE(error_of([] {
+              load_hf_config(kConfigs + "absent.json");
+            }).find("absent.json: no such file (the Hugging Face config)"),
             std::string::npos);
+}
+
+// A config.json is a user's file: a FIFO blocked in open(), nesting 100k deep overflowed the
+// stack and 1e400 escaped as "internal error: [json.exception...]". Each is an InputError
+// naming the file.
+TEST(HfConfig, HostileFilesAreRefusedNamingTheFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "fragscope-hf-hostile";
+  std::filesystem::create_directories(dir);
+  const auto fifo = dir / "fifo.json";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(
+      error_of([&] { load_hf_config(fifo); }).find("fifo.json: the Hugging Face config is a FIFO"),
+      std::string::npos);
+  const auto deep = dir / "deep.json";
+  std::ofstream(deep) << std::string(100000, '[') << std::string(100000, ']');
+  EXPECT_NE(error_of([&] {
+              load_hf_config(deep);
+            }).find("deep.json: line 1, column 65: JSON nested deeper than 64"),
+            std::string::npos);
+  const auto huge = dir / "huge.json";
+  std::ofstream(huge) << R"({"model_type": "llama", "hidden_size": 1e400})";
+  EXPECT_NE(error_of([&] {
+              load_hf_config(huge);
+            }).find("huge.json: line 1, column 40: the number 1e400 is out of range"),
+            std::string::npos);
+  // The same reader for the experiment file that names a config.
+  EXPECT_NE(error_of([&] {
+              experiment_with_hf_model(deep, kConfigs + "gpt2-small.json");
+            }).find("deep.json: line 1, column 65: JSON nested deeper"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 // In an experiment file, "hf_config" is relative to the file and other keys override it.
