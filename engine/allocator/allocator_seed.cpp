@@ -40,7 +40,17 @@ std::vector<std::uint64_t> CachingAllocator::Impl::seed(const std::vector<SeedSe
       if (seed.expandable && !config.expandable_segments)
         throw InputError("seeded segment " + hex_address(seed.address) +
                          " is expandable but the config has expandable_segments off");
-      Block* block = alloc_block(pool_of(seed.pool), seed.stream.value, seed.size, seed.size,
+      // A private pool's segment goes to that pool, made on first use with one user (the graph
+      // or MemPool that owns it; a replay releases it when the trace shows the pool freed).
+      BlockPool* home_pool = &pool_of(seed.pool);
+      if (!seed.pool_id.is_default()) {
+        auto existing = graph_pools.find(seed.pool_id);
+        PrivatePool& owner = existing != graph_pools.end()
+                                 ? *existing->second
+                                 : create_or_incref_pool(*this, seed.pool_id, PoolOptions{});
+        home_pool = &owner.pools[static_cast<std::size_t>(seed.pool)];
+      }
+      Block* block = alloc_block(*home_pool, seed.stream.value, seed.size, seed.size,
                                  /*is_retry=*/false);
       if (!block || block->size != seed.size)
         throw InputError("seeded segment " + hex_address(seed.address) + " of " +
@@ -55,7 +65,7 @@ std::vector<std::uint64_t> CachingAllocator::Impl::seed(const std::vector<SeedSe
         addresses.push_back(taken->ptr);
         if (!last) {
           block = taken->next;
-          pool_of(seed.pool).blocks.erase(block);
+          home_pool->blocks.erase(block);
         }
       }
     }

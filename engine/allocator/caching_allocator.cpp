@@ -55,6 +55,13 @@ std::optional<int> CachingAllocator::pool_use_count(MempoolId pool) const {
 bool CachingAllocator::capture_underway() const {
   return !impl_->captures_underway.empty();
 }
+void CachingAllocator::set_profile(const AllocatorProfile& profile) {
+  impl_->apply_profile(profile);
+}
+const AllocatorProfile& CachingAllocator::profile() const {
+  return impl_->profile;
+}
+
 void CachingAllocator::set_allowed_memory(std::optional<Bytes> bytes) {
   impl_->allowed = bytes;
 }

@@ -43,6 +43,7 @@
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
 #include "engine/allocator/private_pools.h"
+#include "engine/allocator/profile.h"
 #include "engine/allocator/sizes.h"
 #include "engine/allocator/stats.h"
 #include "engine/core/block_state.h"
@@ -125,6 +126,7 @@ struct SeedSegment {
   Bytes size = 0;  // cudaMalloc'd bytes, or the mapped range of an expandable segment
   StreamId stream{};
   PoolKind pool = PoolKind::large;
+  MempoolId pool_id;  // a private pool's segment (created with one user if new); (0,0): default
   bool expandable = false;
   std::vector<SeedBlock> blocks;
 };
@@ -182,6 +184,11 @@ class CachingAllocator {
   // after all its memory was returned).
   std::optional<int> pool_use_count(MempoolId pool) const;
   bool capture_underway() const;
+
+  // The rules of another release than 2.11 (torch-allocator-spec §14): its memory-fraction
+  // semantics and OOM text. Call before the first request.
+  void set_profile(const AllocatorProfile& profile);
+  const AllocatorProfile& profile() const;
 
   // set_per_process_memory_fraction as a byte limit; nullopt removes it (fraction 1.0).
   void set_allowed_memory(std::optional<Bytes> bytes);

@@ -58,6 +58,17 @@ struct CachingAllocator::Impl : AllocatorState {
                                    static_cast<double>(device.total_memory()));
   }
 
+  // The release whose rules apply (CachingAllocator::set_profile); 2.11's by default.
+  AllocatorProfile profile;
+
+  void apply_profile(const AllocatorProfile& p) {
+    profile = p;
+    // <= 2.10: a fraction of 1.0 still sets a limit (the whole device), so GC stays active.
+    if (config.per_process_memory_fraction && *config.per_process_memory_fraction >= 1.0)
+      allowed = profile.fraction_one_keeps_limit ? std::optional<Bytes>(device.total_memory())
+                                                 : std::nullopt;
+  }
+
   bool gc_enabled() const { return allowed && config.garbage_collection_threshold > 0.0; }
   Bytes max_split() const { return config.max_split_size; }
 
@@ -723,7 +734,7 @@ struct CachingAllocator::Impl : AllocatorState {
       text.allocated = oom.allocated;
       text.reserved = oom.reserved;
       text.private_pool_free = private_pool_free_bytes(*this);
-      oom.message = oom_message(text);
+      oom.message = oom_message(text, profile);
       result.oom = std::move(oom);
       return result;
     }

@@ -53,6 +53,7 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
                        EventSink* sink, const RunOptions& options) {
   const DeviceCallCounts calls_before = device.calls();
   CachingAllocator allocator(config, device, sink);
+  allocator.set_profile(options.profile);
   if (options.allowed_memory)
     allocator.set_allowed_memory(options.allowed_memory);
 

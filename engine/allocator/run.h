@@ -33,6 +33,8 @@ struct RunOptions {
   // allocator before it (CachingAllocator::seed); requests refer to their active blocks by the
   // seeds' tensor ids.
   std::vector<SeedSegment> initial_segments;
+  // The release whose allocator rules apply (CachingAllocator::set_profile).
+  AllocatorProfile profile;
 };
 
 struct RunResult {

@@ -1,6 +1,7 @@
 #include "engine/replay/pool_inference.h"
 
 #include <algorithm>
+#include <set>
 
 namespace fragscope::replay {
 namespace {
@@ -9,15 +10,87 @@ bool inside(std::uint64_t address, std::uint64_t base, Bytes size) {
   return address >= base && address < base + size;
 }
 
+// Seeded segments have no segment_alloc entry: they are numbered from here, after any trace.
+constexpr std::size_t kSeededIndex = std::size_t{1} << 48;
+
+std::vector<alloc::RecordedAddressDevice::RecordedSegment> device_addresses(
+    const PoolInferenceSettings& settings) {
+  // The seeded (non-expandable) segments lead, as in the replay's own device.
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> out;
+  for (const alloc::SeedSegment& seed : settings.initial_segments)
+    if (!seed.expandable)
+      out.push_back({seed.address, seed.size});
+  out.insert(out.end(), settings.recorded_segments.begin(), settings.recorded_segments.end());
+  return out;
+}
+
 }  // namespace
 
 PoolRouter::PoolRouter(PoolInferenceSettings settings)
     : settings_(std::move(settings)),
       simulated_(settings_.capacity.value_or(alloc::kUnlimited), settings_.total_memory),
-      device_(settings_.recorded_segments, simulated_),
+      device_(device_addresses(settings_), simulated_),
       model_(settings_.config, device_, &recorder_) {
+  model_.set_profile(settings_.profile);
   if (settings_.allowed_memory)
     model_.set_allowed_memory(settings_.allowed_memory);
+}
+
+void PoolRouter::seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+                      RequestStream& out) {
+  if (trace_ != &trace)
+    prepare(trace);
+  if (seeds.empty())
+    return;
+  // Final segments the trace never returns or reopens were there all along, in that pool.
+  std::set<std::uint64_t> touched;
+  for (const TraceEvent& e : trace)
+    if (e.action == TraceAction::segment_alloc || e.action == TraceAction::segment_free)
+      touched.insert(e.addr);
+  std::map<std::uint64_t, const SegmentPool*> untouched_final;
+  for (const SegmentPool& segment : settings_.final_segments)
+    if (!touched.contains(segment.address))
+      untouched_final[segment.address] = &segment;
+  for (std::size_t k = 0; k < seeds.size(); ++k) {
+    alloc::SeedSegment& seed = seeds[k];
+    if (seed.expandable)
+      continue;
+    const std::size_t index = kSeededIndex + k;
+    if (auto it = untouched_final.find(seed.address);
+        it != untouched_final.end() && it->second->size == seed.size) {
+      final_pool_[index] = it->second->pool;
+      seed.pool_id = it->second->pool;
+    } else if (auto hint = settings_.hints.segment_pool.find(index);
+               hint != settings_.hints.segment_pool.end()) {
+      seed.pool_id = hint->second;
+    }
+  }
+  const std::vector<std::uint64_t> addresses = model_.seed(seeds);
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < seeds.size(); ++k) {
+    const alloc::SeedSegment& seed = seeds[k];
+    std::size_t active = 0;
+    for (const alloc::SeedBlock& block : seed.blocks) {
+      const std::uint64_t address = addresses[at++];
+      if (block.state == BlockState::active_allocated) {
+        address_of_[block.tensor.value] = address;
+        ++active;
+      } else if (block.state == BlockState::active_pending_free) {
+        pending_[block.tensor.value] = address;
+      }
+    }
+    if (!seed.pool_id.is_default() && !owned_.contains(seed.pool_id)) {
+      // The seed made the pool with its owner's reference, released when the trace frees it.
+      owned_[seed.pool_id] = true;
+      out.pool_index(seed.pool_id);
+      summary_.pools.push_back(seed.pool_id);
+    }
+    if (seed.expandable)
+      continue;
+    live_segments_[seed.address] =
+        LiveSegment{seed.size, seed.pool_id, kSeededIndex + k, seed.stream.value};
+    live_allocs_[seed.address] = active;
+  }
 }
 
 PoolRouter::~PoolRouter() = default;
@@ -347,12 +420,21 @@ void PoolRouter::check_malloc(std::uint64_t model_address) {
 void PoolRouter::check_empty_cache(std::size_t events_before) {
   // The model returned a segment the recording kept: the recorded ones were a private pool's.
   bool extra = false;
+  std::vector<std::uint64_t> returned;
   for (std::size_t i = events_before; i < recorder_.events().size(); ++i) {
     const TraceEvent& e = recorder_.events()[i];
-    if (e.action == TraceAction::segment_free && !burst_.contains(e.addr))
+    if (e.action != TraceAction::segment_free)
+      continue;
+    returned.push_back(e.addr);
+    if (!burst_.contains(e.addr))
       extra = true;
   }
-  if (extra) {
+  // The same segments in another order: the default pools return large before small, so a
+  // recording that returned them otherwise returned a private pool's (a trace that starts
+  // mid-run shows nothing else of that pool).
+  const bool reordered =
+      !extra && returned.size() == burst_order_.size() && returned != burst_order_;
+  if (extra || reordered) {
     for (std::uint64_t address : burst_) {
       if (auto it = live_segments_.find(address); it != live_segments_.end())
         learn_private(it->second.index, it->second.stream);

@@ -48,6 +48,10 @@ struct PoolInferenceSettings {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
   std::vector<SegmentPool> final_segments;
   PoolHints hints;
+  // The state before the first entry of a trace that starts mid-run: its segments' addresses
+  // lead the lockstep model's device (PoolRouter::seed seeds the model).
+  std::vector<alloc::SeedSegment> initial_segments;
+  alloc::AllocatorProfile profile;  // the release rules of the replay
 };
 
 struct PoolInferenceSummary {
@@ -65,6 +69,12 @@ class PoolRouter {
   PoolRouter(const PoolRouter&) = delete;
   PoolRouter& operator=(const PoolRouter&) = delete;
 
+  // The state before the first entry of a trace that starts mid-run (requests_from_trace's
+  // seeds): decides each seeded segment's pool (the final snapshot's segment_pool_id when the
+  // trace never returns it, else what an earlier pass learned, else the default pools), writes
+  // it into the seeds and starts the lockstep model from them.
+  void seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+            RequestStream& out);
   // Before trace entry `index` becomes requests: appends the pool requests it needs first.
   void before_entry(const std::vector<TraceEvent>& trace, std::size_t index, RequestStream& out);
   // After its requests were appended: runs them through the lockstep model.
@@ -81,7 +91,7 @@ class PoolRouter {
   struct LiveSegment {
     Bytes size = 0;
     MempoolId pool;
-    std::size_t index = 0;  // trace index of its segment_alloc
+    std::size_t index = 0;  // trace index of its segment_alloc (seeded: kSeededIndex + k)
     std::uint64_t stream = 0;
   };
 

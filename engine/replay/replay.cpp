@@ -131,6 +131,8 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   std::uint64_t next_tensor = 1;
   if (initial)
     seed_from(*initial, out, live, pending, next_tensor);
+  if (router)
+    router->seed(trace, out.initial_segments, out.requests);
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     if (router)
@@ -248,12 +250,12 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
   const bool recorded_config = !options.config.has_value();
+  const alloc::AllocatorProfile profile =
+      alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
   TraceRequests requests;
-  // Pools are inferred for traces recorded from the start (a mid-run start state has no pools).
-  const bool from_start = initial == nullptr || initial->segment_map().empty();
-  if (from_start && needs_pool_inference(trace, options)) {
+  if (needs_pool_inference(trace, options)) {
     PoolInferenceSettings settings;
     settings.config = config_from_settings(allocator_settings);
     settings.total_memory = options.total_memory;
@@ -261,6 +263,9 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     settings.allowed_memory = options.allowed_memory;
     settings.recorded_segments = recorded_segments(trace);
     settings.final_segments = options.final_segments;
+    settings.profile = profile;
+    if (initial)
+      settings.initial_segments = requests_from_trace({}, initial).initial_segments;
     // Each pass that meets a decision its pool assignment cannot explain learns which segment
     // or pool was different and runs again; the last pass's requests are replayed.
     constexpr std::size_t kMaxPasses = 24;
@@ -302,8 +307,10 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.allowed_memory = options.allowed_memory;
   run_options.check_invariants_every = options.check_invariants_every;
   run_options.initial_segments = requests.initial_segments;
+  run_options.profile = profile;
 
   ReplayResult result;
+  result.profile = profile;
   if (router) {
     result.pools = router->summary();
     result.pools->passes = passes;
@@ -400,6 +407,8 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
   ReplayOptions options = given;
+  if (!options.torch_version)
+    options.torch_version = snapshot.torch_version.profile();
   if (options.final_segments.empty()) {
     for (const snapshot::Segment& segment : snapshot.segments) {
       if (segment.device != static_cast<int>(device) || segment.is_expandable)

@@ -110,6 +110,9 @@ struct ReplayOptions {
   // before every capture). When the recording's num_sync_all_streams is known, the replay
   // makes up the difference with such calls before the first entry, where they release nothing.
   std::optional<std::int64_t> recorded_sync_all_streams;
+  // The release whose allocator rules the model follows (torch-allocator-spec §14): nullopt =
+  // the snapshot's (replay_snapshot: its format's guess or --torch-version), else 2.11.
+  std::optional<TorchVersion> torch_version;
 };
 
 struct Divergence {
@@ -136,6 +139,7 @@ struct ReplayResult {
   std::optional<PoolInferenceSummary> pools;
   std::size_t silent_empty_caches = 0;  // empty_cache calls added for recorded_sync_all_streams
   SeededState seeded;                   // the state seeded before the first entry
+  alloc::AllocatorProfile profile;      // the release rules the model followed
   std::vector<std::string> warnings;    // e.g. the start state could not be rebuilt
 };
 

@@ -23,26 +23,50 @@ const std::string kFixtures = FRAGSCOPE_FIXTURES;
 struct Cut {
   std::string fixture;
   int keep_percent;  // share of the trace kept (its tail)
+  // Instead: cut right before the n-th burst of segment_free entries (0 = the first), so the
+  // trace starts with an empty_cache() call, as when a script empties the cache and then
+  // starts recording.
+  int at_burst = -1;
+  std::string folder = kFixtures;
 };
 
 void PrintTo(const Cut& cut, std::ostream* out) {
-  *out << cut.fixture << " keeping " << cut.keep_percent << "%";
+  *out << cut.fixture;
+  if (cut.at_burst >= 0)
+    *out << " from segment_free burst " << cut.at_burst;
+  else
+    *out << " keeping " << cut.keep_percent << "%";
 }
 
 std::string name_of(const ::testing::TestParamInfo<Cut>& info) {
+  if (info.param.at_burst >= 0)
+    return info.param.fixture + "_burst" + std::to_string(info.param.at_burst);
   return info.param.fixture + "_keep" + std::to_string(info.param.keep_percent);
+}
+
+std::size_t entries_to_drop(const Cut& cut, const std::vector<TraceEvent>& trace) {
+  if (cut.at_burst < 0)
+    return trace.size() - trace.size() * static_cast<std::size_t>(cut.keep_percent) / 100;
+  int burst = -1;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].action == TraceAction::segment_free &&
+        (i == 0 || trace[i - 1].action != TraceAction::segment_free) && ++burst == cut.at_burst)
+      return i;
+  }
+  ADD_FAILURE() << cut.fixture << " has no segment_free burst " << cut.at_burst;
+  return 0;
 }
 
 class MidRunReplay : public ::testing::TestWithParam<Cut> {};
 
 TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
   const Cut cut = GetParam();
-  snapshot::Snapshot snap = snapshot::read_snapshot(kFixtures + "/" + cut.fixture + ".pickle.gz");
-  std::ifstream stats_file(kFixtures + "/" + cut.fixture + ".stats.json");
+  snapshot::Snapshot snap = snapshot::read_snapshot(cut.folder + "/" + cut.fixture + ".pickle.gz");
+  std::ifstream stats_file(cut.folder + "/" + cut.fixture + ".stats.json");
   const nlohmann::json recorded = nlohmann::json::parse(stats_file);
 
   auto& trace = snap.device_traces.at(0);
-  const std::size_t drop = trace.size() - trace.size() * cut.keep_percent / 100;
+  const std::size_t drop = entries_to_drop(cut, trace);
   // The expected segment events and OOM are the full recording's after the cut.
   const std::vector<TraceEvent> tail(trace.begin() + static_cast<std::ptrdiff_t>(drop),
                                      trace.end());
@@ -54,6 +78,8 @@ TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
   ReplayOptions options;
   if (recorded.at("params").contains("cap_gib"))
     options.allowed_memory = recorded.at("params").at("cap_gib").get<Bytes>() << 30;
+  if (recorded.at("params").contains("capacity_bytes"))  // experiments/torch_runner's cap
+    options.allowed_memory = recorded.at("params").at("capacity_bytes").get<Bytes>();
   options.total_memory = recorded.at("total_memory").get<Bytes>();
   options.check_invariants_every = 97;
   const ReplayResult result = replay_snapshot(snap, options);
@@ -87,7 +113,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Cut{"gpt_varlen_default", 37}, Cut{"gpt_varlen_expandable", 50},
                       Cut{"gpt_oom_cap", 50}, Cut{"gpt_oom_cap", 10}, Cut{"gpt_ckpt_accum", 63},
                       Cut{"random_default", 50}, Cut{"random_split64_round4", 20},
-                      Cut{"streams_default", 50}, Cut{"streams_default", 80}),
+                      Cut{"streams_default", 50}, Cut{"streams_default", 80},
+                      Cut{"gpt_oom_cap", 0, 1},
+                      Cut{"cs_varlen_bs6_default", 0, 0, kFixtures + "/../torch-2.11-h200-turn2"}),
+    name_of);
+
+const std::string kGraphFixtures = kFixtures + "/../torch-2.11-h200-graphs";
+
+// CUDA graphs and MemPools: the cut trace starts with segments of private pools alive, and
+// begins right at an empty_cache() call (uncapped runs, so no OOM retry explains the frees).
+INSTANTIATE_TEST_SUITE_P(
+    Torch211H200Graphs, MidRunReplay,
+    ::testing::Values(Cut{"gpt_compile_reduce_overhead", 40, -1, kGraphFixtures},
+                      Cut{"gpt_compile_reduce_overhead", 0, 0, kGraphFixtures},
+                      Cut{"gpt_compile_reduce_overhead", 0, 1, kGraphFixtures},
+                      Cut{"gpt_l4_h768_t512_reduce_overhead", 0, 1, kGraphFixtures},
+                      Cut{"mempool_basic", 0, 0, kGraphFixtures},
+                      Cut{"encoder_infer_two_shapes_reduce_overhead", 0, 0, kGraphFixtures},
+                      Cut{"graph_manual", 0, 0, kGraphFixtures}),
     name_of);
 
 // A trace recorded from torch.cuda.init() seeds nothing.

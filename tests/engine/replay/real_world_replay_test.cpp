@@ -24,24 +24,10 @@ namespace {
 const std::map<std::string, std::string>& not_yet_matched() {
   static const std::map<std::string, std::string> files = [] {
     std::map<std::string, std::string> out;
-    // These open since the reader follows memo references anywhere (issue #13 item 1), and
-    // replay from their start, but the replay diverges: the cause is not diagnosed yet.
-    for (const char* name :
-         {"kkaitlyn111__cs336-a2-systems__memory_2.7b_forward.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_ctx256_forward.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_ctx512_forward.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx128_fullstep_.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx256_forward_.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx256_forward_mixed.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx256_fullstep_.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_forward_.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_forward_mixed.pickle.gz",
-          "kkaitlyn111__cs336-a2-systems__memory_files_memory_ctx512_fullstep_.pickle.gz"})
-      out[name] = "replay diverges after the reader fix: cause not diagnosed yet";
-    // cudaMalloc failed and the allocator released its cache and retried (segment_free before
-    // segment_alloc, no OOM entry): the memory the device had left is not in the snapshot.
-    out["Maphsge4__select_n__snapshot__04d383cd.pickle.gz"] =
-        "device capacity unknown: a cudaMalloc failure the allocator recovered from";
+    // Empty today. The ten kkaitlyn111 files and Maphsge4/select_n were listed until mid-run
+    // traces got the pool inference's empty_cache calls: each trace returns cached segments
+    // (a segment_free burst at its first entries, or before a 172 MiB segment_alloc in an
+    // uncapped run) that a replay without the inferred empty_cache kept.
     return out;
   }();
   return files;
