@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "engine/core/error.h"
+#include "engine/core/malloc_tuning.h"
 #include "fragscope/version.h"
 
 namespace {
@@ -27,6 +28,7 @@ void print_help(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fragscope::use_huge_page_malloc(argv);  // before anything allocates much
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     print_help(std::cout);

@@ -7,7 +7,7 @@ FRAGSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Everything the build, the tests and the GUI need, as Debian 12 package names.
 FRAGSCOPE_BUILD_PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3
-  zlib1g-dev libsqlite3-dev nlohmann-json3-dev
+  zlib1g-dev libzstd-dev libsqlite3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
   clang clang-format libclang-rt-14-dev

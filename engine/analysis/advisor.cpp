@@ -237,6 +237,19 @@ nlohmann::json to_json(const Advice& advice) {
   return j;
 }
 
+std::vector<const WhatIfRow*> rows_filling_the_limit(const Advice& advice) {
+  const Bytes limit = advice.capacity.value_or(advice.device_memory);
+  // Within one large-pool rounding step (20 MiB) of the limit, after freeing segments: the next
+  // cudaMalloc failed there.
+  constexpr Bytes kSlack = 20ull << 20;
+  std::vector<const WhatIfRow*> out;
+  for (const auto& row : advice.table.rows) {
+    if (row.ok && limit > 0 && row.segment_frees > 0 && row.peak_reserved + kSlack >= limit)
+      out.push_back(&row);
+  }
+  return out;
+}
+
 std::string to_text(const Advice& a) {
   using alloc::format_size;
   std::ostringstream out;
@@ -274,6 +287,18 @@ std::string to_text(const Advice& a) {
         << pad(fixed(row.distance_from_ideal(), 2) + "x", 10)
         << pad(std::to_string(row.device_calls()), 14)
         << pad(signed_count(row.extra_device_calls), 8) << fixed(row.step_time_ratio, 2) << "\n";
+  }
+  if (const auto full = rows_filling_the_limit(a); !full.empty()) {
+    std::string names;
+    for (const WhatIfRow* row : full)
+      names += (names.empty() ? "" : ", ") + row->name;
+    out << "note: " << names << " reserved all "
+        << format_size(a.capacity.value_or(a.device_memory))
+        << (a.capacity ? " allowed" : " the device has")
+        << ": the allocator cached freed blocks it could not reuse and called cudaMalloc until it "
+           "failed, then freed cached blocks and went on, as PyTorch does (under "
+           "max_split_size_mb a cached block that large serves only requests less than 20 MiB "
+           "smaller). That peak is the limit, not what the program needs.\n";
   }
   if (const WhatIfRow* best = a.table.best())
     out << "best: " << best->name << " (PYTORCH_CUDA_ALLOC_CONF=\"" << best->alloc_conf << "\")\n";

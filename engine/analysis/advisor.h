@@ -53,6 +53,14 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
 std::vector<StepStart> align_steps(const RequestStream& requests,
                                    std::span<const TraceEvent> model_events);
 
+// Candidates without an OOM whose peak reserved is the whole limit (the allowed memory, else
+// the device): PyTorch's allocator keeps caching freed blocks it cannot reuse (under
+// max_split_size_mb, a cached block at least that large serves only requests less than 20 MiB
+// smaller) and calls cudaMalloc until it fails, then frees cached blocks and goes on
+// (torch-allocator-spec §5.2-5.3). Their peak is the limit, not what the program needs; the
+// text report says so under the table.
+std::vector<const WhatIfRow*> rows_filling_the_limit(const Advice& advice);
+
 Advice advise_snapshot(const snapshot::Snapshot& snapshot, const std::string& input,
                        const AdviseOptions& options);
 // Advises one point of an experiment. Program changes join the candidates: half the micro-batch

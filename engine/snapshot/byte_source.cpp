@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -82,6 +83,37 @@ void ByteSource::start() {
   }
   if (got < raw_.size())
     raw_eof_ = true;
+  // The pickle's size: the input's, or for gzip the last member's ISIZE trailer (the whole size
+  // for the usual single member, mod 2^32), at least the compressed size.
+  std::uint64_t input_size = memory_.size();
+  if (file_ != nullptr) {
+    std::error_code error;
+    input_size = std::filesystem::file_size(name_, error);
+    if (error)
+      input_size = 0;
+  }
+  size_hint_ = input_size;
+  if (gzip_ && input_size >= 4) {
+    std::uint8_t trailer[4] = {};
+    bool have_trailer = false;
+    if (file_ == nullptr) {
+      std::memcpy(trailer, memory_.data() + memory_.size() - 4, 4);
+      have_trailer = true;
+    } else if (raw_eof_) {
+      have_trailer = got >= 4;
+      if (have_trailer)
+        std::memcpy(trailer, raw_.data() + got - 4, 4);
+    } else if (const long here = std::ftell(file_);
+               here >= 0 && std::fseek(file_, -4, SEEK_END) == 0) {
+      have_trailer = std::fread(trailer, 1, 4, file_) == 4;
+      std::fseek(file_, here, SEEK_SET);
+    }
+    if (have_trailer) {
+      const std::uint64_t isize = std::uint64_t{trailer[0]} | std::uint64_t{trailer[1]} << 8 |
+                                  std::uint64_t{trailer[2]} << 16 | std::uint64_t{trailer[3]} << 24;
+      size_hint_ = std::max(isize, input_size);
+    }
+  }
 }
 
 std::size_t ByteSource::fill() {

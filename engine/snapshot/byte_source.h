@@ -28,6 +28,9 @@ class ByteSource {
   // Appends exactly `n` bytes to `out`; false when the input ends first.
   bool read_into(std::string& out, std::uint64_t n);
   std::uint64_t offset() const { return consumed_; }
+  // About how many bytes the pickle has (gzip's recorded size, mod 4 GiB, for a compressed
+  // input), for sizing buffers up front; never trusted as a limit. 0 when unknown.
+  std::uint64_t size_hint() const { return size_hint_; }
   bool compressed() const { return gzip_; }
   const std::string& name() const { return name_; }
 
@@ -55,6 +58,7 @@ class ByteSource {
   std::uint64_t consumed_ = 0;
   std::uint64_t produced_ = 0;
   std::uint64_t raw_read_ = 0;
+  std::uint64_t size_hint_ = 0;
 };
 
 }  // namespace fragscope::snapshot

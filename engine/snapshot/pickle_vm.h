@@ -140,6 +140,12 @@ class Machine {
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
   std::uint64_t text_bytes_ = 0;
+  // Reservations from the input's size (see the constructor): pickle bytes per memo entry and per
+  // trace entry in the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).
+  static constexpr std::uint64_t kBytesPerMemo = 8;
+  static constexpr std::uint64_t kBytesPerTraceEntry = 24;
+  static constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{1} << 30;
+  std::size_t event_list_reserve_ = 0;
 };
 
 }  // namespace fragscope::snapshot::pickle

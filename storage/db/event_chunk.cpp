@@ -69,7 +69,7 @@ std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, Serie
   return series;
 }
 
-std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
+std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec) {
   const std::size_t count = chunk.events.size();
   const bool has_labels = !chunk.labels.empty();
   std::array<std::vector<std::uint8_t>, kColumnCount> columns;
@@ -108,7 +108,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
   }
 
   // A column of zeros (no stacks, one stream, trace-derived series) is left out entirely: less
-  // for zlib to chew through, which is most of the ingest time.
+  // for the codec to chew through.
   std::uint64_t zero_columns = 0;
   for (std::size_t c = kAddress; c < kColumnCount; ++c) {
     auto& column = columns[c];
@@ -139,7 +139,7 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk) {
   put_signed(blob, chunk.start.active);
   put_signed(blob, chunk.start.requested);
   put_varint(blob, payload.size());
-  const auto compressed = deflate_bytes(payload);
+  const auto compressed = compress_bytes(payload, codec);
   blob.insert(blob.end(), compressed.begin(), compressed.end());
   return blob;
 }

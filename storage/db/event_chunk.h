@@ -1,8 +1,9 @@
 #pragma once
 // Events on disk: up to kEventsPerChunk consecutive events of a run in one blob of packed
 // columns (action, address delta, size, stream delta, time delta, stack, label, series
-// residuals), zlib-compressed. Column order groups like values, so a chunk of a real trace costs
-// well under 16 bytes per event, and each chunk decodes on its own.
+// residuals), zstd-compressed (zlib in databases written before zstd). Column order groups like
+// values, so a chunk of a real trace costs well under 16 bytes per event, and each chunk decodes
+// on its own.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
+#include "storage/db/packing.h"
 
 namespace fragscope::storage {
 
@@ -44,7 +46,9 @@ struct EventChunk {
   std::vector<LabelId> labels;      // empty (no labels) or one per event
 };
 
-std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk);
+// `codec`: zstd for everything stored; zlib only to compare codecs and to write old-format blobs in
+// tests (decode_chunk reads both).
+std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec = BlobCodec::zstd);
 // `what` names the blob in errors, e.g. "run 3, events 65536..": a corrupt blob is a
 // DatabaseError, never undefined behaviour.
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what);

@@ -1,7 +1,8 @@
 #pragma once
 // Byte packing shared by the blob formats of storage/db (event chunks, timeline levels, segment
-// keyframes): LEB128 varints, zigzag for signed deltas, and zlib around a whole payload. Readers
-// never trust a blob: a truncated or overlong value is a DatabaseError naming the blob.
+// keyframes): LEB128 varints, zigzag for signed deltas, and zstd (or, in older databases, zlib)
+// around a whole payload. Readers never trust a blob: a truncated or overlong value is a
+// DatabaseError naming the blob.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -82,9 +83,14 @@ class ByteReader {
   std::string what_;
 };
 
-// zlib at a fast level: ingest speed matters more than the last few percent of size.
+// The codecs of stored blobs. zstd (level 1) is what ingest writes: zlib was ~78 % of ingest time;
+// zlib blobs from older databases stay readable (inflate_bytes tells them apart by zstd's frame
+// magic, so a blob needs no codec tag and no migration rewrites old rows).
+enum class BlobCodec : std::uint8_t { zlib, zstd };
+std::vector<std::uint8_t> compress_bytes(std::span<const std::uint8_t> raw, BlobCodec codec);
+// compress_bytes with the codec new blobs are written in (zstd).
 std::vector<std::uint8_t> deflate_bytes(std::span<const std::uint8_t> raw);
-// `expected_size` comes from the blob's header; a mismatch means a corrupt blob.
+// Either codec; `expected_size` comes from the blob's header; a mismatch means a corrupt blob.
 std::vector<std::uint8_t> inflate_bytes(std::span<const std::uint8_t> compressed,
                                         std::size_t expected_size, const std::string& what);
 

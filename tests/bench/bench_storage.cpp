@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/snapshot/snapshot.h"
+#include "storage/db/event_chunk.h"
 #include "storage/db/run_store.h"
 #include "storage/storage_test_util.h"
 
@@ -110,6 +111,57 @@ void BM_IngestRealTrace(benchmark::State& state) {
   state.counters["bytes_per_event"] = bytes_per_event;
 }
 BENCHMARK(BM_IngestRealTrace)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+// The ingest codec alone: the real trace's events in stored chunks, encoded (packing + codec) and
+// decoded with zlib (what databases before zstd hold) and zstd (what ingest writes now).
+// bytes_per_event is the compressed size: the ratio of the two codecs is the size cost.
+void BM_ChunkCodec(benchmark::State& state) {
+  const auto codec = static_cast<BlobCodec>(state.range(0));
+  const auto& events = real_trace();
+  std::vector<EventChunk> chunks;
+  for (std::size_t i = 0; i < events.size(); i += kEventsPerChunk) {
+    EventChunk chunk;
+    chunk.events.assign(
+        events.begin() + static_cast<std::ptrdiff_t>(i),
+        events.begin() + static_cast<std::ptrdiff_t>(std::min(events.size(), i + kEventsPerChunk)));
+    chunk.series = derive_series(chunk.events);
+    chunks.push_back(std::move(chunk));
+  }
+  std::size_t stored = 0;
+  for (auto _ : state) {
+    stored = 0;
+    for (const auto& chunk : chunks) {
+      const auto blob = encode_chunk(chunk, codec);
+      stored += blob.size();
+      benchmark::DoNotOptimize(blob.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+  state.counters["bytes_per_event"] =
+      static_cast<double>(stored) / static_cast<double>(events.size());
+  state.SetLabel(codec == BlobCodec::zstd ? "zstd" : "zlib");
+}
+BENCHMARK(BM_ChunkCodec)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_ChunkDecode(benchmark::State& state) {
+  const auto codec = static_cast<BlobCodec>(state.range(0));
+  const auto& events = real_trace();
+  std::vector<std::vector<std::uint8_t>> blobs;
+  for (std::size_t i = 0; i < events.size(); i += kEventsPerChunk) {
+    EventChunk chunk;
+    chunk.events.assign(
+        events.begin() + static_cast<std::ptrdiff_t>(i),
+        events.begin() + static_cast<std::ptrdiff_t>(std::min(events.size(), i + kEventsPerChunk)));
+    chunk.series = derive_series(chunk.events);
+    blobs.push_back(encode_chunk(chunk, codec));
+  }
+  for (auto _ : state)
+    for (const auto& blob : blobs)
+      benchmark::DoNotOptimize(decode_chunk(blob, "bench"));
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+  state.SetLabel(codec == BlobCodec::zstd ? "zstd" : "zlib");
+}
+BENCHMARK(BM_ChunkDecode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One stored 1.2M-event run shared by the read benchmarks.
 struct StoredRun {

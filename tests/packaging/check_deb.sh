@@ -30,7 +30,7 @@ done
 expect_file /usr/share/fragscope/experiments/case-study-1.2b-a100-40gb.json
 expect_file /usr/share/fragscope/experiments/torch_runner/torch_runner.py
 grep -q '^Package: fragscope$' "$work/control" || { echo "wrong package name"; status=1; }
-for dep in libqt6widgets6 libsqlite3-0 zlib1g; do
+for dep in libqt6widgets6 libsqlite3-0 zlib1g libzstd1; do
   grep -q "$dep" "$work/control" || { echo "Depends lacks $dep: $(cat "$work/control")"; status=1; }
 done
 if [ $status -eq 0 ]; then

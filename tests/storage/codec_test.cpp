@@ -52,6 +52,33 @@ TEST(EventChunk, ARealisticChunkIsCompact) {
   std::cout << "synthetic chunk: " << per_event << " bytes/event\n";
 }
 
+// Databases written before zstd hold zlib blobs: they must read back unchanged, and a damaged
+// blob of either codec is an error.
+TEST(EventChunk, ReadsZlibChunksOfOlderDatabasesAndZstdChunks) {
+  EventChunk chunk;
+  chunk.events = synthetic_trace(4000, 5);
+  chunk.series = derive_series(chunk.events);
+  for (const BlobCodec codec : {BlobCodec::zlib, BlobCodec::zstd}) {
+    const auto blob = encode_chunk(chunk, codec);
+    const EventChunk decoded = decode_chunk(blob, "run 1");
+    EXPECT_EQ(decoded.events, chunk.events);
+    EXPECT_EQ(decoded.series, chunk.series);
+    for (std::size_t at : {blob.size() - 3, blob.size() / 2, blob.size() - blob.size() / 4}) {
+      auto damaged = blob;
+      damaged[at] ^= 0x24;
+      EXPECT_THROW(decode_chunk(damaged, "run 1"), DatabaseError) << "byte " << at;
+    }
+  }
+  // New blobs are zstd frames (magic 28 b5 2f fd after the header).
+  const auto raw = std::vector<std::uint8_t>(1000, 7);
+  const auto zstd = compress_bytes(raw, BlobCodec::zstd);
+  ASSERT_GE(zstd.size(), 4u);
+  EXPECT_EQ(zstd[0], 0x28);
+  EXPECT_EQ(inflate_bytes(deflate_bytes(raw), raw.size(), "blob"), raw);
+  EXPECT_EQ(inflate_bytes(compress_bytes(raw, BlobCodec::zlib), raw.size(), "blob"), raw);
+  EXPECT_THROW(inflate_bytes(zstd, raw.size() + 1, "blob"), DatabaseError);
+}
+
 TEST(EventChunk, CorruptBlobsAreErrorsNotCrashes) {
   EventChunk chunk;
   chunk.events = synthetic_trace(3000, 2);

@@ -120,3 +120,50 @@ TEST(AdvisorFixture, GptOomCap) {
 
 }  // namespace
 }  // namespace fragscope::analysis
+
+namespace fragscope::analysis {
+namespace {
+
+// Issue #19: advise reported ~140 GiB peak reserved for max_split_size_mb candidates on a 64 GiB
+// trace. That is the device's whole memory, and right: shrinking requests each above the split
+// limit cannot reuse the larger cached blocks (only blocks less than 20 MiB larger), so every one
+// is a new cudaMalloc until the device is full, then cached blocks are freed. The baseline
+// splits the first block and reserves it only. The report must say why such a row peaks there.
+TEST(AdviceText, ExplainsRowsWhosePeakIsTheWholeDevice) {
+  RequestStream s;
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    s.requests.push_back(
+        Request{RequestOp::malloc, TensorId{i + 1}, (1000 - 20 * i) * kMiB, StreamId{}, LabelId{}});
+    s.requests.push_back(Request{RequestOp::free, TensorId{i + 1}, 0, StreamId{}, LabelId{}});
+  }
+  Advice advice;
+  advice.device_memory = 4096 * kMiB;
+  WhatIfOptions options;
+  options.device_memory = advice.device_memory;
+  Mitigation baseline;
+  baseline.name = "baseline";
+  Mitigation split_limit;
+  split_limit.name = "max_split_size_mb:64";
+  split_limit.alloc_conf = "max_split_size_mb:64";
+  split_limit.config = alloc::AllocatorConfig::parse(split_limit.alloc_conf);
+  advice.table = run_what_if(s, {baseline, split_limit}, options);
+  ASSERT_EQ(advice.table.rows.size(), 2u);
+  const WhatIfRow& split =
+      advice.table.rows[0].candidate == 1 ? advice.table.rows[0] : advice.table.rows[1];
+  const WhatIfRow& base_row = *advice.table.baseline();
+  EXPECT_TRUE(split.ok);
+  EXPECT_GT(split.segment_frees, 0u);
+  EXPECT_GE(split.peak_reserved + 20 * kMiB, advice.device_memory);
+  EXPECT_LE(base_row.peak_reserved, 1000 * kMiB);
+
+  const auto full = rows_filling_the_limit(advice);
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_EQ(full.front()->name, "max_split_size_mb:64");
+  const std::string text = to_text(advice);
+  EXPECT_NE(text.find("note: max_split_size_mb:64 reserved all 4.00 GiB the device has"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace fragscope::analysis

@@ -1,0 +1,304 @@
+// RunStore, ingest: a run's events go in as they come (chunks compressed on a worker thread,
+// segment keyframes, timeline levels), committed at finish_run.
+#include <algorithm>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "storage/db/packing.h"
+#include "storage/db/run_store.h"
+#include "storage/db/run_store_internal.h"
+
+namespace fragscope::storage {
+
+using run_store_detail::kCategoryNames;
+using run_store_detail::now_iso8601;
+using run_store_detail::plus;
+using run_store_detail::series_max;
+
+// --- Ingest ---
+
+template <typename Work>
+void RunStore::abort_on_failure(Work&& work) {
+  try {
+    work();
+  } catch (...) {
+    // A failed write (disk full, I/O error) leaves the transaction unusable: roll the run back
+    // so the store stays usable and the database holds exactly what it held before begin_run.
+    ingest_.reset();
+    throw;
+  }
+}
+
+RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoint start) {
+  if (ingest_)
+    throw DatabaseError(db_->path() + ": run " + std::to_string(ingest_->run.value) +
+                        " is still being written; finish or cancel it first");
+  if (record.experiment) {
+    auto check = db_->prepare("SELECT 1 FROM experiments WHERE id = ?");
+    check.bind_int(1, record.experiment->value);
+    if (!check.step())
+      throw DatabaseError(db_->path() + ": no experiment with id " +
+                          std::to_string(record.experiment->value));
+  }
+  if (record.twin_run)
+    require_run(*record.twin_run);
+
+  auto ingest = std::make_unique<Ingest>(*db_, RunId{});
+  auto insert = db_->prepare(
+      "INSERT INTO runs(experiment_id, name, source, alloc_config, capacity, device_name, status, "
+      "created_at, wall_seconds, torch_version, cuda_version, driver_version, gpu_name, "
+      "gpu_memory, fragscope_version, git_revision, host, twin_run, summary, event_count) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)");
+  if (record.experiment)
+    insert.bind_int(1, record.experiment->value);
+  else
+    insert.bind_null(1);
+  const Environment& env = record.environment;
+  insert.bind_text(2, record.name)
+      .bind_text(3, to_string(record.source))
+      .bind_text(4, record.alloc_config)
+      .bind_int(5, static_cast<std::int64_t>(record.capacity))
+      .bind_text(6, record.device_name)
+      .bind_text(7, to_string(record.status))
+      .bind_text(8, now_iso8601())
+      .bind_double(9, record.wall_seconds)
+      .bind_text(10, env.torch_version)
+      .bind_text(11, env.cuda_version)
+      .bind_text(12, env.driver_version)
+      .bind_text(13, env.gpu_name)
+      .bind_int(14, static_cast<std::int64_t>(env.gpu_memory))
+      .bind_text(15, env.fragscope_version)
+      .bind_text(16, env.git_revision)
+      .bind_text(17, env.host);
+  if (record.twin_run)
+    insert.bind_int(18, record.twin_run->value);
+  else
+    insert.bind_null(18);
+  insert.bind_text(19, record.summary.is_null() ? "{}" : record.summary.dump());
+  insert.run();
+  ingest->run = RunId{db_->last_insert_rowid()};
+  ingest->segments = initial;
+  ingest->buffer.start = start;
+  ingest->current = start;
+  ingest->peak = start;
+  ingest->write_keyframe();
+  ingest_ = std::move(ingest);
+  return ingest_->run;
+}
+
+RunStore::Ingest& RunStore::ingest_for(RunId run) {
+  if (!ingest_ || ingest_->run != run)
+    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+                        " is not being written by this store (begin_run first)");
+  return *ingest_;
+}
+
+void RunStore::append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns) {
+  Ingest& ingest = ingest_for(run);
+  abort_on_failure([&] { append_to(ingest, events, columns); });
+}
+
+void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns) {
+  const RunId run = ingest.run;
+  if (!columns.series.empty() && columns.series.size() != events.size())
+    throw DatabaseError("append_events: " + std::to_string(columns.series.size()) +
+                        " series points for " + std::to_string(events.size()) + " events");
+  if (!columns.labels.empty() && columns.labels.size() != events.size())
+    throw DatabaseError("append_events: " + std::to_string(columns.labels.size()) + " labels for " +
+                        std::to_string(events.size()) + " events");
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    EventChunk& buffer = ingest.buffer;
+    if (!columns.labels.empty() && buffer.labels.size() < buffer.events.size())
+      buffer.labels.resize(buffer.events.size());  // earlier events of this chunk: unlabelled
+    const TraceEvent& event = events[i];
+    const SeriesPoint after =
+        columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
+    const std::uint64_t index = ingest.event_count();
+    buffer.events.push_back(event);
+    buffer.series.push_back(after);
+    if (!buffer.labels.empty())
+      buffer.labels.push_back(columns.labels.empty() ? LabelId{} : columns.labels[i]);
+    ingest.current = after;
+    ingest.peak = series_max(ingest.peak, after);
+    ingest.timeline.add(index, event, after);
+    if (buffer.events.size() == kEventsPerChunk)
+      flush_chunk(ingest);
+  }
+  write_timeline_rows(run, ingest.timeline.take_full_rows());
+}
+
+void RunStore::flush_chunk(Ingest& ingest) {
+  EventChunk& buffer = ingest.buffer;
+  if (buffer.events.empty())
+    return;
+  ingest.write_pending_chunks(Ingest::kMaxPending - 1);
+  // The keyframe of the next chunk is the state after this one.
+  for (const auto& event : buffer.events)
+    ingest.segments.apply(event);
+  // Compressing a chunk is most of the ingest cost: it runs on another core while this thread
+  // fills the next chunk. Rows are still written in order, on this connection's thread.
+  Ingest::PendingChunk pending;
+  pending.first_event = ingest.flushed;
+  pending.count = buffer.events.size();
+  pending.first_time_us = buffer.events.front().time_us;
+  pending.last_time_us = buffer.events.back().time_us;
+  pending.blob =
+      std::async(std::launch::async, [chunk = std::move(buffer)] { return encode_chunk(chunk); });
+  ingest.flushed += pending.count;
+  ingest.pending.push_back(std::move(pending));
+  buffer = EventChunk{};
+  buffer.start = ingest.current;
+  ingest.write_keyframe();
+}
+
+void RunStore::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {
+  if (rows.empty())
+    return;
+  auto insert = db_->prepare(
+      "INSERT INTO timeline_levels(run_id, level, first_bucket, bucket_count, data) "
+      "VALUES (?, ?, ?, ?, ?)");
+  for (const auto& row : rows) {
+    insert.bind_int(1, run.value)
+        .bind_int(2, row.level)
+        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
+        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
+        .bind_blob(5, encode_buckets(row.buckets));
+    insert.run();
+    insert.reset();
+  }
+}
+
+void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
+  ingest_for(run);
+  abort_on_failure([&] { write_frame_stacks(run, stacks); });
+}
+
+void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
+  for (const char* table : {"strings", "frames", "frame_stacks"}) {
+    auto erase = db_->prepare(std::string("DELETE FROM ") + table + " WHERE run_id = ?");
+    erase.bind_int(1, run.value);
+    erase.run();
+  }
+  auto insert_string = db_->prepare("INSERT INTO strings(run_id, id, text) VALUES (?, ?, ?)");
+  auto insert_frame = db_->prepare(
+      "INSERT INTO frames(run_id, id, filename_id, line, name_id) VALUES (?, ?, ?, ?, ?)");
+  auto insert_stack =
+      db_->prepare("INSERT INTO frame_stacks(run_id, id, frame_ids) VALUES (?, ?, ?)");
+  std::map<std::string, std::int64_t, std::less<>> strings;
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::int64_t> frames;
+  auto intern_string = [&](const std::string& text) {
+    auto [it, inserted] = strings.try_emplace(text, static_cast<std::int64_t>(strings.size()) + 1);
+    if (inserted) {
+      insert_string.bind_int(1, run.value).bind_int(2, it->second).bind_text(3, text);
+      insert_string.run();
+      insert_string.reset();
+    }
+    return it->second;
+  };
+  for (std::size_t s = 0; s < stacks.size(); ++s) {
+    std::vector<std::uint8_t> ids;
+    for (const auto& frame : stacks[s]) {
+      const auto key =
+          std::make_tuple(intern_string(frame.filename), frame.line, intern_string(frame.name));
+      auto [it, inserted] = frames.try_emplace(key, static_cast<std::int64_t>(frames.size()) + 1);
+      if (inserted) {
+        insert_frame.bind_int(1, run.value)
+            .bind_int(2, it->second)
+            .bind_int(3, std::get<0>(key))
+            .bind_int(4, std::get<1>(key))
+            .bind_int(5, std::get<2>(key));
+        insert_frame.run();
+        insert_frame.reset();
+      }
+      put_varint(ids, static_cast<std::uint64_t>(it->second));
+    }
+    insert_stack.bind_int(1, run.value)
+        .bind_int(2, static_cast<std::int64_t>(s) + 1)
+        .bind_blob(3, ids);
+    insert_stack.run();
+    insert_stack.reset();
+  }
+}
+
+void RunStore::set_labels(RunId run, std::span<const RequestLabel> labels) {
+  ingest_for(run);
+  abort_on_failure([&] { write_labels(run, labels); });
+}
+
+void RunStore::write_labels(RunId run, std::span<const RequestLabel> labels) {
+  auto erase = db_->prepare("DELETE FROM run_labels WHERE run_id = ?");
+  erase.bind_int(1, run.value);
+  erase.run();
+  auto insert = db_->prepare(
+      "INSERT INTO run_labels(run_id, id, category, op, layer) VALUES (?, ?, ?, ?, ?)");
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    insert.bind_int(1, run.value)
+        .bind_int(2, static_cast<std::int64_t>(i))
+        .bind_text(3, kCategoryNames[static_cast<std::size_t>(labels[i].category)])
+        .bind_text(4, labels[i].op)
+        .bind_int(5, labels[i].layer);
+    insert.run();
+    insert.reset();
+  }
+}
+
+void RunStore::add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report) {
+  const bool in_ingest = ingest_ && ingest_->run == run;
+  std::optional<Transaction> transaction;
+  if (!in_ingest) {
+    require_run(run);
+    transaction.emplace(*db_);
+  }
+  auto insert =
+      db_->prepare("INSERT INTO oom_reports(run_id, event_index, report) VALUES (?, ?, ?)");
+  insert.bind_int(1, run.value)
+      .bind_int(2, static_cast<std::int64_t>(event_index))
+      .bind_text(3, report.dump());
+  insert.run();
+  if (transaction)
+    transaction->commit();
+}
+
+RunRecord RunStore::finish_run(RunId run, RunStatus status, const nlohmann::json& summary,
+                               double wall_seconds, const CancelToken& cancel) {
+  Ingest& ingest = ingest_for(run);
+  abort_on_failure([&] { commit_ingest(ingest, status, summary, wall_seconds, cancel); });
+  ingest_.reset();
+  return this->run(run);
+}
+
+void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
+                             double wall_seconds, const CancelToken& cancel) {
+  const RunId run = ingest.run;
+  flush_chunk(ingest);
+  ingest.write_pending_chunks(0);
+  write_timeline_rows(run, ingest.timeline.finish());
+
+  nlohmann::json merged = summary.is_object() ? summary : nlohmann::json::object();
+  merged["events"] = ingest.event_count();
+  merged["peaks"] = {{"allocated", ingest.peak.allocated},
+                     {"reserved", ingest.peak.reserved},
+                     {"active", ingest.peak.active},
+                     {"requested", ingest.peak.requested}};
+  merged["final"] = {{"allocated", ingest.current.allocated},
+                     {"reserved", ingest.current.reserved},
+                     {"active", ingest.current.active},
+                     {"requested", ingest.current.requested}};
+  auto update = db_->prepare(
+      "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
+  update.bind_text(1, to_string(status))
+      .bind_double(2, wall_seconds)
+      .bind_text(3, merged.dump())
+      .bind_int(4, static_cast<std::int64_t>(ingest.event_count()))
+      .bind_int(5, run.value);
+  update.run();
+  cancel.throw_if_cancelled();
+  ingest.transaction.commit();
+}
+
+void RunStore::cancel_run(RunId run) {
+  ingest_for(run);
+  ingest_.reset();  // the Transaction's destructor rolls everything back
+}
+}  // namespace fragscope::storage

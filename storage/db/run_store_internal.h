@@ -1,0 +1,106 @@
+#pragma once
+// Private to storage/db/run_store*.cpp: RunStore is one class split by concern into the catalog
+// (run_store.cpp: runs, experiments, comparisons, reports), ingest (run_store_ingest.cpp) and
+// reading a run (run_store_read.cpp). What those files share lives here.
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <future>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "storage/db/run_store.h"
+
+namespace fragscope::storage::run_store_detail {
+
+inline constexpr std::array<std::string_view, 7> kCategoryNames = {
+    "unknown", "parameter", "gradient", "optimizer_state", "activation", "temporary", "input"};
+
+std::string now_iso8601();
+Category category_from_string(std::string_view text);
+// `what` names the row in the DatabaseError a corrupt value gives.
+nlohmann::json parse_json(const std::string& text, const std::string& what);
+
+inline SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
+          a.requested + b.requested};
+}
+
+inline SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
+  return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
+}
+
+}  // namespace fragscope::storage::run_store_detail
+
+namespace fragscope::storage {
+
+// The state of the run being written: its transaction, the chunk being filled, the segment map
+// and series after the last event, and the timeline levels being built.
+struct RunStore::Ingest {
+  RunId run{};
+  Transaction transaction;
+  std::uint64_t flushed = 0;  // events already written as chunks
+  EventChunk buffer;          // the chunk being filled; buffer.start = series before it
+  SeriesPoint current;        // the series after the last event
+  SeriesPoint peak;
+  SegmentMap segments;  // after the last event
+  TimelineBuilder timeline;
+  Statement insert_chunk;
+  Statement insert_keyframe;
+
+  Ingest(Database& db, RunId id)
+      : run(id),
+        transaction(db),
+        insert_chunk(db,
+                     "INSERT INTO event_chunks(run_id, first_event, event_count, first_time_us, "
+                     "last_time_us, data) VALUES (?, ?, ?, ?, ?, ?)"),
+        insert_keyframe(db,
+                        "INSERT OR REPLACE INTO segment_keyframes(run_id, event_index, data) "
+                        "VALUES (?, ?, ?)") {}
+
+  std::uint64_t event_count() const { return flushed + buffer.events.size(); }
+
+  // Chunks being compressed in the background, oldest first.
+  struct PendingChunk {
+    std::uint64_t first_event = 0;
+    std::uint64_t count = 0;
+    std::int64_t first_time_us = 0;
+    std::int64_t last_time_us = 0;
+    std::future<std::vector<std::uint8_t>> blob;
+  };
+  std::deque<PendingChunk> pending;
+  // Two chunks in flight keep both cores of a small machine busy without holding much memory.
+  static constexpr std::size_t kMaxPending = 2;
+
+  // Writes pending chunks, oldest first, until at most `keep` remain.
+  void write_pending_chunks(std::size_t keep) {
+    while (pending.size() > keep) {
+      PendingChunk& oldest = pending.front();
+      const auto blob = oldest.blob.get();
+      insert_chunk.bind_int(1, run.value)
+          .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
+          .bind_int(3, static_cast<std::int64_t>(oldest.count))
+          .bind_int(4, oldest.first_time_us)
+          .bind_int(5, oldest.last_time_us)
+          .bind_blob(6, blob);
+      pending.pop_front();
+      insert_chunk.run();
+      insert_chunk.reset();
+    }
+  }
+
+  void write_keyframe() {
+    const auto blob = segments.serialize();
+    insert_keyframe.bind_int(1, run.value)
+        .bind_int(2, static_cast<std::int64_t>(event_count()))
+        .bind_blob(3, blob);
+    insert_keyframe.run();
+    insert_keyframe.reset();
+  }
+};
+
+}  // namespace fragscope::storage

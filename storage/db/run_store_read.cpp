@@ -1,0 +1,367 @@
+// RunStore, reading a run: events, series, labels, stacks, timelines and the segment state at
+// any event, from the stored chunks and keyframes.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "storage/db/packing.h"
+#include "storage/db/run_store.h"
+#include "storage/db/run_store_internal.h"
+
+namespace fragscope::storage {
+
+using run_store_detail::category_from_string;
+using run_store_detail::parse_json;
+
+// --- Reading a run ---
+
+EventChunk RunStore::load_chunk(RunId run, std::uint64_t chunk_first) {
+  auto query = db_->prepare("SELECT data FROM event_chunks WHERE run_id = ? AND first_event = ?");
+  query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(chunk_first));
+  if (!query.step())
+    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+                        " has no event chunk at event " + std::to_string(chunk_first));
+  return decode_chunk(query.column_blob(0), db_->path() + ": run " + std::to_string(run.value) +
+                                                ", events from " + std::to_string(chunk_first));
+}
+
+std::vector<EventChunk> RunStore::load_chunks(RunId run, std::uint64_t first, std::uint64_t end) {
+  // Chunks are aligned to kEventsPerChunk, so the ones covering [first, end) are known.
+  std::vector<EventChunk> chunks;
+  if (end <= first)
+    return chunks;
+  auto query = db_->prepare(
+      "SELECT first_event, data FROM event_chunks WHERE run_id = ? AND first_event >= ? AND "
+      "first_event < ? ORDER BY first_event");
+  const std::uint64_t aligned = first - first % kEventsPerChunk;
+  query.bind_int(1, run.value)
+      .bind_int(2, static_cast<std::int64_t>(aligned))
+      .bind_int(3, static_cast<std::int64_t>(end));
+  while (query.step()) {
+    chunks.push_back(decode_chunk(query.column_blob(1),
+                                  db_->path() + ": run " + std::to_string(run.value) +
+                                      ", events from " + std::to_string(query.column_int(0))));
+  }
+  return chunks;
+}
+
+std::vector<TraceEvent> RunStore::events(RunId run, std::uint64_t first, std::uint64_t end) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<TraceEvent> out;
+  if (end <= first)
+    return out;
+  out.reserve(static_cast<std::size_t>(end - first));
+  std::uint64_t index = first - first % kEventsPerChunk;
+  for (const auto& chunk : load_chunks(run, first, end)) {
+    for (const auto& event : chunk.events) {
+      if (index >= first && index < end)
+        out.push_back(event);
+      ++index;
+    }
+  }
+  return out;
+}
+
+std::vector<SeriesPoint> RunStore::series(RunId run, std::uint64_t first, std::uint64_t end) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<SeriesPoint> out;
+  if (end <= first)
+    return out;
+  std::uint64_t index = first - first % kEventsPerChunk;
+  for (const auto& chunk : load_chunks(run, first, end)) {
+    for (const auto& point : chunk.series) {
+      if (index >= first && index < end)
+        out.push_back(point);
+      ++index;
+    }
+  }
+  return out;
+}
+
+std::vector<LabelId> RunStore::labels_of_events(RunId run, std::uint64_t first, std::uint64_t end) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<LabelId> out;
+  if (end <= first)
+    return out;
+  std::uint64_t index = first - first % kEventsPerChunk;
+  for (const auto& chunk : load_chunks(run, first, end)) {
+    for (std::size_t i = 0; i < chunk.events.size(); ++i, ++index) {
+      if (index >= first && index < end)
+        out.push_back(chunk.labels.empty() ? LabelId{} : chunk.labels[i]);
+    }
+  }
+  return out;
+}
+
+std::vector<RunLabel> RunStore::labels(RunId run) {
+  auto query =
+      db_->prepare("SELECT id, category, op, layer FROM run_labels WHERE run_id = ? ORDER BY id");
+  query.bind_int(1, run.value);
+  std::vector<RunLabel> out;
+  while (query.step()) {
+    RunLabel label;
+    label.id = LabelId{static_cast<std::uint32_t>(query.column_int(0))};
+    label.label.category = category_from_string(query.column_text(1));
+    label.label.op = query.column_text(2);
+    label.label.layer = static_cast<int>(query.column_int(3));
+    out.push_back(std::move(label));
+  }
+  return out;
+}
+
+std::vector<StackFrame> RunStore::frame_stack(RunId run, FrameStackId stack) {
+  std::vector<StackFrame> frames;
+  if (stack.value == 0)
+    return frames;
+  auto query = db_->prepare("SELECT frame_ids FROM frame_stacks WHERE run_id = ? AND id = ?");
+  query.bind_int(1, run.value).bind_int(2, stack.value);
+  if (!query.step())
+    return frames;
+  const auto blob = query.column_blob(0);
+  const std::vector<std::uint8_t> ids(blob.begin(), blob.end());
+  ByteReader in(ids, db_->path() + ": run " + std::to_string(run.value) + ", stack " +
+                         std::to_string(stack.value));
+  auto frame_query = db_->prepare(
+      "SELECT f.line, file.text, name.text FROM frames f "
+      "JOIN strings file ON file.run_id = f.run_id AND file.id = f.filename_id "
+      "JOIN strings name ON name.run_id = f.run_id AND name.id = f.name_id "
+      "WHERE f.run_id = ? AND f.id = ?");
+  while (!in.at_end()) {
+    frame_query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(in.varint()));
+    if (!frame_query.step())
+      in.fail("stack refers to a missing frame");
+    frames.push_back(StackFrame{frame_query.column_text(1), frame_query.column_int(0),
+                                frame_query.column_text(2)});
+    frame_query.reset();
+  }
+  return frames;
+}
+
+std::vector<std::vector<StackFrame>> RunStore::frame_stacks(RunId run) {
+  std::unordered_map<std::int64_t, std::string> strings;
+  auto string_query = db_->prepare("SELECT id, text FROM strings WHERE run_id = ?");
+  string_query.bind_int(1, run.value);
+  while (string_query.step())
+    strings[string_query.column_int(0)] = string_query.column_text(1);
+  const std::string what = db_->path() + ": run " + std::to_string(run.value);
+  auto text = [&](std::int64_t id) {
+    auto it = strings.find(id);
+    if (it == strings.end())
+      throw DatabaseError(what + ": a frame refers to missing string " + std::to_string(id));
+    return it->second;
+  };
+  std::unordered_map<std::int64_t, StackFrame> frames;
+  auto frame_query =
+      db_->prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
+  frame_query.bind_int(1, run.value);
+  while (frame_query.step()) {
+    frames[frame_query.column_int(0)] =
+        StackFrame{text(frame_query.column_int(1)), frame_query.column_int(2),
+                   text(frame_query.column_int(3))};
+  }
+  std::vector<std::vector<StackFrame>> stacks;
+  auto stack_query =
+      db_->prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
+  stack_query.bind_int(1, run.value);
+  while (stack_query.step()) {
+    const auto id = static_cast<std::size_t>(stack_query.column_int(0));
+    if (id == 0 || id > (std::size_t{1} << 31))
+      throw DatabaseError(what + ": bad stack id " + std::to_string(id));
+    stacks.resize(std::max(stacks.size(), id));
+    const auto blob = stack_query.column_blob(1);
+    const std::vector<std::uint8_t> ids(blob.begin(), blob.end());
+    ByteReader in(ids, what + ", stack " + std::to_string(id));
+    while (!in.at_end()) {
+      auto it = frames.find(static_cast<std::int64_t>(in.varint()));
+      if (it == frames.end())
+        in.fail("stack refers to a missing frame");
+      stacks[id - 1].push_back(it->second);
+    }
+  }
+  return stacks;
+}
+
+std::vector<OomReport> RunStore::oom_reports(RunId run) {
+  auto query = db_->prepare(
+      "SELECT id, event_index, report FROM oom_reports WHERE run_id = ? ORDER BY event_index, id");
+  query.bind_int(1, run.value);
+  std::vector<OomReport> out;
+  while (query.step()) {
+    OomReport report;
+    report.id = query.column_int(0);
+    report.event_index = static_cast<std::uint64_t>(query.column_int(1));
+    report.report =
+        parse_json(query.column_text(2), db_->path() + ": OOM report " + std::to_string(report.id));
+    out.push_back(std::move(report));
+  }
+  return out;
+}
+
+std::vector<TimelineBucket> RunStore::timeline(RunId run, std::size_t buckets) {
+  return timeline(run, 0, this->run(run).event_count, buckets);
+}
+
+std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, std::uint64_t end,
+                                               std::size_t buckets) {
+  end = std::min(end, this->run(run).event_count);
+  if (end <= first || buckets == 0)
+    return {};
+  const std::uint64_t width = (end - first) / buckets;
+  if (width < kLevel0Events) {
+    // Finer than level 0: from the events themselves.
+    std::vector<TimelineBucket> singles;
+    singles.reserve(static_cast<std::size_t>(end - first));
+    std::uint64_t index = first - first % kEventsPerChunk;
+    for (const auto& chunk : load_chunks(run, first, end)) {
+      for (std::size_t i = 0; i < chunk.events.size(); ++i, ++index) {
+        if (index >= first && index < end)
+          singles.push_back(bucket_of(index, chunk.events[i], chunk.series[i]));
+      }
+    }
+    return regroup_buckets(singles, first, end, buckets);
+  }
+  auto top = db_->prepare("SELECT max(level) FROM timeline_levels WHERE run_id = ?");
+  top.bind_int(1, run.value);
+  top.step();
+  const int top_level = static_cast<int>(top.column_int(0));
+  int level = 0;
+  while (level < top_level && level_bucket_events(level + 1) <= width)
+    ++level;
+  const std::uint64_t size = level_bucket_events(level);
+  auto query = db_->prepare(
+      "SELECT first_bucket, data FROM timeline_levels WHERE run_id = ? AND level = ? AND "
+      "first_bucket <= ? AND first_bucket + bucket_count > ? ORDER BY first_bucket");
+  query.bind_int(1, run.value)
+      .bind_int(2, level)
+      .bind_int(3, static_cast<std::int64_t>((end - 1) / size))
+      .bind_int(4, static_cast<std::int64_t>(first / size));
+  std::vector<TimelineBucket> source;
+  while (query.step()) {
+    auto row = decode_buckets(query.column_blob(1),
+                              db_->path() + ": run " + std::to_string(run.value) +
+                                  ", timeline level " + std::to_string(level) + " from bucket " +
+                                  std::to_string(query.column_int(0)));
+    source.insert(source.end(), row.begin(), row.end());
+  }
+  return regroup_buckets(source, first, end, buckets);
+}
+
+std::int64_t CategoryBucket::total() const {
+  std::int64_t sum = 0;
+  for (const auto value : bytes)
+    sum += value;
+  return sum;
+}
+
+std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
+                                                        std::uint64_t end, std::size_t buckets) {
+  end = std::min(end, this->run(run).event_count);
+  std::vector<CategoryBucket> out;
+  if (end <= first || buckets == 0)
+    return out;
+  buckets = static_cast<std::size_t>(std::min<std::uint64_t>(buckets, end - first));
+
+  std::vector<Category> category_of_label;
+  for (const auto& label : labels(run)) {
+    if (category_of_label.size() <= label.id.value)
+      category_of_label.resize(label.id.value + 1, Category::unknown);
+    category_of_label[label.id.value] = label.label.category;
+  }
+  struct LiveAllocation {
+    Category category;
+    std::int64_t size;
+  };
+  std::unordered_map<std::uint64_t, LiveAllocation> live;
+  std::array<std::int64_t, kCategoryCount> bytes{};
+  // Blocks already live when the run's events begin (an imported, truncated trace).
+  // Keep the state alive for the loop: ranging over a member of a temporary would dangle.
+  const SegmentStateAt initial = segment_state(run, 0);
+  for (const auto& [addr, block] : initial.state.blocks()) {
+    live[addr] = {Category::unknown, static_cast<std::int64_t>(block.size)};
+    bytes[0] += static_cast<std::int64_t>(block.size);
+  }
+
+  out.resize(buckets);
+  std::vector<std::int64_t> best(buckets, -1);
+  const std::uint64_t span = end - first;
+  std::uint64_t index = 0;
+  for (const auto& chunk : load_chunks(run, 0, end)) {
+    for (std::size_t i = 0; i < chunk.events.size() && index < end; ++i, ++index) {
+      const TraceEvent& event = chunk.events[i];
+      if (event.action == TraceAction::alloc) {
+        const std::uint32_t label = chunk.labels.empty() ? 0 : chunk.labels[i].value;
+        const Category category =
+            label < category_of_label.size() ? category_of_label[label] : Category::unknown;
+        live[event.addr] = {category, static_cast<std::int64_t>(event.size)};
+        bytes[static_cast<std::size_t>(category)] += static_cast<std::int64_t>(event.size);
+      } else if (event.action == TraceAction::free_completed) {
+        if (auto it = live.find(event.addr); it != live.end()) {
+          bytes[static_cast<std::size_t>(it->second.category)] -= it->second.size;
+          live.erase(it);
+        }
+      }
+      if (index < first)
+        continue;
+      const auto b = static_cast<std::size_t>((index - first) * buckets / span);
+      CategoryBucket& bucket = out[b];
+      if (best[b] < 0) {
+        bucket.first_event = index;
+        bucket.t0_us = event.time_us;
+      }
+      bucket.end_event = index + 1;
+      bucket.t1_us = event.time_us;
+      std::int64_t total = 0;
+      for (const auto value : bytes)
+        total += value;
+      if (total > best[b]) {
+        best[b] = total;
+        bucket.peak_event = index;
+        bucket.bytes = bytes;
+      }
+    }
+  }
+  return out;
+}
+
+std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {
+  auto query = db_->prepare(
+      "SELECT first_event FROM event_chunks WHERE run_id = ? AND last_time_us >= ? "
+      "ORDER BY first_event LIMIT 1");
+  query.bind_int(1, run.value).bind_int(2, time_us);
+  if (!query.step())
+    return this->run(run).event_count;
+  const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
+  const EventChunk chunk = load_chunk(run, chunk_first);
+  for (std::size_t i = 0; i < chunk.events.size(); ++i) {
+    if (chunk.events[i].time_us >= time_us)
+      return chunk_first + i;
+  }
+  return chunk_first + chunk.events.size();
+}
+
+SegmentStateAt RunStore::segment_state(RunId run, std::uint64_t event_index) {
+  event_index = std::min(event_index, this->run(run).event_count);
+  auto query = db_->prepare(
+      "SELECT event_index, data FROM segment_keyframes WHERE run_id = ? AND event_index <= ? "
+      "ORDER BY event_index DESC LIMIT 1");
+  query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(event_index));
+  if (!query.step())
+    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+                        " has no segment keyframe");
+  const auto keyframe_index = static_cast<std::uint64_t>(query.column_int(0));
+  SegmentStateAt at;
+  at.event_index = event_index;
+  at.state = SegmentMap::deserialize(query.column_blob(1),
+                                     db_->path() + ": run " + std::to_string(run.value) +
+                                         ", keyframe at event " + std::to_string(keyframe_index));
+  if (event_index > keyframe_index) {
+    const EventChunk chunk = load_chunk(run, keyframe_index);
+    const auto count = static_cast<std::size_t>(event_index - keyframe_index);
+    for (std::size_t i = 0; i < count && i < chunk.events.size(); ++i)
+      at.state.apply(chunk.events[i]);
+  }
+  return at;
+}
+}  // namespace fragscope::storage
