@@ -124,8 +124,11 @@ PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
   RunRequests loaded = loadRequests(*store, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
-  data.postMortems =
-      analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config, data.limit);
+  // Free memory in CUDA graph / MemPool segments is stranded for a default-pool request.
+  const auto pools = analysis::private_segments_from_json(
+      loaded.record.summary.value("segment_pools", nlohmann::json()));
+  data.postMortems = analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config,
+                                                  data.limit, &pools);
   if (job && job->cancelled())
     return data;
   try {

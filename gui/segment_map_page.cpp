@@ -193,6 +193,10 @@ QString SegmentMapWidget::oomBannerTitle() const {
         "but the allocator's rules refused it");
   if (m_oomVerdict == QLatin1String("other_stream"))
     return tr("Out of memory at the next event: the free memory belongs to other streams");
+  if (m_oomVerdict == QLatin1String("private_pool"))
+    return tr(
+        "Out of memory at the next event: the free memory is stranded in private pools (CUDA "
+        "graphs, MemPool), which only their own allocations can use");
   return tr("Out of memory at the next event: the request against the largest free block");
 }
 
