@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "gui/format.h"
+#include "gui/pool_overview.h"
 
 namespace fragscope::gui {
 
@@ -511,6 +512,9 @@ void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
                formatBytes(static_cast<double>(summary.freeWhole)),
                formatBytes(static_cast<double>(summary.largestFree)))
           .arg(summary.externalFragmentation * 100, 0, 'f', 1);
+  if (const QString pools = poolOverviewText(m_snapshot->pools); !pools.isEmpty())
+    header += QStringLiteral("<br>") +
+              pools.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
   if (m_snapshot->nextEvent)
     header +=
         QStringLiteral("<br>") +
