@@ -115,7 +115,8 @@ struct CommandLine {
                              QStringLiteral("A,B")};
   QCommandLineOption page{
       QStringLiteral("page"),
-      QObject::tr("Page to show: timeline, segments, summary, postmortem, compare, designer."),
+      QObject::tr("Page to show: timeline, segments, active-memory, segment-timeline, summary, "
+                  "postmortem, compare, designer."),
       QStringLiteral("NAME")};
   QCommandLineOption size{QStringLiteral("size"), QObject::tr("Window size for --screenshot."),
                           QStringLiteral("WxH"), QStringLiteral("1600x1000")};

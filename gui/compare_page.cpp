@@ -12,6 +12,7 @@
 #include "gui/plot_style.h"
 #include "gui/run_data.h"
 #include "gui/runs_model.h"
+#include "usecases/compare.h"
 
 namespace fragscope::gui {
 
@@ -20,6 +21,8 @@ namespace {
 constexpr double kDifferenceTolerance = 0.01;
 
 bool differs(double baseline, double value) {
+  if (std::isnan(baseline) || std::isnan(value))
+    return false;
   const double scale = std::max(std::fabs(baseline), std::fabs(value));
   return scale > 0 && std::fabs(value - baseline) / scale > kDifferenceTolerance;
 }
@@ -72,6 +75,7 @@ Extent extentOf(const ComparisonData& data) {
 ComparisonData loadComparison(const QString& databasePath, const std::vector<storage::RunId>& runs,
                               std::size_t buckets, const JobContext* job) {
   ComparisonData data;
+  const auto reader = openReader(databasePath);
   for (storage::RunId run : runs) {
     if (job && job->cancelled())
       break;
@@ -81,9 +85,8 @@ ComparisonData loadComparison(const QString& databasePath, const std::vector<sto
     compared.oomCount = overview.oomEvents.size();
     compared.timeline =
         loadTimeline(databasePath, run, 0, overview.record.event_count, buckets).buckets;
-    if (const auto fingerprint = openReader(databasePath)->recorded_environment(run))
-      compared.recordedEnvironment =
-          analysis::parse_recorded_environment(*fingerprint, "run " + std::to_string(run.value));
+    compared.profile = usecases::profile_of(*reader, overview.record);
+    compared.recordedEnvironment = compared.profile->recorded_environment;
     data.runs.push_back(std::move(compared));
   }
   return data;
@@ -151,6 +154,8 @@ QVariant ComparisonModel::data(const QModelIndex& index, int role) const {
   const bool different = index.column() > 0 && differs(baseline, value);
   switch (role) {
     case Qt::DisplayRole: {
+      if (std::isnan(value))
+        return QStringLiteral("\u2014");
       QString text =
           metric.isBytes ? formatBytes(value) : formatCount(static_cast<std::uint64_t>(value));
       if (different && metric.isBytes)
@@ -200,22 +205,32 @@ void ComparisonModel::resetData(const ComparisonData& data) {
                  {tr("Peak allocated"), true, {}},
                  {tr("Peak active"), true, {}},
                  {tr("Final reserved"), true, {}},
-                 {tr("Reserved − allocated at peak"), true, {}},
+                 {tr("Reserved − allocated at peak reserved"), true, {}},
                  {tr("Events"), false, {}, false},
                  {tr("OOM events"), false, {}}};
     for (const ComparedRun& run : data.runs) {
       m_runNames.push_back(QString::fromStdString(run.record.name));
-      const double reserved = static_cast<double>(summaryPeak(run.record, "reserved"));
-      const double allocated = static_cast<double>(summaryPeak(run.record, "allocated"));
       double finalReserved = 0;
       const auto final = run.record.summary.find("final");
       if (final != run.record.summary.end() && final->contains("reserved"))
         finalReserved = final->at("reserved").get<double>();
-      m_metrics[0].values.push_back(reserved);
-      m_metrics[1].values.push_back(allocated);
-      m_metrics[2].values.push_back(static_cast<double>(summaryPeak(run.record, "active")));
+      if (run.profile) {
+        // The same measurement `fragscope-cli compare` prints.
+        const analysis::MemorySample& peak = run.profile->metrics.peak;
+        m_metrics[0].values.push_back(static_cast<double>(peak.reserved));
+        m_metrics[1].values.push_back(static_cast<double>(peak.allocated));
+        m_metrics[2].values.push_back(static_cast<double>(peak.active));
+        const auto unused = usecases::reserved_unallocated_at_peak(*run.profile);
+        m_metrics[4].values.push_back(unused ? static_cast<double>(*unused)
+                                             : std::numeric_limits<double>::quiet_NaN());
+      } else {
+        m_metrics[0].values.push_back(static_cast<double>(summaryPeak(run.record, "reserved")));
+        m_metrics[1].values.push_back(static_cast<double>(summaryPeak(run.record, "allocated")));
+        m_metrics[2].values.push_back(static_cast<double>(summaryPeak(run.record, "active")));
+        // Without the events there is no single event to read both counters at.
+        m_metrics[4].values.push_back(std::numeric_limits<double>::quiet_NaN());
+      }
       m_metrics[3].values.push_back(finalReserved);
-      m_metrics[4].values.push_back(std::max(0.0, reserved - allocated));
       m_metrics[5].values.push_back(static_cast<double>(run.record.event_count));
       m_metrics[6].values.push_back(static_cast<double>(run.oomCount));
     }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/analysis/compare.h"
 #include "engine/analysis/recorded_environment.h"
 
 #include "gui/job_tracker.h"
@@ -28,6 +29,9 @@ struct ComparedRun {
   std::size_t oomCount = 0;
   // fragscope-record's fingerprint, when the run has one: warnings then go point by point.
   std::optional<analysis::RecordedEnvironment> recordedEnvironment;
+  // The compare use case's measurement (the numbers `fragscope-cli compare` prints); absent for
+  // runs built by hand, whose table rows then come from the recorded summary.
+  std::optional<analysis::RunProfile> profile;
 };
 
 struct ComparisonData {
@@ -58,7 +62,7 @@ class ComparisonModel : public QAbstractTableModel {
   struct Metric {
     QString name;
     bool isBytes = false;
-    std::vector<double> values;
+    std::vector<double> values;  // NaN: unknown for that run
     // Less is better (memory, OOMs): differences are green or red. Otherwise (event counts: a
     // run that did not stop at an OOM has more) they are only marked as different.
     bool lowerIsBetter = true;

@@ -2,6 +2,7 @@
 
 #include <QFile>
 #include <QFileDialog>
+#include <QFontDatabase>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -43,6 +44,7 @@ nlohmann::json defaultExperiment() {
 DesignerPage::DesignerPage(QWidget* parent)
     : QWidget(parent),
       m_status(new QLabel(this)),
+      m_pointsEditor(new QPlainTextEdit(this)),
       m_previewLabel(new QLabel(this)),
       m_histogram(new QCustomPlot(this)),
       m_runButton(new QPushButton(tr("Run Experiment"), this)),
@@ -83,6 +85,20 @@ DesignerPage::DesignerPage(QWidget* parent)
   seqSigma->setRange(0, 10);
   seqSigma->setSingleStep(0.1);
   auto* seqSeed = spin(0, 1'000'000);
+  auto* seqValue = spin(1, 1'000'000);
+  auto* checkpointing = new QComboBox(this);
+  for (const char* c : {"none", "blocks", "ffn"})
+    checkpointing->addItem(QString::fromLatin1(c));
+  checkpointing->setToolTip(
+      tr("blocks: checkpoint(block), non-reentrant; ffn: LayerNorm 2 + MLP "
+         "of every block (GPT only)"));
+  auto* optimizer = new QComboBox(this);
+  for (const char* o : {"adamw", "adam", "sgd"})
+    optimizer->addItem(QString::fromLatin1(o));
+  auto* compile = new QCheckBox(tr("torch.compile LayerNorms and MLPs"), this);
+  auto* holdLogits = new QCheckBox(tr("keep logits alive through backward"), this);
+  m_seqFields = {{"value", seqValue},   {"min", seqMin},     {"max", seqMax},
+                 {"median", seqMedian}, {"sigma", seqSigma}, {"seed", seqSeed}};
 
   bindText(name, "/name");
   bindChoice(device, "/device/preset");
@@ -101,6 +117,11 @@ DesignerPage::DesignerPage(QWidget* parent)
   bindDouble(seqMedian, "/training/seq_len/median");
   bindDouble(seqSigma, "/training/seq_len/sigma");
   bindInt(seqSeed, "/training/seq_len/seed");
+  bindInt(seqValue, "/training/seq_len/value");
+  bindChoice(checkpointing, "/training/checkpointing");
+  bindChoice(optimizer, "/training/optimizer");
+  bindCheck(compile, "/training/compile");
+  bindCheck(holdLogits, "/training/hold_logits");
 
   auto* experimentBox = new QGroupBox(tr("Experiment"), this);
   auto* experimentForm = new QFormLayout(experimentBox);
@@ -119,10 +140,15 @@ DesignerPage::DesignerPage(QWidget* parent)
   trainingForm->addRow(tr("Optimizer steps"), steps);
   trainingForm->addRow(tr("Gradient accumulation"), accum);
   trainingForm->addRow(tr("Precision"), precision);
+  trainingForm->addRow(tr("Checkpointing"), checkpointing);
+  trainingForm->addRow(tr("Optimizer"), optimizer);
+  trainingForm->addRow(tr("Compile"), compile);
+  trainingForm->addRow(tr("Logits"), holdLogits);
   auto* seqBox = new QGroupBox(tr("Sequence lengths"), this);
   auto* seqForm = new QFormLayout(seqBox);
   seqForm->addRow(tr("Distribution"), seqKind);
-  seqForm->addRow(tr("Minimum / fixed"), seqMin);
+  seqForm->addRow(tr("Length (fixed)"), seqValue);
+  seqForm->addRow(tr("Minimum"), seqMin);
   seqForm->addRow(tr("Maximum"), seqMax);
   seqForm->addRow(tr("Median (lognormal)"), seqMedian);
   seqForm->addRow(tr("Sigma (lognormal)"), seqSigma);
@@ -168,6 +194,29 @@ DesignerPage::DesignerPage(QWidget* parent)
   left->addWidget(modelBox);
   left->addWidget(trainingBox);
   left->addWidget(seqBox);
+  auto* pointsBox = new QGroupBox(tr("Variants and sweep (JSON)"), this);
+  auto* pointsLayout = new QVBoxLayout(pointsBox);
+  m_pointsEditor->setObjectName(QStringLiteral("pointsEditor"));
+  m_pointsEditor->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  m_pointsEditor->setPlaceholderText(
+      tr("{\"variants\": [{\"name\": \"bs16\", \"set\": {\"training.batch_size\": 16}}],\n"
+         " \"sweep\": {\"training.batch_size\": [4, 8, 16]}}"));
+  m_pointsEditor->setToolTip(
+      tr("Each variant is the form's configuration with its \"set\" overrides (dotted keys); a "
+         "sweep adds every combination of its keys' values. Empty: one point, the form."));
+  m_pointsEditor->setMinimumHeight(90);
+  pointsLayout->addWidget(m_pointsEditor);
+  left->addWidget(pointsBox);
+  m_pointsTimer.setSingleShot(true);
+  m_pointsTimer.setInterval(300);
+  connect(m_pointsEditor, &QPlainTextEdit::textChanged, this, [this] {
+    if (!m_updatingForm)
+      m_pointsTimer.start();
+  });
+  connect(&m_pointsTimer, &QTimer::timeout, this, [this] {
+    if (applyPointsEditor())
+      revalidate();
+  });
   auto* fileButtons = new QHBoxLayout;
   fileButtons->addWidget(openButton);
   fileButtons->addWidget(saveButton);
@@ -236,6 +285,70 @@ void DesignerPage::bindChoice(QComboBox* box, const std::string& pointer) {
   connect(box, &QComboBox::currentIndexChanged, this, &DesignerPage::onFormEdited);
 }
 
+void DesignerPage::bindCheck(QCheckBox* box, const std::string& pointer) {
+  m_bindings.push_back({pointer,
+                        [this, box, pointer] {
+                          const nlohmann::json::json_pointer at(pointer);
+                          if (box->isChecked() && m_document.contains(at) &&
+                              m_document.at(at).is_object())
+                            return m_document.at(at);
+                          return nlohmann::json(box->isChecked());
+                        },
+                        [box](const nlohmann::json& v) {
+                          if (v.is_boolean())
+                            box->setChecked(v.get<bool>());
+                          else if (v.is_object())
+                            box->setChecked(true);
+                        }});
+  connect(box, &QCheckBox::toggled, this, &DesignerPage::onFormEdited);
+}
+
+void DesignerPage::applySeqKind() {
+  static const std::map<std::string, std::vector<std::string>> keysOf{
+      {"fixed", {"value"}},
+      {"uniform", {"min", "max", "seed"}},
+      {"lognormal", {"median", "sigma", "min", "max", "seed"}}};
+  auto& seq = m_document["training"]["seq_len"];
+  const std::string kind = seq.value("kind", std::string("fixed"));
+  const auto found = keysOf.find(kind);
+  for (const auto& [key, field] : m_seqFields) {
+    const bool used = found != keysOf.end() && std::find(found->second.begin(), found->second.end(),
+                                                         key) != found->second.end();
+    field->setEnabled(used);
+    if (!used && seq.is_object())
+      seq.erase(key);
+  }
+}
+
+bool DesignerPage::applyPointsEditor() {
+  const QString text = m_pointsEditor->toPlainText().trimmed();
+  nlohmann::json points = nlohmann::json::object();
+  if (!text.isEmpty()) {
+    try {
+      points = nlohmann::json::parse(text.toStdString());
+    } catch (const nlohmann::json::parse_error& error) {
+      m_status->setText(
+          tr("<span style='color:%1'><b>Variants and sweep:</b> %2</span>")
+              .arg(colors::oom.name(), QString::fromUtf8(error.what()).toHtmlEscaped()));
+      m_runButton->setEnabled(false);
+      return false;
+    }
+    if (!points.is_object()) {
+      m_status->setText(tr("<span style='color:%1'><b>Variants and sweep:</b> expected an object "
+                           "with \"variants\" and/or \"sweep\"</span>")
+                            .arg(colors::oom.name()));
+      m_runButton->setEnabled(false);
+      return false;
+    }
+  }
+  // Unknown keys go into the document too: the experiment parser names them.
+  m_document.erase("variants");
+  m_document.erase("sweep");
+  for (const auto& [key, value] : points.items())
+    m_document[key] = value;
+  return true;
+}
+
 void DesignerPage::setDocument(const nlohmann::json& document) {
   m_document = document;
   refreshForm();
@@ -249,6 +362,12 @@ void DesignerPage::refreshForm() {
     if (m_document.contains(pointer))
       binding.write(m_document.at(pointer));
   }
+  nlohmann::json points = nlohmann::json::object();
+  for (const char* key : {"variants", "sweep"})
+    if (m_document.contains(key))
+      points[key] = m_document.at(key);
+  m_pointsEditor->setPlainText(points.empty() ? QString() : QString::fromStdString(points.dump(2)));
+  applySeqKind();
   m_updatingForm = false;
 }
 
@@ -257,6 +376,7 @@ void DesignerPage::onFormEdited() {
     return;
   for (const Binding& binding : m_bindings)
     m_document[nlohmann::json::json_pointer(binding.pointer)] = binding.read();
+  applySeqKind();
   revalidate();
 }
 
@@ -287,13 +407,16 @@ void DesignerPage::revalidate() {
   m_histogram->clearPlottables();
   if (!m_lengths.empty()) {
     const auto [lo, hi] = std::minmax_element(m_lengths.begin(), m_lengths.end());
-    const double width = std::max(1.0, static_cast<double>(*hi - *lo + 1) / kHistogramBins);
+    // One length (a fixed length): one bar in the middle of an axis around it, not a sliver.
+    const double width = *lo == *hi
+                             ? std::max(1.0, *lo * 0.04)
+                             : std::max(1.0, static_cast<double>(*hi - *lo + 1) / kHistogramBins);
     std::map<int, double> bins;
     for (int length : m_lengths)
       bins[static_cast<int>((length - *lo) / width)] += 1;
     QVector<double> keys, counts;
     for (const auto& [bin, count] : bins) {
-      keys.push_back(*lo + (bin + 0.5) * width);
+      keys.push_back(*lo == *hi ? *lo : *lo + (bin + 0.5) * width);
       counts.push_back(count);
     }
     auto* bars = new QCPBars(m_histogram->xAxis, m_histogram->yAxis);
@@ -301,7 +424,10 @@ void DesignerPage::revalidate() {
     bars->setPen(Qt::NoPen);
     bars->setBrush(colors::allocated);
     bars->setData(keys, counts, true);
-    m_histogram->xAxis->setRange(*lo - width, *hi + width);
+    if (*lo == *hi)
+      m_histogram->xAxis->setRange(std::max(0.0, *lo * 0.5), *lo * 1.5);
+    else
+      m_histogram->xAxis->setRange(*lo - width, *hi + width);
     m_histogram->yAxis->setRange(0, *std::max_element(counts.begin(), counts.end()) * 1.15);
   }
   m_histogram->replot(QCustomPlot::rpQueuedReplot);

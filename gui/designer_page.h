@@ -4,15 +4,18 @@
 // histogram redrawn on every edit and a live preview that re-simulates the first two steps in
 // the background (a newer edit supersedes the running preview). Run executes every point of the
 // experiment off the GUI thread, with progress and Cancel, and stores each as a run.
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTimer>
 #include <QWidget>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +54,10 @@ class DesignerPage : public QWidget {
   // The validation error of the current document; empty when it parses.
   QString validationError() const { return m_validationError; }
   const std::vector<int>& histogramLengths() const { return m_lengths; }
+  // The variants and sweep as JSON ({"variants": [...], "sweep": {...}}), edited in place.
+  QPlainTextEdit* pointsEditor() const { return m_pointsEditor; }
+  QCustomPlot* histogram() const { return m_histogram; }
+  QPushButton* runButton() const { return m_runButton; }
   const std::optional<PreviewResult>& preview() const { return m_preview; }
 
   void runExperiment();
@@ -73,6 +80,13 @@ class DesignerPage : public QWidget {
   void bindInt(QSpinBox* box, const std::string& pointer);
   void bindDouble(QDoubleSpinBox* box, const std::string& pointer);
   void bindChoice(QComboBox* box, const std::string& pointer);
+  // A JSON boolean; a value that is an object (compile's per-part form) is kept while checked.
+  void bindCheck(QCheckBox* box, const std::string& pointer);
+  // Only the keys of the chosen sequence-length kind stay in the document, and only their
+  // fields are enabled (a fixed length is one "Length", not a minimum).
+  void applySeqKind();
+  // The variants/sweep editor's JSON into the document; false (status says why) when invalid.
+  bool applyPointsEditor();
   void onFormEdited();
   void refreshForm();
   void revalidate();
@@ -87,6 +101,9 @@ class DesignerPage : public QWidget {
   std::optional<PreviewResult> m_preview;
 
   QLabel* m_status;
+  QPlainTextEdit* m_pointsEditor;
+  QTimer m_pointsTimer;
+  std::map<std::string, QWidget*> m_seqFields;  // seq_len key -> its field
   QLabel* m_previewLabel;
   QCustomPlot* m_histogram;
   QPushButton* m_runButton;

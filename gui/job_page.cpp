@@ -4,9 +4,11 @@
 #include <QFont>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QPainter>
 #include <QSplitter>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "gui/format.h"
 #include "gui/plot_style.h"
@@ -53,6 +55,11 @@ JobViewData loadJobView(const QString& databasePath, storage::JobId job, std::si
     view.rank = data.job.ranks[i].rank;
     view.record = store->run(data.job.ranks[i].run);
     view.timeline = store->timeline(data.job.ranks[i].run, buckets);
+    if (const auto ends = view.record.summary.find("step_ends_us");
+        ends != view.record.summary.end() && ends->is_array())
+      for (const nlohmann::json& end : *ends)
+        if (end.is_number_unsigned())
+          view.stepEndsUs.push_back(end.get<std::uint64_t>());
     data.ranks.push_back(std::move(view));
     if (context)
       context->progress(static_cast<double>(i + 1) / static_cast<double>(data.job.ranks.size()));
@@ -186,6 +193,7 @@ JobPage::JobPage(QWidget* parent)
   bar->addWidget(new QLabel(tr("Align ranks by:"), this));
   m_align->addItem(tr("Time since the rank's first event"));
   m_align->addItem(tr("Share of the rank's events"));
+  m_align->addItem(tr("Training step (fragscope-record's step times)"));
   bar->addWidget(m_align);
   layout->addLayout(bar);
   m_header->setWordWrap(true);
@@ -210,7 +218,7 @@ JobPage::JobPage(QWidget* parent)
       showJob(storage::JobId{m_jobs->itemData(index).toLongLong()});
   });
   connect(m_align, &QComboBox::currentIndexChanged, this, [this](int index) {
-    m_alignment = index == 1 ? Alignment::share : Alignment::time;
+    m_alignment = index == 2 ? Alignment::step : index == 1 ? Alignment::share : Alignment::time;
     plotMultiples();
   });
   connect(m_table, &QTableView::activated, this, [this](const QModelIndex& index) {
@@ -271,7 +279,9 @@ void JobPage::showJob(storage::JobId job) {
 }
 
 void JobPage::setAlignment(Alignment alignment) {
-  m_align->setCurrentIndex(alignment == Alignment::share ? 1 : 0);
+  m_align->setCurrentIndex(alignment == Alignment::step    ? 2
+                           : alignment == Alignment::share ? 1
+                                                           : 0);
 }
 
 void JobPage::clear() {
@@ -314,15 +324,7 @@ void JobPage::plotMultiples() {
     delete item->widget();
     delete item;
   }
-  double top = 0, longest = 0;
-  for (const JobRankView& rank : m_data.ranks) {
-    for (const auto& bucket : rank.timeline)
-      top = std::max(top, static_cast<double>(bucket.max.reserved));
-    if (!rank.timeline.empty())
-      longest = std::max(
-          longest,
-          static_cast<double>(rank.timeline.back().t1_us - rank.timeline.front().t0_us) / 1e6);
-  }
+  const JobPlotScale scale = jobPlotScale(m_data);
   const int columns =
       m_data.ranks.size() > 4 ? 4 : std::max<int>(1, static_cast<int>(m_data.ranks.size()));
   const int worst = m_model->worstRow();
@@ -331,45 +333,120 @@ void JobPage::plotMultiples() {
     const storage::RunId run = rank.record.id;
     auto* plot = new RankPlot(m_multiples, [this, run] { emit rankActivated(run); });
     setUpMemoryPlot(plot);
-    plot->legend->setVisible(false);
-    plot->plotLayout()->insertRow(0);
-    const bool isWorst = static_cast<int>(i) == worst;
-    auto* title = new QCPTextElement(
-        plot, tr("rank %1%2").arg(rank.rank).arg(isWorst ? tr(" — worst") : QString()),
-        QFont(font().family(), -1, isWorst ? QFont::Bold : QFont::Normal));
-    plot->plotLayout()->addElement(0, 0, title);
-    QVector<double> keys, reserved, allocated;
-    const double t0 = rank.timeline.empty() ? 0 : static_cast<double>(rank.timeline.front().t0_us);
-    const double events = static_cast<double>(std::max<std::uint64_t>(rank.record.event_count, 1));
-    for (const auto& bucket : rank.timeline) {
-      keys.push_back(m_alignment == Alignment::time
-                         ? (static_cast<double>(bucket.t0_us) - t0) / 1e6
-                         : 100.0 * static_cast<double>(bucket.first_event) / events);
-      reserved.push_back(static_cast<double>(bucket.max.reserved));
-      allocated.push_back(static_cast<double>(bucket.max.allocated));
-    }
-    const QColor color = colors::run(static_cast<int>(i));
-    QCPGraph* r = plot->addGraph();
-    r->setName(tr("reserved"));
-    r->setPen(QPen(color, 1.6));
-    r->setLineStyle(QCPGraph::lsStepLeft);
-    r->setData(keys, reserved, true);
-    QCPGraph* a = plot->addGraph();
-    a->setName(tr("allocated"));
-    a->setPen(QPen(color, 1.2, Qt::DashLine));
-    a->setLineStyle(QCPGraph::lsStepLeft);
-    a->setData(keys, allocated, true);
-    plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
-    plot->xAxis->setLabel(m_alignment == Alignment::time ? tr("s since the rank's first event")
-                                                         : tr("% of the rank's events"));
-    // One scale for every rank: the imbalance is visible by eye.
-    plot->xAxis->setRange(0, m_alignment == Alignment::time ? std::max(longest, 1e-3) : 100.0);
-    plot->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
+    drawRankPlot(plot, rank, static_cast<int>(i), static_cast<int>(i) == worst, m_alignment, scale);
     plot->setMinimumHeight(140);
     plot->setToolTip(tr("Double-click to open rank %1's timeline").arg(rank.rank));
     m_multiplesLayout->addWidget(plot, static_cast<int>(i) / columns,
                                  static_cast<int>(i) % columns);
   }
+}
+
+double stepCoordinate(const std::vector<std::uint64_t>& stepEndsUs, double firstUs, double timeUs) {
+  if (stepEndsUs.empty())
+    return 0;
+  // the first end after timeUs names the step it belongs to
+  const auto after =
+      std::upper_bound(stepEndsUs.begin(), stepEndsUs.end(), timeUs,
+                       [](double t, std::uint64_t end) { return t < static_cast<double>(end); });
+  const auto step = static_cast<std::size_t>(after - stepEndsUs.begin());
+  const auto end_of = [&](std::size_t k) { return static_cast<double>(stepEndsUs[k]); };
+  double start = 0, length = 0;
+  if (step == 0) {
+    start = std::min(firstUs, end_of(0));
+    length = end_of(0) - start;
+  } else if (step < stepEndsUs.size()) {
+    start = end_of(step - 1);
+    length = end_of(step) - start;
+  } else {  // after the last recorded end: the last step's length goes on
+    start = end_of(step - 1);
+    length =
+        step >= 2 ? end_of(step - 1) - end_of(step - 2) : end_of(0) - std::min(firstUs, end_of(0));
+  }
+  return static_cast<double>(step) + (length > 0 ? (timeUs - start) / length : 0.0);
+}
+
+JobPlotScale jobPlotScale(const JobViewData& data) {
+  JobPlotScale scale;
+  for (const JobRankView& rank : data.ranks) {
+    for (const auto& bucket : rank.timeline)
+      scale.top = std::max(scale.top, static_cast<double>(bucket.max.reserved));
+    if (!rank.timeline.empty())
+      scale.longest = std::max(
+          scale.longest,
+          static_cast<double>(rank.timeline.back().t1_us - rank.timeline.front().t0_us) / 1e6);
+    scale.steps = std::max(scale.steps, static_cast<double>(rank.stepEndsUs.size()));
+  }
+  return scale;
+}
+
+void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool worst,
+                  JobAlignment alignment, JobPlotScale scale) {
+  plot->legend->setVisible(false);
+  plot->plotLayout()->insertRow(0);
+  const bool noSteps = alignment == JobAlignment::step && rank.stepEndsUs.empty();
+  auto* title =
+      new QCPTextElement(plot,
+                         QObject::tr("rank %1%2%3")
+                             .arg(rank.rank)
+                             .arg(worst ? QObject::tr(" — worst") : QString())
+                             .arg(noSteps ? QObject::tr(" — no step times recorded") : QString()),
+                         QFont(plot->font().family(), -1, worst ? QFont::Bold : QFont::Normal));
+  plot->plotLayout()->addElement(0, 0, title);
+  QVector<double> keys, reserved, allocated;
+  const double t0 = rank.timeline.empty() ? 0 : static_cast<double>(rank.timeline.front().t0_us);
+  const double events = static_cast<double>(std::max<std::uint64_t>(rank.record.event_count, 1));
+  const std::vector<storage::TimelineBucket> none;
+  for (const auto& bucket : noSteps ? none : rank.timeline) {
+    const auto start = static_cast<double>(bucket.t0_us);
+    keys.push_back(alignment == JobAlignment::time ? (start - t0) / 1e6
+                   : alignment == JobAlignment::share
+                       ? 100.0 * static_cast<double>(bucket.first_event) / events
+                       : stepCoordinate(rank.stepEndsUs, t0, start));
+    reserved.push_back(static_cast<double>(bucket.max.reserved));
+    allocated.push_back(static_cast<double>(bucket.max.allocated));
+  }
+  const QColor color = colors::run(index);
+  QCPGraph* r = plot->addGraph();
+  r->setName(QObject::tr("reserved"));
+  r->setPen(QPen(color, 1.6));
+  r->setLineStyle(QCPGraph::lsStepLeft);
+  r->setData(keys, reserved, true);
+  QCPGraph* a = plot->addGraph();
+  a->setName(QObject::tr("allocated"));
+  a->setPen(QPen(color, 1.2, Qt::DashLine));
+  a->setLineStyle(QCPGraph::lsStepLeft);
+  a->setData(keys, allocated, true);
+  plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  plot->xAxis->setLabel(alignment == JobAlignment::time
+                            ? QObject::tr("s since the rank's first event")
+                        : alignment == JobAlignment::share ? QObject::tr("% of the rank's events")
+                                                           : QObject::tr("training step"));
+  plot->xAxis->setRange(0, alignment == JobAlignment::time    ? std::max(scale.longest, 1e-3)
+                           : alignment == JobAlignment::share ? 100.0
+                                                              : std::max(scale.steps, 1.0) + 0.5);
+  plot->yAxis->setRange(0, scale.top > 0 ? scale.top * 1.08 : 1024);
+}
+
+QImage renderJobMultiples(const JobViewData& data, JobAlignment alignment, int width) {
+  const int count = static_cast<int>(data.ranks.size());
+  const int columns = std::clamp(count, 1, 4);
+  const int rows = std::max(1, (count + columns - 1) / columns);
+  const int cellWidth = width / columns;
+  const int cellHeight = 260;
+  QImage image(cellWidth * columns, cellHeight * rows, QImage::Format_ARGB32);
+  image.fill(Qt::white);
+  const JobPlotScale scale = jobPlotScale(data);
+  const auto worst = data.balance.worst_rank;
+  QPainter painter(&image);
+  for (int i = 0; i < count; ++i) {
+    const JobRankView& rank = data.ranks[static_cast<std::size_t>(i)];
+    QCustomPlot plot;
+    setUpMemoryPlot(&plot);
+    drawRankPlot(&plot, rank, i, worst && *worst == rank.rank, alignment, scale);
+    painter.drawPixmap((i % columns) * cellWidth, (i / columns) * cellHeight,
+                       plot.toPixmap(cellWidth, cellHeight));
+  }
+  return image;
 }
 
 }  // namespace fragscope::gui

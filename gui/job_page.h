@@ -8,6 +8,7 @@
 #include <QAbstractTableModel>
 #include <QComboBox>
 #include <QGridLayout>
+#include <QImage>
 #include <QLabel>
 #include <QTableView>
 #include <QWidget>
@@ -18,12 +19,17 @@
 #include "gui/metatypes.h"
 #include "storage/db/jobs.h"
 
+class QCustomPlot;
+
 namespace fragscope::gui {
 
 struct JobRankView {
   int rank = 0;
   storage::RunRecord record;
   std::vector<storage::TimelineBucket> timeline;
+  // End of every optimizer step in the trace's clock (µs since the epoch), as fragscope-record
+  // wrote it into the stats file; empty when the run was recorded without it.
+  std::vector<std::uint64_t> stepEndsUs;
 };
 
 struct JobViewData {
@@ -35,6 +41,30 @@ struct JobViewData {
 std::vector<storage::JobRecord> listJobs(const QString& databasePath);
 JobViewData loadJobView(const QString& databasePath, storage::JobId job, std::size_t buckets,
                         const JobContext* context = nullptr);
+
+// How the ranks' x axes line up: seconds since each rank's first event, share of its events, or
+// training step (step k spans the end of step k - 1 to its own end; the first from the rank's
+// first event).
+enum class JobAlignment { time, share, step };
+
+// Where the time `timeUs` falls in steps: k + the fraction of step k gone by. After the last
+// recorded end, the last step's length continues the scale. `firstUs` is the rank's first event.
+double stepCoordinate(const std::vector<std::uint64_t>& stepEndsUs, double firstUs, double timeUs);
+
+// The scale every rank's small multiple shares, so the imbalance is visible by eye.
+struct JobPlotScale {
+  double top = 0;      // highest reserved bucket of any rank
+  double longest = 0;  // longest rank, in seconds
+  double steps = 0;    // most recorded steps of any rank
+};
+JobPlotScale jobPlotScale(const JobViewData& data);
+// Rank `index`'s reserved (solid) and allocated (dashed) on `plot` (set up by the caller's
+// setUpMemoryPlot), titled with its rank and whether it is the worst. The Jobs page and reports
+// draw with it.
+void drawRankPlot(QCustomPlot* plot, const JobRankView& rank, int index, bool worst,
+                  JobAlignment alignment, JobPlotScale scale);
+// The job's small multiples as one image, `width` pixels wide (reports). GUI thread only.
+QImage renderJobMultiples(const JobViewData& data, JobAlignment alignment, int width);
 
 // One row per rank.
 class JobBalanceModel : public QAbstractTableModel {
@@ -68,7 +98,7 @@ class JobBalanceModel : public QAbstractTableModel {
 class JobPage : public QWidget {
   Q_OBJECT
  public:
-  enum class Alignment { time, share };
+  using Alignment = JobAlignment;
   explicit JobPage(QWidget* parent = nullptr);
   void setDatabase(const QString& databasePath);
   // Re-reads the list of jobs (after an import), keeping the shown job when it still exists.

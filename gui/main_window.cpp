@@ -25,12 +25,15 @@
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
 #include "fragscope/version.h"
+#include "gui/band_timeline_page.h"
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
+#include "gui/event_history_page.h"
 #include "gui/job_page.h"
 #include "gui/post_mortem_page.h"
 #include "gui/report.h"
 #include "gui/runs_browser.h"
+#include "gui/runs_model.h"
 #include "gui/segment_map_page.h"
 #include "gui/snapshot_import.h"
 #include "gui/summary_page.h"
@@ -87,7 +90,7 @@ MainWindow::MainWindow(QWidget* parent)
   addDockWidget(Qt::LeftDockWidgetArea, m_browserDock);
 
   m_runSplitter->addWidget(m_timeline);
-  m_runSplitter->addWidget(m_segments);
+  createRunViews();
   m_runSplitter->setStretchFactor(0, 3);
   m_runSplitter->setStretchFactor(1, 2);
   // Until a run is chosen the first tab says how to start instead of showing empty axes.
@@ -137,6 +140,8 @@ MainWindow::MainWindow(QWidget* parent)
     connect(shortcut, &QShortcut::activated, m_segments,
             [this, toEnd = toEnd] { m_segments->jumpToEnd(toEnd); });
   }
+  m_pages->addTab(m_activeMemory, tr("Active Memory"));
+  m_pages->addTab(m_segmentTimeline, tr("Segments over Time"));
   m_pages->addTab(m_summary, tr("Summary"));
   m_pages->addTab(m_postMortem, tr("Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
@@ -175,7 +180,11 @@ MainWindow::MainWindow(QWidget* parent)
     m_segments->setMemoryLimit(storage::run_memory_limit(overview.record));
     m_summary->setRun(overview.record);
     // Every run gets a post-mortem: a failure's diagnosis, or a finished run's fragmentation.
+    m_postMortem->setStartsMidRun(runStartsMidRun(overview.record));
     m_postMortem->setRun(overview.record.id);
+  });
+  connect(m_postMortem, &PostMortemPage::analysisUnavailable, this, [this] {
+    m_statusLabel->setText(tr("No post-mortem for this run: the Post-mortem page says why."));
   });
   // The segment map's OOM banner says what the post-mortem concluded.
   connect(m_postMortem, &PostMortemPage::dataReady, this, [this] {
@@ -388,6 +397,9 @@ bool MainWindow::openDatabase(const QString& path) {
   m_postMortem->setDatabase(path);
   m_designer->setDatabase(path);
   m_jobs->setDatabase(path);
+  m_activeMemory->setDatabase(path);
+  m_segmentTimeline->setDatabase(path);
+  m_history->setDatabase(path);
   m_summary->clear();
   setWindowTitle(QStringLiteral("%1 — FragScope").arg(QFileInfo(path).fileName()));
   refreshRuns();
@@ -536,6 +548,12 @@ void MainWindow::showPage(Page page) {
     case Page::run:
       m_pages->setCurrentWidget(m_runStack);
       break;
+    case Page::activeMemory:
+      m_pages->setCurrentWidget(m_activeMemory);
+      break;
+    case Page::segmentTimeline:
+      m_pages->setCurrentWidget(m_segmentTimeline);
+      break;
     case Page::summary:
       m_pages->setCurrentWidget(m_summary);
       break;
@@ -561,6 +579,7 @@ bool MainWindow::showPage(const QString& name) {
   } else if (page == QLatin1String("segments") || page == QLatin1String("segment-map")) {
     showPage(Page::run);
     m_segments->mapWidget()->setFocus();
+  } else if (showRunView(page)) {
   } else if (page == QLatin1String("summary")) {
     showPage(Page::summary);
   } else if (page == QLatin1String("postmortem") || page == QLatin1String("post-mortem") ||
@@ -581,7 +600,7 @@ bool MainWindow::showPage(const QString& name) {
 bool MainWindow::busy() const {
   return m_timeline->busy() || m_segments->busy() || m_summary->busy() || m_compare->busy() ||
          m_postMortem->busy() || m_designer->busy() || m_jobs->busy() || importing() ||
-         m_exportJob.busy() || m_deleteJob.busy() || m_caseStudyJob.busy();
+         m_exportJob.busy() || m_deleteJob.busy() || m_caseStudyJob.busy() || runViewsBusy();
 }
 
 void MainWindow::importFiles(const QStringList& paths) {

@@ -32,11 +32,22 @@ class ComparePage;
 class PostMortemPage;
 class DesignerPage;
 class JobPage;
+class BandTimelinePage;
+class EventHistoryPage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class Page { run, summary, postMortem, compare, designer, jobs };
+  enum class Page {
+    run,
+    activeMemory,
+    segmentTimeline,
+    summary,
+    postMortem,
+    compare,
+    designer,
+    jobs
+  };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -80,6 +91,9 @@ class MainWindow : public QMainWindow {
   PostMortemPage* postMortemPage() const { return m_postMortem; }
   DesignerPage* designerPage() const { return m_designer; }
   JobPage* jobPage() const { return m_jobs; }
+  BandTimelinePage* activeMemoryPage() const { return m_activeMemory; }
+  BandTimelinePage* segmentTimelinePage() const { return m_segmentTimeline; }
+  EventHistoryPage* historyPage() const { return m_history; }
   QTabWidget* pages() const { return m_pages; }
   // The first tab shows this until a run is selected: how to start (open, drag, case study).
   QWidget* welcome() const { return m_welcome; }
@@ -103,6 +117,11 @@ class MainWindow : public QMainWindow {
 
  private:
   void createActions();
+  // The Active Memory Timeline and Segment timeline tabs and the State History beside the map,
+  // linked to the run's cursor (main_window_views.cpp).
+  void createRunViews();
+  bool runViewsBusy() const;
+  bool showRunView(const QString& name);
   void createMenus();
   void restoreSettings();
   void addRecentFile(const QString& path);
@@ -138,6 +157,9 @@ class MainWindow : public QMainWindow {
   PostMortemPage* m_postMortem;
   DesignerPage* m_designer;
   JobPage* m_jobs;
+  BandTimelinePage* m_activeMemory = nullptr;
+  BandTimelinePage* m_segmentTimeline = nullptr;
+  EventHistoryPage* m_history = nullptr;
 
   QLabel* m_statusLabel;
   QProgressBar* m_progress;

@@ -189,8 +189,18 @@ void PostMortemPage::setRun(storage::RunId run) {
       [path, run](const JobContext& job) { return loadPostMortem(path, run, false, &job); },
       [this](PostMortemData data) { showData(std::move(data)); },
       [this](const QString& message) {
-        m_header->setText(tr("<b>Could not analyse the run:</b> %1").arg(message.toHtmlEscaped()));
-        emit errorOccurred(message);
+        if (m_startsMidRun)
+          m_header->setText(
+              tr("<b>No post-mortem for this trace.</b> It began mid-run: what was allocated "
+                 "before its first event is not in it, and the post-mortem replays the run "
+                 "through the allocator model from a start state this trace does not give "
+                 "exactly (%1). The Timeline, the segment map, Active Memory, Segments over "
+                 "Time and the State History show what was recorded.")
+                  .arg(message.toHtmlEscaped()));
+        else
+          m_header->setText(
+              tr("<b>Could not analyse the run:</b> %1").arg(message.toHtmlEscaped()));
+        emit analysisUnavailable(message);
       });
 }
 

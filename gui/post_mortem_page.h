@@ -59,6 +59,9 @@ class PostMortemPage : public QWidget {
   explicit PostMortemPage(QWidget* parent = nullptr);
   void setDatabase(const QString& databasePath);
   void setRun(storage::RunId run);
+  // A trace that began mid-run: the automatic analysis may not replay it, and then says why
+  // on the page instead of raising an error (set before setRun).
+  void setStartsMidRun(bool midRun) { m_startsMidRun = midRun; }
   void clear();
   const std::optional<PostMortemData>& data() const { return m_data; }
   WhatIfModel* model() const { return m_model; }
@@ -79,6 +82,8 @@ class PostMortemPage : public QWidget {
   // A workload change's experiment document (JSON), for the designer to open.
   void workloadChangeRequested(const QString& document);
   void errorOccurred(const QString& message);
+  // The analysis that runs for every opened run failed: the page says why; quiet elsewhere.
+  void analysisUnavailable(const QString& message);
 
  private:
   void showData(PostMortemData data);
@@ -88,6 +93,7 @@ class PostMortemPage : public QWidget {
 
   QString m_databasePath;
   std::optional<storage::RunId> m_run;
+  bool m_startsMidRun = false;
   std::optional<PostMortemData> m_data;
   QLabel* m_header;
   QLabel* m_evidence;

@@ -124,7 +124,8 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
       if (!owner || std::find(seen.begin(), seen.end(), owner->first.id.value) != seen.end())
         continue;
       seen.push_back(owner->first.id.value);
-      data.jobs.push_back(storage::job_balance(*store, owner->first));
+      data.jobViews.push_back(loadJobView(databasePath, owner->first.id, 600, job));
+      data.jobs.push_back(data.jobViews.back().balance);
     }
   }
   for (const ComparedRun& compared : data.comparison.runs) {
@@ -170,6 +171,8 @@ std::vector<QImage> renderReportPlots(const ReportData& data) {
     plots.push_back(
         renderPlot(all, QObject::tr("All runs: reserved (solid) and allocated (dashed)")));
   }
+  for (const JobViewData& job : data.jobViews)
+    plots.push_back(renderJobMultiples(job, JobAlignment::time, 1200));
   return plots;
 }
 
@@ -282,7 +285,11 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
       html += warning.toHtmlEscaped() + QStringLiteral("<br>");
     html += QStringLiteral("</p>\n");
   }
-  for (const analysis::JobBalance& balance : data.jobs) {
+  // plots: one per run, the overlay when there are two or more runs, then one per job
+  const std::size_t overlayPlot = data.runs.size();
+  const std::size_t firstJobPlot = overlayPlot + (data.runs.size() >= 2 ? 1 : 0);
+  for (std::size_t j = 0; j < data.jobs.size(); ++j) {
+    const analysis::JobBalance& balance = data.jobs[j];
     // The Jobs page's imbalance table, the worst rank in bold.
     JobBalanceModel jobModel;
     jobModel.resetData(balance);
@@ -308,10 +315,15 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
       html += QStringLiteral("</tr>\n");
     }
     html += QStringLiteral("</table>\n");
+    if (firstJobPlot + j < plots.size())
+      html += QStringLiteral("<p><img src=\"%1\" width=\"1200\" alt=\"%2\"></p>\n")
+                  .arg(imageSource(plots[firstJobPlot + j], static_cast<int>(firstJobPlot + j),
+                                   embedImages),
+                       QObject::tr("every rank's allocated and reserved, one scale"));
   }
-  if (data.runs.size() >= 2 && plots.size() > data.runs.size())
+  if (data.runs.size() >= 2 && overlayPlot < plots.size())
     html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")
-                .arg(imageSource(plots.back(), static_cast<int>(plots.size() - 1), embedImages));
+                .arg(imageSource(plots[overlayPlot], static_cast<int>(overlayPlot), embedImages));
 
   for (std::size_t i = 0; i < data.runs.size(); ++i) {
     const ReportRun& run = data.runs[i];

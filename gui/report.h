@@ -9,6 +9,7 @@
 
 #include "engine/analysis/job_balance.h"
 #include "gui/compare_page.h"
+#include "gui/job_page.h"
 #include "gui/post_mortem_page.h"
 #include "storage/db/run_store.h"
 
@@ -40,15 +41,18 @@ struct ReportData {
   QString databasePath;
   std::vector<ReportRun> runs;
   ComparisonData comparison;  // the same runs, for the aligned table and warnings
-  // The multi-rank jobs the runs belong to: their imbalance tables (the Jobs page's).
+  // The multi-rank jobs the runs belong to: their imbalance tables (the Jobs page's) and, in
+  // jobViews (same order), every rank's timeline for the job's small multiples.
   std::vector<analysis::JobBalance> jobs;
+  std::vector<JobViewData> jobViews;
 };
 
 enum class ReportFormat { html, pdf };
 
 ReportData loadReportData(const QString& databasePath, const std::vector<storage::RunId>& runs,
                           const JobContext* job = nullptr);
-// One plot per run plus, for two or more runs, an overlay. GUI thread only.
+// One plot per run, for two or more runs an overlay, then one image of small multiples per job
+// (its ranks on one scale, by time since each rank's first event). GUI thread only.
 std::vector<QImage> renderReportPlots(const ReportData& data);
 // `embedImages`: plots as PNG data URIs (one self-contained file), else <img src="plotN.png">
 // for a caller that writes the images beside the HTML (the PDF path renders them itself).

@@ -126,10 +126,50 @@ PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId 
   out.config = QString::fromStdString(state.config);
   for (const auto& caveat : state.caveats)
     out.caveats << QString::fromStdString(caveat);
+  out.diverged = state.diverged;
+  using alloc::StatType;
+  out.modelReserved = state.stats.reserved_bytes[StatType::aggregate].current;
+  out.modelSegments = state.stats.segment[StatType::aggregate].current;
+  out.modelRequested = state.stats.requested_bytes[StatType::aggregate].current;
+  out.modelAllocations = state.stats.active[StatType::aggregate].current;
   if (const auto fingerprint = store->recorded_environment(run))
     out.recordedEnvironment = QString::fromStdString(analysis::to_text(
         analysis::parse_recorded_environment(*fingerprint, "run " + std::to_string(run.value))));
   return out;
+}
+
+QString divergenceText(const PyTorchSummaryAt& model, const SegmentSnapshotAt& recorded) {
+  const SegmentMapSummary& trace = recorded.summary;
+  auto row = [](const QString& metric, const QString& fromTrace, const QString& fromModel) {
+    return QStringLiteral("  %1 %2 %3\n").arg(metric, -26).arg(fromTrace, 16).arg(fromModel, 16);
+  };
+  QString text = QObject::tr(
+                     "The model's replay diverged from this recording, so the "
+                     "memory_summary() table further down is the model's, not what "
+                     "PyTorch had. What the recording says after event %1:")
+                     .arg(formatCount(recorded.eventIndex)) +
+                 QStringLiteral("\n\n");
+  text += row(QString(), QObject::tr("recording"), QObject::tr("model replay"));
+  text += row(QObject::tr("Reserved memory"), formatBytes(static_cast<double>(trace.reserved)),
+              formatBytes(static_cast<double>(model.modelReserved)));
+  text +=
+      row(QObject::tr("Segments"), formatCount(trace.segments),
+          formatCount(static_cast<std::uint64_t>(std::max<std::int64_t>(0, model.modelSegments))));
+  text += row(QObject::tr("Live (requested bytes)"), formatBytes(static_cast<double>(trace.live)),
+              formatBytes(static_cast<double>(model.modelRequested)));
+  text += row(
+      QObject::tr("Live blocks"), formatCount(trace.blocks),
+      formatCount(static_cast<std::uint64_t>(std::max<std::int64_t>(0, model.modelAllocations))));
+  if (recorded.eventIndex != model.eventIndex)
+    text +=
+        QObject::tr("  (the model's figures are after event %1, the end of that allocator call)")
+            .arg(formatCount(model.eventIndex)) +
+        QLatin1Char('\n');
+  text += QObject::tr(
+              "The recording's figures are what the segment map, the timeline and "
+              "`fragscope-cli info` show.") +
+          QStringLiteral("\n\n");
+  return text;
 }
 
 SummaryPage::SummaryPage(QWidget* parent)
@@ -219,9 +259,14 @@ void SummaryPage::refresh() {
   QString text;
   if (m_pytorch && m_pytorch->run == m_run->id) {
     m_status->setText(
-        tr("torch.cuda.memory_summary() after event %1 of %2, replayed under \"%3\"")
+        (m_pytorch->diverged
+             ? tr("<b>Model replay, diverged from the recording:</b> memory_summary() after "
+                  "event %1 of %2 under \"%3\"; the recording's figures come first")
+             : tr("torch.cuda.memory_summary() after event %1 of %2, replayed under \"%3\""))
             .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
                  m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config));
+    if (m_pytorch->diverged && m_state)
+      text += divergenceText(*m_pytorch, *m_state);
     for (const QString& caveat : m_pytorch->caveats)
       text += tr("Note: %1.").arg(caveat) + QLatin1Char('\n');
     if (!m_pytorch->caveats.isEmpty())

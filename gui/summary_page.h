@@ -30,12 +30,22 @@ struct PyTorchSummaryAt {
   QString abbreviated;
   QString config;
   QStringList caveats;
+  // The model diverged from the recording: the table is the model's; these are its figures at
+  // the event, set beside the recording's own (the segment map's) on the page.
+  bool diverged = false;
+  std::int64_t modelReserved = 0;
+  std::int64_t modelSegments = 0;
+  std::int64_t modelRequested = 0;
+  std::int64_t modelAllocations = 0;
   // The environment the run was recorded in (fragscope-record's NAME.env.json), as text; empty
   // when the run has none.
   QString recordedEnvironment;
 };
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
                                     std::uint64_t eventIndex);
+// When the model's replay diverged: the recording's figures at the cursor (the segment map's)
+// beside the model's, so the page never shows the model's table as what PyTorch had.
+QString divergenceText(const PyTorchSummaryAt& model, const SegmentSnapshotAt& recorded);
 
 class SummaryPage : public QWidget {
   Q_OBJECT

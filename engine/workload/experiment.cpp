@@ -424,6 +424,10 @@ ExperimentPoint decode_point(const json& config, const std::string& name, std::s
     p.workload.parallel.fsdp_shards = pr.int32("fsdp_shards", 1, 1, 65536);
     p.workload.parallel.ddp = pr.boolean("ddp", false);
     p.workload.parallel.ddp_bucket_cap_mb = pr.int32("ddp_bucket_cap_mb", 25, 1, 1 << 20);
+    p.workload.parallel.fsdp_mixed_precision = pr.boolean("fsdp_mixed_precision", true);
+    p.workload.parallel.fsdp_reshard_after_forward = pr.boolean("fsdp_reshard_after_forward", true);
+    p.workload.parallel.backend =
+        pr.choice("backend", Backend::nccl, {{"nccl", Backend::nccl}, {"gloo", Backend::gloo}});
     pr.finish();
   }
   top.finish();

@@ -465,8 +465,7 @@ class GptGenerator final : public StepGenerator {
   void micro_batch(const MicroBatch& shape) {
     begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
-    // FSDP's root unit stays unsharded from its forward to the end of the backward
-    const TensorId root_gather = fsdp_ ? all_gather(0) : kNone;
+    fsdp_pre_forward(0);
     TensorId x = b_.alloc(bth(d_.param), Category::activation, "wte.out", -1);
     TensorId pos_ids = kNone;
     if (pos_ >= 0) {
@@ -491,10 +490,10 @@ class GptGenerator final : public StepGenerator {
       BlockState& s = states[static_cast<std::size_t>(l)];
       s.x_in = x;
       const bool ckpt_block = block_checkpointed(l);
-      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
+      fsdp_pre_forward(block_unit(l));
       attention_forward(l, s, ckpt_block);
       ffn_forward(l, s, ckpt_block || t_.checkpointing == Checkpointing::ffn, false, ckpt_block);
-      b_.free(gathered);  // reshard after forward
+      fsdp_post_forward(block_unit(l));
       x = s.x2;
       s.x2 = kNone;
     }
@@ -512,10 +511,12 @@ class GptGenerator final : public StepGenerator {
     if (head_in_is_copy)
       b_.free(head_source);  // forward() returns; x (or ln_f's output) dies
     autocast_exit();
+    fsdp_end_forward();
 
     // loss = cross_entropy(logits.float()) / accum, then loss.backward()
     LossState loss = loss_forward(logits);
     const TensorId grad_logits = loss_backward(loss);
+    fsdp_pre_backward(0, m_.layers > 0 ? block_unit(m_.layers - 1) : units_);
     lm_head_backward(grad_logits, head_w, head_in, head_in_is_copy);
     if (lnfw_ >= 0) {
       const TensorId g = residual_grad_;
@@ -528,13 +529,10 @@ class GptGenerator final : public StepGenerator {
     }
     for (int l = m_.layers - 1; l >= 0; --l) {
       BlockState& s = states[static_cast<std::size_t>(l)];
-      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
+      fsdp_pre_backward(block_unit(l), l > 0 ? block_unit(l - 1) : units_);
       ffn_backward(l, s);
       attention_backward(l, s);
-      if (fsdp_) {
-        reduce_scatter(static_cast<std::size_t>(l) + 1);
-        b_.free(gathered);
-      }
+      fsdp_post_backward(block_unit(l));
     }
     if (emb_drop_mask != kNone) {
       const TensorId gd =
@@ -551,10 +549,8 @@ class GptGenerator final : public StepGenerator {
       b_.free(pos_ids);
     }
     embedding_backward();
-    if (fsdp_) {
-      reduce_scatter(0);
-      b_.free(root_gather);
-    }
+    fsdp_post_backward(0);
+    fsdp_end_backward();
     end_micro_batch(loss, idx);
   }
 

@@ -486,8 +486,7 @@ class LlamaGenerator final : public StepGenerator {
   void micro_batch(const MicroBatch& shape) override {
     begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
-    // FSDP's root unit stays unsharded from its forward to the end of the backward
-    const TensorId root_gather = fsdp_ ? all_gather(0) : kNone;
+    fsdp_pre_forward(0);
     TensorId x = b_.alloc(bth(d_.param), Category::activation, "embed_tokens.out", -1);
     rotary_table();
     std::vector<LayerState> states(static_cast<std::size_t>(m_.layers));
@@ -495,10 +494,10 @@ class LlamaGenerator final : public StepGenerator {
       LayerState& s = states[static_cast<std::size_t>(l)];
       s.x_in = x;
       const bool ckpt = layer_checkpointed(l);
-      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
+      fsdp_pre_forward(block_unit(l));
       attention_forward(l, s, ckpt);
       mlp_forward(l, s, ckpt, false, ckpt);
-      b_.free(gathered);  // reshard after forward
+      fsdp_post_forward(block_unit(l));
       x = s.x2;
       s.x2 = kNone;
     }
@@ -512,31 +511,28 @@ class LlamaGenerator final : public StepGenerator {
     if (casts_inputs_)
       b_.free(norm_out);
     autocast_exit();
+    fsdp_end_forward();
 
     LossState loss = loss_forward(logits);
     const TensorId grad_logits = loss_backward(loss);
+    fsdp_pre_backward(0, m_.layers > 0 ? block_unit(m_.layers - 1) : units_);
     lm_head_backward(grad_logits, head_w, head_in, casts_inputs_);
     if (!casts_inputs_)
       b_.free(norm_out);
     rms_backward(norm_, residual_grad_, x, norm_rstd, -1, false, false);
     for (int l = m_.layers - 1; l >= 0; --l) {
       LayerState& s = states[static_cast<std::size_t>(l)];
-      const TensorId gathered = fsdp_ ? all_gather(static_cast<std::size_t>(l) + 1) : kNone;
+      fsdp_pre_backward(block_unit(l), l > 0 ? block_unit(l - 1) : units_);
       mlp_backward(l, s);
       attention_backward(l, s);
-      if (fsdp_) {
-        reduce_scatter(static_cast<std::size_t>(l) + 1);
-        b_.free(gathered);
-      }
+      fsdp_post_backward(block_unit(l));
     }
     b_.free(cos_);
     b_.free(sin_);
     cos_ = sin_ = kNone;
     embedding_backward();
-    if (fsdp_) {
-      reduce_scatter(0);
-      b_.free(root_gather);
-    }
+    fsdp_post_backward(0);
+    fsdp_end_backward();
     end_micro_batch(loss, idx);
   }
 

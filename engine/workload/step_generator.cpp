@@ -24,11 +24,17 @@ Dtypes dtypes_for(Precision precision) {
 
 // ---- Builder ----------------------------------------------------------------------------------
 TensorId Builder::alloc(Bytes size, Category category, const char* op, int layer) {
+  return alloc_on(size, StreamId{}, category, op, layer);
+}
+
+TensorId Builder::alloc_on(Bytes size, StreamId stream, Category category, const char* op,
+                           int layer) {
   const TensorId id{next_++};
   Request r;
   r.op = RequestOp::malloc;
   r.tensor = id;
   r.size = size;
+  r.stream = stream;
   r.label = label(category, op, layer);
   out_.requests.push_back(r);
   return id;
@@ -70,9 +76,12 @@ StepGenerator::StepGenerator(const Workload& w, RequestStream& out)
   v_ = m_.vocab;
   shards_ = static_cast<Bytes>(w.parallel.fsdp_shards);
   fsdp_ = shards_ > 1;
-  // FSDP all-gathers 16-bit parameters: there is nothing left for autocast to cast
-  casts_weights_ = d_.autocast && !fsdp_;
-  grad_bytes_ = fsdp_ ? d_.act : d_.param;
+  const bool sixteen_bit_params = fsdp_ && w.parallel.fsdp_mixed_precision;
+  // FSDP's mixed precision all-gathers 16-bit parameters: there is nothing left for autocast to
+  // cast, and autograd makes 16-bit gradients
+  casts_weights_ = d_.autocast && !sixteen_bit_params;
+  grad_bytes_ = sixteen_bit_params ? d_.act : d_.param;
+  unsharded_bytes_ = sixteen_bit_params ? d_.act : d_.param;
 }
 
 int StepGenerator::add_param(Bytes numel, int layer, const char* name) {
@@ -82,23 +91,23 @@ int StepGenerator::add_param(Bytes numel, int layer, const char* name) {
 
 void StepGenerator::finish_params() {
   units_ = static_cast<std::size_t>(m_.layers) + 1;
-  unit_numel_.assign(units_, 0);
-  for (const Param& p : params_)
-    unit_numel_[unit_of(p)] += p.numel;
+  unit_params_.assign(units_, {});
+  unit_shard_numel_.assign(units_, 0);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    unit_params_[unit_of(params_[i])].push_back(static_cast<int>(i));
+    unit_shard_numel_[unit_of(params_[i])] += param_shard(params_[i]);
+  }
   unit_grad_.assign(units_, kNone);
   pending_.assign(units_, {});
+  unsharded_.assign(units_, {});
+  gathered_.assign(units_, kNone);
 }
 
 void StepGenerator::run() {
-  if (fsdp_) {
-    // one flat shard per FSDP unit (the root: embeddings, final norm, head; each block)
-    for (std::size_t u = 0; u < units_; ++u)
-      param_ids_.push_back(b_.alloc(shard(u) * d_.param, Category::parameter,
-                                    "fsdp.flat_param_shard", static_cast<int>(u) - 1));
-  } else {
-    for (const Param& p : params_)
-      param_ids_.push_back(b_.alloc(p.numel * d_.param, Category::parameter, p.name, p.layer));
-  }
+  for (const Param& p : params_)
+    param_ids_.push_back(b_.alloc(p.numel * d_.param, Category::parameter, p.name, p.layer));
+  if (fsdp_)
+    fsdp_shard_parameters();
   for (const Param& p : buffers_)
     buffer_ids_.push_back(b_.alloc(p.numel, Category::parameter, p.name, p.layer));
   grads_.assign(params_.size(), kNone);
@@ -137,30 +146,144 @@ void StepGenerator::run() {
     b_.free(*it);
 }
 
-TensorId StepGenerator::all_gather(std::size_t unit) {
-  return b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.all_gather",
-                  static_cast<int>(unit) - 1);
+// ---- FSDP2 ------------------------------------------------------------------------------------
+// What torch.distributed.fsdp.fully_shard (PyTorch 2.11, _fsdp_param_group.py /
+// _fsdp_collectives.py) asks of the caching allocator, as the 2-rank recordings in
+// tests/fixtures/fsdp2-gloo-2.11-h200 show it. Each parameter is sharded on its own (dim-0 chunks;
+// the padding of a dim 0 that does not divide by the rank count is left out). Streams: the
+// all-gather copy-in and output are allocated on the copy-in stream, the reduce-scatter output on
+// the reduce-scatter stream, so their cached blocks are never reused by the compute stream.
+namespace {
+constexpr StreamId kAllGatherStream{1};
+constexpr StreamId kGlooAllGatherStream{2};
+constexpr StreamId kReduceScatterStream{3};
+}  // namespace
+
+// fully_shard on every block in order, then on the root: a unit's shards are allocated (fp32,
+// one per parameter), then its full parameters freed (the model was built on the GPU).
+void StepGenerator::fsdp_shard_parameters() {
+  std::vector<std::size_t> order;
+  for (std::size_t u = 1; u < units_; ++u)
+    order.push_back(u);
+  order.push_back(0);
+  for (std::size_t u : order) {
+    std::vector<TensorId> full;
+    for (int i : unit_params_[u]) {
+      const Param& p = params_[static_cast<std::size_t>(i)];
+      full.push_back(param_ids_[static_cast<std::size_t>(i)]);
+      param_ids_[static_cast<std::size_t>(i)] =
+          b_.alloc(param_shard(p) * d_.param, Category::parameter, "fsdp.param_shard", p.layer);
+    }
+    for (TensorId id : full)
+      b_.free(id);
+  }
 }
 
-// After a unit's backward: its gradients are copied into one flat buffer and reduce-scattered
-// (in fp32) into the rank's gradient shard.
-void StepGenerator::reduce_scatter(std::size_t unit) {
+void StepGenerator::fsdp_all_gather(std::size_t unit) {
+  if (!unsharded_[unit].empty() || gathered_[unit] != kNone)
+    return;
+  const int layer = static_cast<int>(unit) - 1;
+  const Bytes in_bytes = unit_shard_numel_[unit] * unsharded_bytes_;
+  const TensorId in =
+      b_.alloc_on(in_bytes, kAllGatherStream, Category::temporary, "fsdp.all_gather_input", layer);
+  gathered_[unit] = b_.alloc_on(in_bytes * shards_, kAllGatherStream, Category::temporary,
+                                "fsdp.all_gather_output", layer);
+  if (w_.parallel.backend == Backend::gloo)
+    b_.free(b_.alloc_on(in_bytes * shards_, kGlooAllGatherStream, Category::temporary,
+                        "gloo.all_gather_temp", layer));
+  b_.free(in);
+}
+
+// The unsharded parameters are copied out of the all-gather output. In forward the output is
+// kept until the next unit's copy-out (FSDP2's all_gather_state); in backward it goes at once.
+void StepGenerator::fsdp_copy_out(std::size_t unit, bool forward) {
+  if (!unsharded_[unit].empty())
+    return;
+  fsdp_all_gather(unit);
+  for (int i : unit_params_[unit]) {
+    const Param& p = params_[static_cast<std::size_t>(i)];
+    unsharded_[unit].push_back(
+        b_.alloc(p.numel * unsharded_bytes_, Category::parameter, "fsdp.unsharded_param", p.layer));
+  }
+  if (forward) {
+    b_.free(held_gather_);
+    held_gather_ = gathered_[unit];
+  } else {
+    b_.free(gathered_[unit]);
+  }
+  gathered_[unit] = kNone;
+}
+
+void StepGenerator::fsdp_reshard(std::size_t unit) {
+  for (TensorId id : unsharded_[unit])
+    b_.free(id);
+  unsharded_[unit].clear();
+}
+
+// After a unit's backward: its unsharded gradients are copied into one reduce-scatter input (in
+// the reduce dtype, fp32), freed, and reduce-scattered into a shard that becomes the unit's
+// gradient (or is added into it and freed when accumulating). The input lives until the next
+// reduce-scatter.
+void StepGenerator::fsdp_reduce_scatter(std::size_t unit) {
   std::vector<TensorId>& grads = pending_[unit];
   if (grads.empty())
     return;
   const int layer = static_cast<int>(unit) - 1;
-  const TensorId flat =
-      b_.alloc(unit_numel_[unit] * d_.act, Category::temporary, "fsdp.grad_flat", layer);
+  b_.free(held_reduce_input_);
+  const Bytes out_bytes = unit_shard_numel_[unit] * d_.param;
+  held_reduce_input_ =
+      b_.alloc(out_bytes * shards_, Category::temporary, "fsdp.reduce_scatter_input", layer);
   for (TensorId g : grads)
     b_.free(g);
   grads.clear();
   const Category cat = unit_grad_[unit] == kNone ? Category::gradient : Category::temporary;
-  const TensorId out = b_.alloc(shard(unit) * 4, cat, "fsdp.reduce_scatter", layer);
-  b_.free(flat);
+  const TensorId out =
+      b_.alloc_on(out_bytes, kReduceScatterStream, cat, "fsdp.reduce_scatter_output", layer);
+  if (w_.parallel.backend == Backend::gloo)
+    b_.free(b_.alloc_on(out_bytes * shards_, kReduceScatterStream, Category::temporary,
+                        "gloo.reduce_scatter_temp", layer));
   if (unit_grad_[unit] == kNone)
     unit_grad_[unit] = out;
   else
     b_.free(out);
+}
+
+void StepGenerator::fsdp_pre_forward(std::size_t unit) {
+  if (fsdp_)
+    fsdp_copy_out(unit, true);
+}
+
+void StepGenerator::fsdp_post_forward(std::size_t unit) {
+  if (fsdp_ && w_.parallel.fsdp_reshard_after_forward)
+    fsdp_reshard(unit);
+}
+
+void StepGenerator::fsdp_end_forward() {
+  if (!fsdp_)
+    return;
+  fsdp_post_forward(0);
+  b_.free(held_gather_);
+  held_gather_ = kNone;
+}
+
+void StepGenerator::fsdp_pre_backward(std::size_t unit, std::size_t next) {
+  if (!fsdp_)
+    return;
+  fsdp_copy_out(unit, false);
+  if (next < units_)
+    fsdp_all_gather(next);  // backward prefetch of the next unit
+}
+
+void StepGenerator::fsdp_post_backward(std::size_t unit) {
+  if (!fsdp_)
+    return;
+  fsdp_reshard(unit);
+  fsdp_reduce_scatter(unit);
+}
+
+void StepGenerator::fsdp_end_backward() {
+  b_.free(held_reduce_input_);
+  held_reduce_input_ = kNone;
 }
 
 // AccumulateGrad: the first gradient becomes .grad; later ones are added in place and freed.
@@ -187,7 +310,7 @@ Category StepGenerator::grad_category(int param) const {
 }
 
 void StepGenerator::weight_grad_cast(int param, TensorId grad16, const char* op, int layer) {
-  if (!d_.autocast || fsdp_) {
+  if (!d_.autocast || grad_bytes_ == d_.act) {
     accumulate(param, grad16);
     return;
   }
@@ -423,31 +546,10 @@ void StepGenerator::end_micro_batch(LossState& loss, TensorId idx) {
 void StepGenerator::optimizer_step(bool first) {
   if (t_.optimizer == OptimizerKind::sgd)
     return;  // plain SGD (no momentum): in-place foreach add, no state, no temporaries
-  if (fsdp_) {
-    // per-rank state and foreach temporaries of each unit's flat shard
-    if (first) {
-      for (std::size_t u = 0; u < units_; ++u) {
-        const int layer = static_cast<int>(u) - 1;
-        state_ids_.push_back(
-            b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg", layer));
-        state_ids_.push_back(
-            b_.alloc(shard(u) * d_.param, Category::optimizer_state, "adam.exp_avg_sq", layer));
-      }
-    }
-    if (t_.fused_optimizer)
-      return;
-    std::vector<TensorId> temps;
-    for (std::size_t u = 0; u < units_; ++u)
-      temps.push_back(b_.alloc(shard(u) * d_.param, Category::temporary, "adam.foreach_tmp",
-                               static_cast<int>(u) - 1));
-    for (auto it = temps.rbegin(); it != temps.rend(); ++it)
-      b_.free(*it);
-    return;
-  }
   if (first) {
     // lazy state: exp_avg and exp_avg_sq (zeros_like) per parameter, in parameter order
     for (const Param& p : params_) {
-      const Bytes bytes = p.numel * d_.param;
+      const Bytes bytes = (fsdp_ ? param_shard(p) : p.numel) * d_.param;
       state_ids_.push_back(b_.alloc(bytes, Category::optimizer_state, "adam.exp_avg", p.layer));
       state_ids_.push_back(b_.alloc(bytes, Category::optimizer_state, "adam.exp_avg_sq", p.layer));
     }
@@ -458,7 +560,8 @@ void StepGenerator::optimizer_step(bool first) {
   std::vector<TensorId> temps;
   temps.reserve(params_.size());
   for (const Param& p : params_)
-    temps.push_back(b_.alloc(p.numel * d_.param, Category::temporary, "adam.foreach_tmp", p.layer));
+    temps.push_back(b_.alloc((fsdp_ ? param_shard(p) : p.numel) * d_.param, Category::temporary,
+                             "adam.foreach_tmp", p.layer));
   for (auto it = temps.rbegin(); it != temps.rend(); ++it)
     b_.free(*it);
 }

@@ -46,6 +46,8 @@ class Builder {
  public:
   explicit Builder(RequestStream& out) : out_(out) {}
   TensorId alloc(Bytes size, Category category, const char* op, int layer);
+  // On a side stream (FSDP's collectives): its blocks are cached for that stream only.
+  TensorId alloc_on(Bytes size, StreamId stream, Category category, const char* op, int layer);
   void free(TensorId id);
   void marker(RequestOp op, Bytes value);
 
@@ -90,11 +92,26 @@ class StepGenerator {
   // Buffers registered after the parameters (allocated at init, freed at teardown).
   void add_buffer(Bytes bytes, const char* name) { buffers_.push_back({bytes, -1, name}); }
 
-  // ---- FSDP units ---------------------------------------------------------------------------
+  // ---- FSDP2 units (fully_shard on every block, then the root) -----------------------------
+  // Unit 0 is the root (embeddings, final norm, head), unit l + 1 block l. The hooks do nothing
+  // on one GPU. Forward: pre_forward (all-gather, copy-out) ... post_forward (reshard); the root's
+  // post-forward is end_forward, after the logits. Backward: pre_backward(unit, next) also
+  // prefetches `next`'s all-gather; post_backward reshards and reduce-scatters the gradients;
+  // end_backward after the root's.
   static std::size_t unit_of(const Param& p) { return static_cast<std::size_t>(p.layer + 1); }
-  Bytes shard(std::size_t unit) const { return (unit_numel_[unit] + shards_ - 1) / shards_; }
-  TensorId all_gather(std::size_t unit);
-  void reduce_scatter(std::size_t unit);
+  static std::size_t block_unit(int layer) { return static_cast<std::size_t>(layer) + 1; }
+  Bytes param_shard(const Param& p) const { return (p.numel + shards_ - 1) / shards_; }
+  void fsdp_pre_forward(std::size_t unit);
+  void fsdp_post_forward(std::size_t unit);
+  void fsdp_end_forward();
+  void fsdp_pre_backward(std::size_t unit, std::size_t next);
+  void fsdp_post_backward(std::size_t unit);
+  void fsdp_end_backward();
+  void fsdp_all_gather(std::size_t unit);
+  void fsdp_copy_out(std::size_t unit, bool forward);
+  void fsdp_reshard(std::size_t unit);
+  void fsdp_reduce_scatter(std::size_t unit);
+  void fsdp_shard_parameters();
 
   // ---- gradients ----------------------------------------------------------------------------
   void accumulate(int param, TensorId grad);
@@ -152,11 +169,17 @@ class StepGenerator {
   bool casts_weights_ = true;
   Bytes shards_ = 1;
   bool fsdp_ = false;
-  Bytes grad_bytes_ = 4;
+  Bytes grad_bytes_ = 4;       // a parameter gradient as autograd makes it
+  Bytes unsharded_bytes_ = 4;  // FSDP: an unsharded parameter element
   std::size_t units_ = 0;
-  std::vector<Bytes> unit_numel_;
-  std::vector<TensorId> unit_grad_;  // each unit's fp32 gradient shard
-  std::vector<std::vector<TensorId>> pending_;
+  std::vector<std::vector<int>> unit_params_;
+  std::vector<Bytes> unit_shard_numel_;           // the rank's shard of each unit's parameters
+  std::vector<TensorId> unit_grad_;               // each unit's fp32 gradient shard
+  std::vector<std::vector<TensorId>> pending_;    // unsharded gradients awaiting reduce-scatter
+  std::vector<std::vector<TensorId>> unsharded_;  // each unit's unsharded parameters
+  std::vector<TensorId> gathered_;                // an issued all-gather's output, per unit
+  TensorId held_gather_{};  // the last forward all-gather output, kept until the next copy-out
+  TensorId held_reduce_input_{};  // the last reduce-scatter input, kept until the next one
   std::vector<Param> params_;
   std::vector<Param> buffers_;
   int emb_ = -1, head_ = -1;

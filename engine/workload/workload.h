@@ -117,8 +117,20 @@ struct Training {
   bool teardown = true;
 };
 
+// Which collective backend a multi-rank run uses. NCCL's buffers are its own; gloo (CUDA tensors
+// through host memory) also takes an output-sized temporary from the caching allocator per
+// collective, on the collective's stream.
+enum class Backend : std::uint8_t { nccl, gloo };
+
 struct Parallel {
-  int fsdp_shards = 1;  // FSDP FULL_SHARD / ZeRO-3 over this many ranks; 1 = one GPU
+  // FSDP2 (torch.distributed.fsdp.fully_shard on every block, then on the root) over this many
+  // ranks; 1 = one GPU. See experiments/README.md "parallel" for what is modelled.
+  int fsdp_shards = 1;
+  // MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): 16-bit unsharded parameters and
+  // gradients, fp32 reduce-scatter. false: unsharded parameters in the master dtype.
+  bool fsdp_mixed_precision = true;
+  bool fsdp_reshard_after_forward = true;  // fully_shard(reshard_after_forward=...)
+  Backend backend = Backend::nccl;
   // DistributedDataParallel (engine/workload/ddp.h): the Reducer's gradient buckets on each rank.
   bool ddp = false;
   int ddp_bucket_cap_mb = 25;  // bucket_cap_mb

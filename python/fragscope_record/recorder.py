@@ -59,6 +59,7 @@ class Recorder:
         self.command = list(command) if command is not None else list(sys.argv)
         self.started = time.time()
         self.steps = 0
+        self.step_ends_us = []  # optimizer-step end times, in the trace's clock (µs since epoch)
         self.oom_sets = 0
         self.manual_sets = 0
         self.fractions = {}  # device -> fraction given to set_per_process_memory_fraction
@@ -94,8 +95,8 @@ class Recorder:
             attach(self._on_oom)
         else:
             _warn("this PyTorch has no out-of-memory observer: no set at the moment of an OOM")
-        if self.every_steps:
-            self._hook_optimizer()
+        # Always hooked: the step end times let a job's ranks be lined up by step.
+        self._hook_optimizer()
         return self
 
     def _patch_fraction(self):
@@ -154,6 +155,7 @@ class Recorder:
         """Counts one optimizer step; every `every_steps`-th writes a set. Call it yourself when
         your loop does not use torch.optim."""
         self.steps += 1
+        self.step_ends_us.append(int(time.time() * 1e6))
         if self.every_steps and self.steps % self.every_steps == 0:
             self.dump("step", self.steps)
 
@@ -301,6 +303,7 @@ class Recorder:
             "job": self.job,
             "moment": moment,
             "step": self.steps,
+            "step_ends_us": list(self.step_ends_us),
             "outcome": outcome,
             "oom_message": self.oom_message if moment == "exit" else None,
             "oom": self.last_oom if moment == "oom" else None,

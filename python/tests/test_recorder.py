@@ -1,6 +1,7 @@
 """The recorder's flow with a stand-in torch (fake_torch): what is called when, and which files
 a run leaves."""
 import json
+import time
 import os
 import signal
 import sys
@@ -58,6 +59,10 @@ def test_recording_starts_before_the_script_and_covers_oom_and_exit(torch, tmp_p
                           "device_free": 5 * 2**30}
     assert oom["allowed_bytes"] == 20 * 2**30  # 0.25 x the 80 GiB device
     assert oom["per_process_memory_fraction"] == 0.25
+    # both optimizer steps' end times, in the trace's clock (µs since the epoch), in order
+    ends = oom["step_ends_us"]
+    assert len(ends) == 2 and ends[0] <= ends[1]
+    assert abs(ends[1] / 1e6 - time.time()) < 60
     assert oom["memory_stats"]["num_ooms"] == 1
     assert oom["history"]["trace_entries"] == 2
     final = stats(out, "train")

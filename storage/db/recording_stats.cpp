@@ -46,6 +46,15 @@ void add_recorded_stats(const nlohmann::json& stats, nlohmann::json& summary) {
     summary["recorded_outcome"] = *it;
   if (const auto it = stats.find("alloc_conf"); it != stats.end())
     summary["recorded_alloc_conf"] = *it;
+  // fragscope-record's optimizer-step end times (the trace's clock, µs since the epoch): a job's
+  // ranks line up by training step with them.
+  if (const auto it = stats.find("step_ends_us"); it != stats.end() && it->is_array()) {
+    nlohmann::json ends = nlohmann::json::array();
+    for (const nlohmann::json& t : *it)
+      if (t.is_number_unsigned() || (t.is_number_integer() && t.get<std::int64_t>() >= 0))
+        ends.push_back(t.get<std::uint64_t>());
+    summary["step_ends_us"] = std::move(ends);
+  }
   // record_torch_traces.py's cap: set_per_process_memory_fraction to exactly cap_gib GiB. A cap
   // no device has (beyond 2^63 bytes) is ignored rather than converted out of range.
   const auto params = stats.find("params");

@@ -179,7 +179,8 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
     out.caveats.push_back(
         "the run ran out of memory under a device limit that was not recorded (import it with its "
         "NAME.stats.json), so the model cannot release and fail where the recording did");
-  if (result.compared && result.first_divergence)
+  out.diverged = result.compared && result.first_divergence;
+  if (out.diverged)
     out.caveats.push_back("the model diverged from the recording: " +
                           replay::describe(*result.first_divergence));
   return out;

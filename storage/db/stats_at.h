@@ -26,6 +26,9 @@ struct MemoryStatsAt {
   // Why the figures may differ from what PyTorch printed at that moment (a trace that starts
   // mid-run, an OOM whose device limit is unknown, a model that diverged from the recording).
   std::vector<std::string> caveats;
+  // The model's replay stopped following the recording: `stats` are the model's, not the
+  // recording's (front-ends then show the recorded figures beside them).
+  bool diverged = false;
 };
 
 // The per-process memory limit a run had: RunRecord::capacity when set, else

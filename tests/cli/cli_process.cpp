@@ -20,6 +20,10 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 CliResult run_cli(const std::vector<std::string>& args) {
+  return run_cli_in("", args);
+}
+
+CliResult run_cli_in(const std::string& cwd, const std::vector<std::string>& args) {
   char out_template[] = "/tmp/fragscope-cli-out-XXXXXX";
   char err_template[] = "/tmp/fragscope-cli-err-XXXXXX";
   const int out_fd = mkstemp(out_template);
@@ -29,6 +33,8 @@ CliResult run_cli(const std::vector<std::string>& args) {
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0)
+      _exit(126);
     std::vector<char*> argv;
     std::string program = FRAGSCOPE_CLI;
     argv.push_back(program.data());

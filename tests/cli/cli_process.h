@@ -13,5 +13,7 @@ struct CliResult {
 
 // Arguments are passed as-is (no shell), so paths with spaces and '' stay intact.
 CliResult run_cli(const std::vector<std::string>& args);
+// The same, run in the working directory `cwd`.
+CliResult run_cli_in(const std::string& cwd, const std::vector<std::string>& args);
 
 }  // namespace fragscope::test

@@ -213,5 +213,16 @@ TEST(TorchRunCli, MissingRunnerOrPythonIsExitTwo) {
                  "cannot start");
 }
 
+// The default runner was once resolved against the working directory: from anywhere else the
+// build tree's CLI said "no torch runner there". The batch script names the runner it found.
+TEST(TorchRunCli, DefaultRunnerDoesNotDependOnTheWorkingDirectory) {
+  storage::test::TempDir dir;
+  const CliResult r = run_cli_in(
+      dir.path().string(),
+      {"torch-run", kCalibration.string(), "--slurm", "--dry-run", "--out", dir.file("sweep")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(kRunner.lexically_normal().string()), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace fragscope::test

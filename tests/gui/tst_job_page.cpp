@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gui/format.h"
 #include "gui/job_page.h"
 #include "gui/main_window.h"
 #include "gui/report.h"
@@ -101,6 +102,82 @@ class TestJobPage : public QObject {
     const QString html = gui::reportHtml(data, {}, true);
     QVERIFY(html.contains(QStringLiteral("Job ddp_gloo_gpt_imbalance")));
     QVERIFY(html.contains(QStringLiteral("Fragmentation")));
+  }
+
+  // The report carries the job's small multiples: one image after the run's own plot, under the
+  // job's table, with both ranks drawn (each rank's color appears in its half).
+  void reportDrawsTheJobsSmallMultiples() {
+    const gui::ReportData data = gui::loadReportData(m_db, {m_result.ranks[0].result.run});
+    QCOMPARE(data.jobViews.size(), std::size_t{1});
+    QCOMPARE(data.jobViews[0].ranks.size(), std::size_t{2});
+    const std::vector<QImage> plots = gui::renderReportPlots(data);
+    QCOMPARE(plots.size(), std::size_t{2});  // the run's plot, then the job's
+    const QImage& job = plots[1];
+    QCOMPARE(job.width(), 1200);
+    for (int half = 0; half < 2; ++half) {
+      const QColor color = gui::colors::run(half);
+      bool found = false;
+      for (int y = 0; y < job.height() && !found; ++y)
+        for (int x = half * 600; x < (half + 1) * 600 && !found; ++x)
+          found = std::abs(job.pixelColor(x, y).red() - color.red()) < 24 &&
+                  std::abs(job.pixelColor(x, y).green() - color.green()) < 24 &&
+                  std::abs(job.pixelColor(x, y).blue() - color.blue()) < 24;
+      QVERIFY2(found, qPrintable(QStringLiteral("rank %1's color is not drawn").arg(half)));
+    }
+    const QString html = gui::reportHtml(data, plots, true);
+    const qsizetype table = html.indexOf(QStringLiteral("Job ddp_gloo_gpt_imbalance"));
+    const qsizetype image = html.indexOf(QStringLiteral("one scale"));
+    QVERIFY(table >= 0 && image > table);
+    QCOMPARE(html.count(QStringLiteral("data:image/png")), 2);
+  }
+
+  // Step k spans the end of step k - 1 to its own end (the first from the rank's first event);
+  // after the last end the last step's length goes on.
+  void stepCoordinatesFollowTheRecordedStepEnds() {
+    const std::vector<std::uint64_t> ends = {1000, 3000, 4000};
+    QCOMPARE(gui::stepCoordinate(ends, 0, 0), 0.0);
+    QCOMPARE(gui::stepCoordinate(ends, 0, 500), 0.5);
+    QCOMPARE(gui::stepCoordinate(ends, 0, 1000), 1.0);
+    QCOMPARE(gui::stepCoordinate(ends, 0, 2000), 1.5);
+    QCOMPARE(gui::stepCoordinate(ends, 0, 3500), 2.5);
+    QCOMPARE(gui::stepCoordinate(ends, 0, 4500), 3.5);
+    QCOMPARE(gui::stepCoordinate({}, 0, 4500), 0.0);
+  }
+
+  // Two ranks whose steps took different times line up: the same step is the same x, and a rank
+  // recorded without step times says so instead of being drawn on a wrong axis.
+  void stepAlignmentLinesUpRanksOfDifferentSpeeds() {
+    gui::JobViewData data;
+    for (int r = 0; r < 3; ++r) {
+      gui::JobRankView rank;
+      rank.rank = r;
+      rank.record.event_count = 4;
+      const std::uint64_t length = r == 0 ? 1000 : 3000;  // rank 1 is three times slower
+      for (std::uint64_t b = 0; b < 4; ++b) {
+        storage::TimelineBucket bucket;
+        bucket.t0_us = static_cast<std::int64_t>(b * length);
+        bucket.t1_us = static_cast<std::int64_t>((b + 1) * length);
+        bucket.first_event = b;
+        bucket.max.reserved = bucket.max.allocated = (b + 1) * 1000;
+        rank.timeline.push_back(bucket);
+      }
+      if (r < 2)
+        rank.stepEndsUs = {length, 2 * length, 3 * length, 4 * length};
+      data.ranks.push_back(rank);
+    }
+    const gui::JobPlotScale scale = gui::jobPlotScale(data);
+    QCOMPARE(scale.steps, 4.0);
+    std::vector<std::unique_ptr<QCustomPlot>> plots;
+    for (int r = 0; r < 3; ++r) {
+      plots.push_back(std::make_unique<QCustomPlot>());
+      gui::drawRankPlot(plots.back().get(), data.ranks[static_cast<std::size_t>(r)], r, false,
+                        gui::JobAlignment::step, scale);
+    }
+    for (int b = 0; b < 4; ++b)
+      QCOMPARE(plots[0]->graph(0)->data()->at(b)->key, plots[1]->graph(0)->data()->at(b)->key);
+    QCOMPARE(plots[1]->graph(0)->data()->at(2)->key, 2.0);
+    QCOMPARE(plots[2]->graph(0)->dataCount(), 0);
+    QCOMPARE(plots[0]->xAxis->range().upper, plots[2]->xAxis->range().upper);
   }
 
   void mainWindowOpensTheRankThatWasActivated() {

@@ -2,6 +2,7 @@
 // end prints exactly what PyTorch printed (the fixture's summary.txt); an earlier cursor prints
 // the state there, replayed off the GUI thread, and a newer cursor supersedes an older one.
 #include <QFile>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTest>
 
@@ -56,6 +57,46 @@ class TestSummaryPage : public QObject {
     m_record = store.run(m_run);
   }
 
+  void divergedReplayPutsTheRecordingsFiguresFirst() {
+    // One 64 GiB segment serving a 1 MiB request: PyTorch's allocator would have taken a 2 MiB
+    // small-pool segment, so the model cannot follow this trace from its first event.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("diverged.db"));
+    const std::uint64_t base = 0x7f0000000000;
+    const std::vector<TraceEvent> events{
+        {TraceAction::segment_alloc, base, 64 * kGiB, StreamId{0}, 0, {}},
+        {TraceAction::alloc, base, kMiB, StreamId{0}, 0, {}}};
+    storage::RunRecord record;
+    {
+      storage::RunStore store(db.toStdString());
+      const storage::RunId run = test::addRun(store, "diverged", events);
+      // A recording (its allocator_settings, as an import stores them) is compared with its replay.
+      nlohmann::json summary = store.run(run).summary;
+      summary["allocator_settings"] = m_record.summary.at("allocator_settings");
+      store.update_summary(run, summary);
+      record = store.run(run);
+    }
+    SummaryPage page;
+    page.setDatabase(db);
+    QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
+    page.setRun(record);
+    SegmentSnapshotAt state = cursorAt(record.id, 2, 2);
+    state.summary.segments = 1;
+    state.summary.blocks = 1;
+    state.summary.reserved = 64 * kGiB;
+    state.summary.live = kMiB;
+    page.setState(state);
+    QVERIFY(test::waitFor([&] { return ready.count() > 0 && !page.busy(); }));
+    QVERIFY(page.pytorchSummary()->diverged);
+    QVERIFY(page.pytorchSummary()->modelReserved != 64 * kGiB);
+    const QString text = page.text();
+    const auto comparison = text.indexOf(QStringLiteral("What the recording says"));
+    QVERIFY(comparison >= 0);
+    QVERIFY(comparison < text.indexOf(QStringLiteral("PyTorch CUDA memory summary")));
+    QVERIFY(text.contains(QRegularExpression(QStringLiteral("Reserved memory +64\\.0 GiB"))));
+    QVERIFY(text.contains(QRegularExpression(QStringLiteral("Segments +1 "))));
+  }
+
   void endOfRunIsPyTorchsOwnSummary() {
     SummaryPage page;
     page.setDatabase(m_db);
@@ -70,6 +111,8 @@ class TestSummaryPage : public QObject {
     QCOMPARE(page.pytorchSummary()->full, expected);
     QVERIFY(page.text().contains(expected));
     QVERIFY(page.pytorchSummary()->caveats.isEmpty());
+    QVERIFY(!page.pytorchSummary()->diverged);
+    QVERIFY(!page.text().contains(QStringLiteral("What the recording says")));
   }
 
   void cursorShowsTheStateThereAndTheNewestCursorWins() {

@@ -28,6 +28,7 @@ for size in 16 32 48 64 128 256 512; do
   expect_file "/usr/share/icons/hicolor/${size}x${size}/apps/io.github.fragscope.FragScope.png"
 done
 expect_file /usr/share/fragscope/experiments/case-study-1.2b-a100-40gb.json
+expect_file /usr/share/fragscope/experiments/torch_runner/torch_runner.py
 grep -q '^Package: fragscope$' "$work/control" || { echo "wrong package name"; status=1; }
 for dep in libqt6widgets6 libsqlite3-0 zlib1g; do
   grep -q "$dep" "$work/control" || { echo "Depends lacks $dep: $(cat "$work/control")"; status=1; }

@@ -1,0 +1,212 @@
+// fragscope-cli run: simulates every variant and sweep point of an experiment file through the
+// allocator model (points in parallel on a thread pool) and stores them as runs of one
+// experiment. Output is deterministic: points are reported and stored in file order.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/slurm_submit.h"
+#include "engine/workload/experiment.h"
+#include "engine/workload/hf_config.h"
+#include "engine/workload/runner.h"
+#include "storage/db/data_location.h"
+#include "storage/db/experiment_status.h"
+#include "storage/db/run_store.h"
+#include "storage/db/simulated_run.h"
+
+namespace fragscope::cli {
+namespace {
+
+// Runs points on `threads` workers; the caller consumes results in point order as they finish.
+class PointPool {
+ public:
+  PointPool(const std::vector<workload::ExperimentPoint>& points, unsigned threads)
+      : points_(points), results_(points.size()), errors_(points.size()) {
+    for (unsigned t = 0; t < threads; ++t)
+      workers_.emplace_back([this] { work(); });
+  }
+  ~PointPool() {
+    stop_ = true;
+    for (std::thread& t : workers_)
+      t.join();
+  }
+  PointPool(const PointPool&) = delete;
+  PointPool& operator=(const PointPool&) = delete;
+
+  // Blocks until point `i` is done; rethrows its error.
+  workload::PointResult take(std::size_t i) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return results_[i].has_value() || errors_[i] != nullptr; });
+    if (errors_[i])
+      std::rethrow_exception(errors_[i]);
+    workload::PointResult r = std::move(*results_[i]);
+    results_[i].reset();
+    return r;
+  }
+
+ private:
+  void work() {
+    while (!stop_) {
+      const std::size_t i = next_.fetch_add(1);
+      if (i >= points_.size())
+        return;
+      std::optional<workload::PointResult> result;
+      std::exception_ptr error;
+      try {
+        result = workload::run_point(points_[i], true);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        results_[i] = std::move(result);
+        errors_[i] = error;
+      }
+      done_.notify_all();
+    }
+  }
+
+  const std::vector<workload::ExperimentPoint>& points_;
+  std::vector<std::optional<workload::PointResult>> results_;
+  std::vector<std::exception_ptr> errors_;
+  std::atomic<std::size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<std::thread> workers_;
+};
+
+int run_experiment(const std::vector<std::string>& argv) {
+  std::set<std::string> flags = {"--no-store"};
+  std::set<std::string> option_names = {"--db",        "--json",   "--threads",
+                                        "--hf-config", "--device", "--batch-size",
+                                        "--seq-len",   "--steps",  "--point"};
+  flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
+  option_names.insert(kSlurmOptions.begin(), kSlurmOptions.end());
+  const Args args(argv, flags, option_names);
+  if (args.flag("--slurm") && args.option("--hf-config"))
+    throw UsageError{
+        "--slurm runs an experiment file (the tasks read a copy of it); write the "
+        "--hf-config model into one first"};
+  workload::Experiment experiment;
+  if (const auto hf = args.option("--hf-config")) {
+    // the model of a Hugging Face config.json: on its own, or in place of an experiment's model
+    if (args.positional().size() > 1)
+      throw UsageError{"run --hf-config FILE takes at most one EXPERIMENT.json"};
+    if (args.positional().size() == 1) {
+      for (const char* own : {"--device", "--batch-size", "--seq-len", "--steps"})
+        if (args.option(own))
+          throw UsageError{std::string(own) + " is given by the experiment file; set it there"};
+      experiment = workload::experiment_with_hf_model(args.positional()[0], *hf);
+    } else {
+      workload::HfRunOptions options;
+      options.device = args.option_or("--device", options.device);
+      const auto bounded = [&](const char* name, int fallback) {
+        const auto v = args.uint_option(name);
+        if (v && (*v == 0 || *v > (1U << 20)))
+          throw UsageError{std::string(name) + ": expected 1..1048576"};
+        return v ? static_cast<int>(*v) : fallback;
+      };
+      options.batch_size = bounded("--batch-size", options.batch_size);
+      options.seq_len = bounded("--seq-len", options.seq_len);
+      options.steps = bounded("--steps", options.steps);
+      experiment = workload::experiment_from_hf_config(*hf, options);
+    }
+  } else {
+    args.expect_positional(1, "one EXPERIMENT.json file (or --hf-config FILE)");
+    experiment = workload::load_experiment(args.positional()[0]);
+  }
+  if (args.flag("--slurm")) {
+    if (args.option("--point") || args.flag("--no-store"))
+      throw UsageError{
+          "--slurm runs every point, one array task each; --point and --no-store "
+          "do not apply"};
+    storage::SweepSpec spec;
+    spec.kind = storage::SweepKind::simulated;
+    spec.name = experiment.name;
+    for (const workload::ExperimentPoint& point : experiment.points)
+      spec.points.push_back(point.name);
+    apply_slurm_options(args, spec);
+    return submit_sweep(args, std::move(spec), experiment.definition);
+  }
+  reject_slurm_options(args);
+  if (args.option("--out"))
+    throw UsageError{"--out goes with --slurm"};
+  if (const auto point = args.uint_option("--point")) {
+    // One point by its index (a Slurm array task runs point $SLURM_ARRAY_TASK_ID).
+    if (*point >= experiment.points.size())
+      throw UsageError{"--point " + std::to_string(*point) + ": the experiment has " +
+                       std::to_string(experiment.points.size()) + " point(s), 0.." +
+                       std::to_string(experiment.points.size() - 1)};
+    experiment.points = {experiment.points[static_cast<std::size_t>(*point)]};
+  }
+
+  unsigned threads = std::max(1U, std::thread::hardware_concurrency());
+  if (const auto n = args.uint_option("--threads")) {
+    if (*n == 0 || *n > 1024)
+      throw UsageError{"--threads: expected 1..1024"};
+    threads = static_cast<unsigned>(*n);
+  }
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(experiment.points.size()));
+
+  const bool store_runs = !args.flag("--no-store");
+  std::unique_ptr<storage::RunStore> store;
+  storage::ExperimentId experiment_id{};
+  if (store_runs) {
+    store = std::make_unique<storage::RunStore>(
+        args.option_or("--db", storage::default_database_path()));
+  }
+
+  nlohmann::json runs = nlohmann::json::array();
+  {
+    PointPool pool(experiment.points, threads);
+    for (std::size_t i = 0; i < experiment.points.size(); ++i) {
+      const workload::ExperimentPoint& point = experiment.points[i];
+      const workload::PointResult result = pool.take(i);
+      nlohmann::json summary = workload::to_json(result);
+      if (store) {
+        if (i == 0)  // incomplete until the last point is stored (experiment_status.h)
+          experiment_id = storage::begin_experiment(*store, experiment.name, experiment.definition,
+                                                    experiment.points.size());
+        summary["run_id"] =
+            storage::store_simulated_run(*store, experiment_id, point, result).value;
+      }
+      std::cerr << "run: " << (i + 1) << "/" << experiment.points.size() << " " << point.name
+                << ": " << (result.oom ? "oom" : "ok") << ", peak allocated "
+                << result.peak_allocated << " B, peak reserved " << result.peak_reserved << " B\n";
+      runs.push_back(std::move(summary));
+    }
+    if (store && !experiment.points.empty())
+      storage::finish_experiment(*store, experiment_id);
+  }
+  nlohmann::json out = {{"experiment", experiment.name}, {"runs", runs}};
+  if (store)
+    out["experiment_id"] = experiment_id.value;
+  write_json(out, args.option_or("--json", "-"));
+  return 0;
+}
+
+}  // namespace
+
+FRAGSCOPE_CLI_COMMAND({"run",
+                       "run EXPERIMENT.json | --hf-config CONFIG.json [EXPERIMENT.json] [--device "
+                       "PRESET] [--batch-size N] [--seq-len N] [--steps N] [--db FILE] [--json "
+                       "FILE|-] [--threads N] [--no-store] [--point INDEX]\n"
+                       "  run EXPERIMENT.json --slurm [--out DIR] [--partition P] [--account A] "
+                       "[--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
+                       "Simulate every variant and sweep point of an experiment (or a Hugging "
+                       "Face config.json's model) and store the runs; --slurm submits one Slurm "
+                       "array task per point instead (collect them with fragscope-cli collect DIR)",
+                       run_experiment});
+
+}  // namespace fragscope::cli
