@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gui/job_tracker.h"
+#include "gui/pool_overview.h"
 
 namespace fragscope::gui {
 
@@ -109,7 +110,8 @@ SegmentSnapshotAt loadSegmentSnapshot(const QString& databasePath, storage::RunI
   auto store = openReader(databasePath);
   SegmentSnapshotAt snapshot;
   snapshot.run = run;
-  snapshot.eventCount = store->run(run).event_count;
+  const storage::RunRecord record = store->run(run);
+  snapshot.eventCount = record.event_count;
   snapshot.eventIndex = std::min(eventIndex, snapshot.eventCount);
   snapshot.state = store->segment_state(run, snapshot.eventIndex).state;
   const auto next = store->events(run, snapshot.eventIndex, snapshot.eventIndex + 1);
@@ -117,6 +119,7 @@ SegmentSnapshotAt loadSegmentSnapshot(const QString& databasePath, storage::RunI
     snapshot.nextEvent = next.front();
   snapshot.views = segmentViews(snapshot.state);
   snapshot.summary = summarize(snapshot.views);
+  snapshot.pools = poolsAt(record.summary, snapshot.views);
   return snapshot;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/analysis/pool_usage.h"
 #include "engine/core/trace.h"
 #include "gui/metatypes.h"
 #include "gui/segment_layout.h"
@@ -59,6 +60,8 @@ struct SegmentSnapshotAt {
   // The state classified for drawing, computed with the load so the GUI thread only lays out.
   std::vector<SegmentView> views;
   SegmentMapSummary summary;
+  // Default vs private pools (gui/pool_overview.h); empty when the run has no private pool.
+  std::vector<analysis::PoolUsage> pools;
 };
 
 TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std::uint64_t first,

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "gui/format.h"
+#include "gui/pool_overview.h"
 
 namespace fragscope::gui {
 
@@ -193,6 +194,10 @@ QString SegmentMapWidget::oomBannerTitle() const {
         "but the allocator's rules refused it");
   if (m_oomVerdict == QLatin1String("other_stream"))
     return tr("Out of memory at the next event: the free memory belongs to other streams");
+  if (m_oomVerdict == QLatin1String("private_pool"))
+    return tr(
+        "Out of memory at the next event: the free memory is stranded in private pools (CUDA "
+        "graphs, MemPool), which only their own allocations can use");
   return tr("Out of memory at the next event: the request against the largest free block");
 }
 
@@ -507,6 +512,9 @@ void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
                formatBytes(static_cast<double>(summary.freeWhole)),
                formatBytes(static_cast<double>(summary.largestFree)))
           .arg(summary.externalFragmentation * 100, 0, 'f', 1);
+  if (const QString pools = poolOverviewText(m_snapshot->pools); !pools.isEmpty())
+    header += QStringLiteral("<br>") +
+              pools.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
   if (m_snapshot->nextEvent)
     header +=
         QStringLiteral("<br>") +

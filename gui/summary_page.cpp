@@ -8,6 +8,7 @@
 #include "engine/allocator/summary.h"
 #include "engine/analysis/recorded_environment.h"
 #include "gui/format.h"
+#include "gui/pool_overview.h"
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
 #include "storage/db/stats_at.h"
@@ -39,6 +40,12 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
                 .arg(QObject::tr("after event %1 of %2")
                          .arg(formatCount(state->eventIndex), formatCount(state->eventCount)),
                      -70);
+    text += rule();
+  }
+  if (state && !state->pools.empty()) {
+    // Default vs private pools (CUDA graphs, MemPool): cached memory is not shared across them.
+    for (const QString& line : poolOverviewText(state->pools).split(QLatin1Char('\n')))
+      text += QStringLiteral("| %1 |\n").arg(line, -70);
     text += rule();
   }
   text += row(QObject::tr("Metric"), QObject::tr("At cursor"), QObject::tr("Run peak"));
@@ -207,6 +214,7 @@ void SummaryPage::setState(const SegmentSnapshotAt& state) {
     figures.eventIndex = state.eventIndex;
     figures.eventCount = state.eventCount;
     figures.summary = state.summary;
+    figures.pools = state.pools;
     m_state = std::move(figures);
     m_debounce.start();
     refresh();

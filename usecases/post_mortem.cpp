@@ -84,8 +84,11 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
   RunRequests loaded = load_requests(store, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
-  data.post_mortems =
-      analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config, data.limit);
+  // Free memory in CUDA graph / MemPool segments is stranded for a default-pool request.
+  const auto pools = analysis::private_segments_from_json(
+      loaded.record.summary.value("segment_pools", nlohmann::json()));
+  data.post_mortems = analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config,
+                                                   data.limit, &pools);
   control.check();
   control.progress.report("measuring", 1, 3);
   try {

@@ -126,9 +126,9 @@ struct SeedSegment {
   Bytes size = 0;  // cudaMalloc'd bytes, or the mapped range of an expandable segment
   StreamId stream{};
   PoolKind pool = PoolKind::large;
-  MempoolId pool_id;  // a private pool's segment (created with one user if new); (0,0): default
   bool expandable = false;
   std::vector<SeedBlock> blocks;
+  MempoolId pool_id{};  // a private pool's segment (created with one user if new); (0,0): default
 };
 
 class CachingAllocator {

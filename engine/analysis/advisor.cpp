@@ -151,7 +151,8 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
 
   const snapshot::SegmentState initial = snapshot::initial_state(snap, static_cast<int>(device));
   advice.baseline = measure_trace(events, initial, {.keep_samples = false, .buckets = 0});
-  advice.post_mortems = trace_post_mortems(events, initial, config, options.capacity);
+  const PrivateSegments pools = private_segments(snap, static_cast<int>(device));
+  advice.post_mortems = trace_post_mortems(events, initial, config, options.capacity, &pools);
 
   const TraceRequests trace = requests_from_trace(events, initial);
   advice.recorded_oom_requests = trace.oom_requests;

@@ -20,6 +20,7 @@
 
 #include "engine/allocator/config.h"
 #include "engine/allocator/sizes.h"
+#include "engine/core/mempool_id.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
 #include "engine/core/units.h"
@@ -74,6 +75,7 @@ struct FreeBlock {
   StreamId stream{};
   alloc::PoolKind pool = alloc::PoolKind::large;
   bool in_split_segment = false;  // its segment has other blocks (and is not expandable)
+  MempoolId pool_id{};            // a private pool's (CUDA graph, MemPool); (0,0): default pools
 };
 
 // Every cached free block of a segment state, in address order.

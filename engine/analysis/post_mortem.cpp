@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,8 @@ std::string_view to_string(OomCause cause) {
       return "cache_policy";
     case OomCause::other_stream:
       return "other_stream";
+    case OomCause::private_pool:
+      return "private_pool";
   }
   return "capacity";
 }
@@ -72,9 +75,15 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
   Bytes same_stream_free = 0;     // both pools of the request's stream
   Bytes other_streams_free = 0;   // every pool of the other streams
   std::optional<Bytes> best_fit;  // smallest block of the request's stream and pool that fits
+  std::map<MempoolId, Bytes> private_free;
   for (const FreeBlock& block : s.free_blocks) {
     pm.cached_free += block.size;
     pm.largest_free = std::max(pm.largest_free, block.size);
+    if (!block.pool_id.is_default()) {
+      private_free[block.pool_id] += block.size;
+      pm.stranded_in_private_pools += block.size;
+      continue;  // a default-pool request never sees a private pool's blocks
+    }
     if (block.in_split_segment)
       pm.stranded_in_split += block.size;
     if (block.stream == s.stream) {
@@ -89,8 +98,22 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
     }
   }
 
+  pm.free_by_private_pool.assign(private_free.begin(), private_free.end());
+
   const std::string request = alloc::format_size(s.rounded);
   auto say = [&pm](std::string sentence) { pm.evidence.push_back(std::move(sentence)); };
+  // Whatever the cause, memory cached in graph pools is stranded for this request.
+  auto say_private = [&] {
+    if (pm.stranded_in_private_pools == 0)
+      return;
+    std::string pools;
+    for (const auto& [id, bytes] : pm.free_by_private_pool)
+      pools += (pools.empty() ? "" : ", ") + to_string(id) + " " + alloc::format_size(bytes);
+    say(alloc::format_size(pm.stranded_in_private_pools) +
+        " is cached free in private pools (CUDA graphs, MemPool: " + pools +
+        "): stranded there, only allocations to those pools can use it, and empty_cache returns "
+        "it only after the graph or pool is deleted");
+  };
 
   if (s.memory.allocated + s.rounded > s.capacity) {
     pm.cause = OomCause::capacity;
@@ -111,12 +134,14 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
                                                     : alloc::format_size(config.max_split_size)) +
         ", max_non_split_rounding_size " + alloc::format_size(config.max_non_split_rounding_size) +
         ")");
+    say_private();
     return pm;
   }
   if (pm.headroom >= s.rounded && pm.headroom < pm.segment_size) {
     pm.cause = OomCause::cache_policy;
     say("the device still had " + alloc::format_size(pm.headroom) + " for the " + request +
         " request, but the segment rounding asked for " + alloc::format_size(pm.segment_size));
+    say_private();
     return pm;
   }
   if (same_stream_free + pm.headroom >= s.rounded) {
@@ -128,6 +153,7 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
         request + " request");
     say(alloc::format_size(pm.stranded_in_split) +
         " is stranded in split segments, which empty_cache cannot return");
+    say_private();
     return pm;
   }
   if (same_stream_free + pm.headroom + other_streams_free + pm.pending_free >= s.rounded) {
@@ -136,6 +162,17 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
         alloc::format_size(same_stream_free + pm.headroom) + " within reach; other streams held " +
         alloc::format_size(other_streams_free) + " cached free and " +
         alloc::format_size(pm.pending_free) + " waited for other streams' events");
+    say_private();
+    return pm;
+  }
+  if (same_stream_free + pm.headroom + other_streams_free + pm.pending_free +
+          pm.stranded_in_private_pools >=
+      s.rounded) {
+    pm.cause = OomCause::private_pool;
+    say("stream " + std::to_string(s.stream.value) + " had only " +
+        alloc::format_size(same_stream_free + pm.headroom) +
+        " within reach in the default pools; the rest of the room was cached in private pools");
+    say_private();
     return pm;
   }
   // The room exists only as bytes the cache cannot reach at all (accounting of another pool).
@@ -145,10 +182,57 @@ OomPostMortem diagnose(const OomSituation& s, const alloc::AllocatorConfig& conf
   return pm;
 }
 
+PrivateSegments private_segments(const snapshot::Snapshot& snapshot, int device) {
+  PrivateSegments out;
+  for (const snapshot::Segment& segment : snapshot.segments) {
+    if (segment.device == device && (segment.pool_id.first != 0 || segment.pool_id.second != 0))
+      out[segment.address] = PrivateSegment{
+          segment.total_size, MempoolId{static_cast<std::uint64_t>(segment.pool_id.first),
+                                        static_cast<std::uint64_t>(segment.pool_id.second)}};
+  }
+  return out;
+}
+
+PrivateSegments private_segments_from_json(const nlohmann::json& segment_pools) {
+  PrivateSegments out;
+  if (!segment_pools.is_array())
+    return out;
+  for (const nlohmann::json& entry : segment_pools) {
+    if (!entry.is_array() || entry.size() != 4 ||
+        !std::all_of(entry.begin(), entry.end(),
+                     [](const nlohmann::json& v) { return v.is_number_unsigned(); }))
+      continue;  // written by the import: anything else is not a pool entry
+    out[entry[0].get<std::uint64_t>()] =
+        PrivateSegment{entry[1].get<Bytes>(),
+                       MempoolId{entry[2].get<std::uint64_t>(), entry[3].get<std::uint64_t>()}};
+  }
+  return out;
+}
+
+namespace {
+
+// Marks the free blocks that sit in a private pool's segment.
+void assign_private_pools(std::vector<FreeBlock>& blocks, const snapshot::SegmentState& state,
+                          const PrivateSegments& pools) {
+  const auto& segments = state.segment_map();
+  for (FreeBlock& block : blocks) {
+    auto segment = segments.upper_bound(block.address);
+    if (segment == segments.begin())
+      continue;
+    --segment;
+    const auto pool = pools.find(segment->first);
+    if (pool != pools.end() && pool->second.size == segment->second.size)
+      block.pool_id = pool->second.pool;
+  }
+}
+
+}  // namespace
+
 std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events,
                                               snapshot::SegmentState initial,
                                               const alloc::AllocatorConfig& config,
-                                              std::optional<Bytes> limit) {
+                                              std::optional<Bytes> limit,
+                                              const PrivateSegments* pools) {
   std::vector<OomPostMortem> result;
   snapshot::SegmentState state = std::move(initial);
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -163,6 +247,8 @@ std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events
       s.capacity = limit ? std::min(*limit, device_capacity) : device_capacity;
       s.limited = limit.has_value();
       s.free_blocks = free_blocks(state);
+      if (pools && !pools->empty())
+        assign_private_pools(s.free_blocks, state, *pools);
       OomPostMortem pm = diagnose(s, config);
       pm.event_index = i;
       result.push_back(std::move(pm));
@@ -181,6 +267,9 @@ nlohmann::json to_json(const OomPostMortem& pm) {
   nlohmann::json free = nlohmann::json::array();
   for (const auto& space : pm.free_by_pool_stream)
     free.push_back(to_json(space));
+  nlohmann::json private_pools = nlohmann::json::array();
+  for (const auto& [id, bytes] : pm.free_by_private_pool)
+    private_pools.push_back({{"pool", to_string(id)}, {"free", bytes}});
   return {{"event_index", pm.event_index},
           {"requested", pm.requested},
           {"rounded", pm.rounded},
@@ -197,6 +286,8 @@ nlohmann::json to_json(const OomPostMortem& pm) {
           {"largest_free", pm.largest_free},
           {"largest_usable", pm.largest_usable},
           {"stranded_in_split", pm.stranded_in_split},
+          {"stranded_in_private_pools", pm.stranded_in_private_pools},
+          {"free_by_private_pool", private_pools},
           {"free_by_pool_stream", std::move(free)},
           {"cause", to_string(pm.cause)},
           {"evidence", pm.evidence},

@@ -17,7 +17,11 @@
 //   returned.
 // - other_stream: the bytes exist only on other streams, or in blocks still waiting for other
 //   streams' events (record_stream); streams never share cached memory.
+// - private_pool: the bytes are cached in private pools (CUDA graphs, MemPool): stranded there,
+//   since only allocations routed to that pool can use them and empty_cache returns them only
+//   once the graph or pool is deleted.
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,12 +32,20 @@
 
 #include "engine/allocator/config.h"
 #include "engine/analysis/metrics.h"
+#include "engine/core/mempool_id.h"
 #include "engine/core/trace.h"
 #include "engine/snapshot/segment_state.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::analysis {
 
-enum class OomCause : std::uint8_t { capacity, fragmentation, cache_policy, other_stream };
+enum class OomCause : std::uint8_t {
+  capacity,
+  fragmentation,
+  cache_policy,
+  other_stream,
+  private_pool
+};
 std::string_view to_string(OomCause cause);
 
 // What the allocator held when the allocation failed, from a trace or from the model.
@@ -65,6 +77,9 @@ struct OomPostMortem {
   Bytes largest_free = 0;          // any stream or pool
   Bytes largest_usable = 0;        // on the request's stream and pool
   Bytes stranded_in_split = 0;     // free bytes in split segments
+  // Free bytes cached in private pools, which a request to the default pools cannot use.
+  Bytes stranded_in_private_pools = 0;
+  std::vector<std::pair<MempoolId, Bytes>> free_by_private_pool;  // in pool id order
   std::vector<FreeSpace> free_by_pool_stream;
   OomCause cause = OomCause::capacity;
   std::vector<std::string> evidence;  // sentences with the figures that decided the cause
@@ -78,13 +93,26 @@ struct OomPostMortem {
 // Classifies one failure. `config` supplies the rounding and oversize rules.
 OomPostMortem diagnose(const OomSituation& situation, const alloc::AllocatorConfig& config);
 
+// The private pool of each segment, by address: the snapshot's segment_pool_id (only the
+// final segments carry one). A segment at that address with another size, or not listed, is
+// taken as the default pools'.
+struct PrivateSegment {
+  Bytes size = 0;
+  MempoolId pool;
+};
+using PrivateSegments = std::map<std::uint64_t, PrivateSegment>;
+PrivateSegments private_segments(const snapshot::Snapshot& snapshot, int device);
+// From an imported run's summary["segment_pools"] ([address, size, first, second] entries).
+PrivateSegments private_segments_from_json(const nlohmann::json& segment_pools);
+
 // One post-mortem per oom entry of a trace, from the layout just before it. `capacity` is the
 // per-process limit when one was set; otherwise the capacity is what the allocator held plus
 // the device's free memory the oom entry recorded.
 std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events,
                                               snapshot::SegmentState initial,
                                               const alloc::AllocatorConfig& config,
-                                              std::optional<Bytes> limit = std::nullopt);
+                                              std::optional<Bytes> limit = std::nullopt,
+                                              const PrivateSegments* pools = nullptr);
 
 nlohmann::json to_json(const OomPostMortem& post_mortem);
 

@@ -1,8 +1,5 @@
 #include "engine/analysis/trace_requests.h"
 
-#include <string>
-#include <unordered_map>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
@@ -12,91 +9,39 @@ namespace fragscope::analysis {
 
 TraceRequests requests_from_trace(std::span<const TraceEvent> events,
                                   const snapshot::SegmentState& initial) {
+  // One converter: replay's. Its seeds (the blocks live before the first entry) become mallocs
+  // up front here, so a what-if under another config lays them out by its own rules.
+  const std::vector<TraceEvent> trace(events.begin(), events.end());
+  const replay::TraceRequests converted = replay::requests_from_trace(trace, &initial);
   TraceRequests out;
   std::vector<Request>& requests = out.requests.requests;
-  requests.reserve(events.size());
-  std::uint64_t next_tensor = 1;
-  std::unordered_map<std::uint64_t, TensorId> live;     // block address -> tensor
-  std::unordered_map<std::uint64_t, TensorId> pending;  // freed, completion not yet seen
-  std::unordered_map<std::uint64_t, StreamId> stream_of;
-
-  // Blocks live before the first entry: the segment they sit in gives the stream.
-  const auto& segments = initial.segment_map();
-  for (const auto& [address, block] : initial.block_map()) {
-    if (block.state == snapshot::BlockState::inactive)
-      continue;
-    auto segment = segments.upper_bound(address);
-    const StreamId stream =
-        segment == segments.begin() ? StreamId{} : std::prev(segment)->second.stream;
-    const TensorId tensor{next_tensor++};
-    requests.push_back(Request{RequestOp::malloc, tensor, block.requested, stream, LabelId{}});
-    live[address] = tensor;
-    stream_of[address] = stream;
-    ++out.predating_allocs;
-    if (block.state == snapshot::BlockState::active_pending_free) {
+  std::size_t seeded_segments = 0;
+  for (const alloc::SeedSegment& segment : converted.initial_segments) {
+    seeded_segments += segment.expandable ? 0 : 1;
+    for (const alloc::SeedBlock& block : segment.blocks) {
+      if (block.state == BlockState::inactive)
+        continue;
       requests.push_back(
-          Request{RequestOp::record_stream, tensor, 0, StreamId{stream.value + 1}, LabelId{}});
-      requests.push_back(Request{RequestOp::free, tensor, 0, stream, LabelId{}});
-      live.erase(address);
-      pending[address] = tensor;
+          Request{RequestOp::malloc, block.tensor, block.requested_size, segment.stream, {}});
+      ++out.predating_allocs;
+      if (block.state == BlockState::active_pending_free) {
+        // Freed before the trace began and still waiting for another stream's events.
+        requests.push_back(Request{
+            RequestOp::record_stream, block.tensor, 0, StreamId{segment.stream.value + 1}, {}});
+        requests.push_back(Request{RequestOp::free, block.tensor, 0, segment.stream, {}});
+      }
     }
   }
-
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& e = events[i];
-    switch (e.action) {
-      case TraceAction::alloc: {
-        const TensorId tensor{next_tensor++};
-        requests.push_back(Request{RequestOp::malloc, tensor, e.size, e.stream, LabelId{}});
-        live[e.addr] = tensor;
-        stream_of[e.addr] = e.stream;
-        break;
-      }
-      case TraceAction::free_requested: {
-        auto it = live.find(e.addr);
-        if (it == live.end())
-          throw InputError("trace event " + std::to_string(i) + ": free_requested of address " +
-                           std::to_string(e.addr) + " with no live allocation");
-        const TensorId tensor = it->second;
-        live.erase(it);
-        const bool completes_at_once = i + 1 < events.size() &&
-                                       events[i + 1].action == TraceAction::free_completed &&
-                                       events[i + 1].addr == e.addr;
-        if (!completes_at_once) {
-          // Another stream used the block; any stream other than the allocation stream will do.
-          const StreamId user{stream_of[e.addr].value + 1};
-          requests.push_back(Request{RequestOp::record_stream, tensor, 0, user, LabelId{}});
-          pending[e.addr] = tensor;
-        }
-        requests.push_back(Request{RequestOp::free, tensor, 0, e.stream, LabelId{}});
-        break;
-      }
-      case TraceAction::free_completed: {
-        auto it = pending.find(e.addr);
-        if (it != pending.end()) {
-          requests.push_back(Request{RequestOp::events_ready, it->second, 0, e.stream, LabelId{}});
-          pending.erase(it);
-        }
-        break;
-      }
-      case TraceAction::oom: {
-        // The failed request: its tensor never existed, so nothing frees it.
-        out.oom_requests.push_back(requests.size());
-        requests.push_back(
-            Request{RequestOp::malloc, TensorId{next_tensor++}, e.size, e.stream, LabelId{}});
-        ++out.recorded_ooms;
-        break;
-      }
-      case TraceAction::segment_alloc:
-        out.recorded_segments.push_back({e.addr, e.size});
-        break;
-      case TraceAction::segment_free:
-      case TraceAction::segment_map:
-      case TraceAction::segment_unmap:
-      case TraceAction::snapshot:
-        break;
-    }
-  }
+  const std::size_t offset = requests.size();
+  requests.insert(requests.end(), converted.requests.requests.begin(),
+                  converted.requests.requests.end());
+  out.requests.pools = converted.requests.pools;
+  out.recorded_ooms = converted.ooms.size();
+  for (const std::size_t index : converted.oom_requests)
+    out.oom_requests.push_back(offset + index);
+  out.recorded_segments.assign(
+      converted.segments.begin() + static_cast<std::ptrdiff_t>(seeded_segments),
+      converted.segments.end());
   return out;
 }
 

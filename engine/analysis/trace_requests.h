@@ -8,7 +8,8 @@
 //   stands where the recording completed it;
 // - oom -> a malloc of the recorded (rounded) size that the recording could not serve;
 // - blocks live before the first entry (a truncated trace) are allocated up front.
-// A minimal converter kept here until engine/replay offers one.
+// The conversion itself is replay::requests_from_trace's (one converter for replay, what-if and
+// the post-mortem); this adds the up-front mallocs and the OOM request indexes what-if needs.
 #include <cstddef>
 #include <span>
 
@@ -33,7 +34,7 @@ struct TraceRequests {
 };
 
 // `initial` is the state before the first entry (empty for a complete trace). A free of an
-// address with no live allocation is an InputError naming the event index.
+// address neither the trace nor `initial` allocated is skipped (replay counts it).
 TraceRequests requests_from_trace(std::span<const TraceEvent> events,
                                   const snapshot::SegmentState& initial);
 

@@ -187,6 +187,7 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
         break;
       case TraceAction::oom:
         out.ooms.push_back(RecordedOom{out.allocs, e.size, e.addr});
+        out.oom_requests.push_back(requests.size());
         requests.push_back(
             Request{RequestOp::malloc, TensorId{next_tensor++}, e.size, e.stream, {}});
         break;

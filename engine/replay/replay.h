@@ -41,6 +41,7 @@ struct TraceRequests {
   // The recorded segment_alloc addresses in order, for alloc::RecordedAddressDevice.
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> segments;
   std::vector<RecordedOom> ooms;
+  std::vector<std::size_t> oom_requests;  // index in `requests` of each recorded OOM's malloc
   // The recorded entries the model also emits (everything but `snapshot`), in order.
   std::vector<TraceEvent> expected_events;
   std::vector<std::size_t> expected_entry_index;  // trace index of each expected event

@@ -2,6 +2,8 @@
 
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include <gtest/gtest.h>
 
 #include "engine/allocator/summary.h"
@@ -136,6 +138,59 @@ TEST(PostMortemFixture, GptOomCapMatchesPyTorchsMessage) {
   EXPECT_EQ(pm.cause, OomCause::fragmentation);
   EXPECT_GT(pm.stranded_in_split, 0u);
   EXPECT_LT(pm.largest_usable, pm.rounded);
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
+
+namespace fragscope::analysis {
+namespace {
+
+using namespace fragscope::literals;
+using test::ev;
+using test::free_now;
+
+// A CUDA graph's pool (1,0) caches 60 MiB in a 64 MiB segment; the default pool is full and the
+// limit leaves 8 MiB: a 40 MiB request fails although 60 MiB sit free in the graph's pool.
+TEST(PostMortem, PrivatePoolWhenTheRoomIsCachedInAGraphPool) {
+  constexpr std::uint64_t kGraph = 1ull << 41;
+  constexpr std::uint64_t kDefault = 1ull << 42;
+  std::vector<TraceEvent> t;
+  t.push_back(ev(TraceAction::segment_alloc, kGraph, 64_MiB));
+  t.push_back(ev(TraceAction::alloc, kGraph, 4_MiB));
+  t.push_back(ev(TraceAction::alloc, kGraph + 4_MiB, 60_MiB));
+  free_now(t, kGraph + 4_MiB, 60_MiB);
+  t.push_back(ev(TraceAction::segment_alloc, kDefault, 28_MiB));
+  t.push_back(ev(TraceAction::alloc, kDefault, 28_MiB));
+  t.push_back(ev(TraceAction::oom, 8_MiB, 40_MiB));
+  const PrivateSegments pools{{kGraph, PrivateSegment{64_MiB, MempoolId{1, 0}}}};
+
+  const auto pm = only(trace_post_mortems(t, snapshot::SegmentState{}, {}, 100_MiB, &pools));
+  EXPECT_EQ(pm.cause, OomCause::private_pool);
+  EXPECT_EQ(pm.stranded_in_private_pools, 60_MiB);
+  ASSERT_EQ(pm.free_by_private_pool.size(), 1u);
+  EXPECT_EQ(pm.free_by_private_pool[0].first, (MempoolId{1, 0}));
+  EXPECT_EQ(pm.largest_usable, 0u);  // the graph's block is not the default pool's
+  bool said = false;
+  for (const std::string& sentence : pm.evidence)
+    said = said || sentence.find(
+                       "60.00 MiB is cached free in private pools (CUDA graphs, "
+                       "MemPool: (1, 0) 60.00 MiB): stranded there") == 0;
+  EXPECT_TRUE(said) << testing::PrintToString(pm.evidence);
+
+  // Without the pools the same bytes look reachable: fragmentation.
+  const auto blind = only(trace_post_mortems(t, snapshot::SegmentState{}, {}, 100_MiB));
+  EXPECT_EQ(blind.cause, OomCause::fragmentation);
+  EXPECT_EQ(blind.stranded_in_private_pools, 0u);
+}
+
+TEST(PostMortem, PrivateSegmentsFromTheImportedSummary) {
+  const auto pools = private_segments_from_json(
+      nlohmann::json::parse("[[4096, 2097152, 1, 0], [8192, 20971520, 0, 3], [\"x\", 1, 2, 3]]"));
+  ASSERT_EQ(pools.size(), 2u);
+  EXPECT_EQ(pools.at(4096).pool, (MempoolId{1, 0}));
+  EXPECT_EQ(pools.at(8192).size, 20_MiB);
+  EXPECT_TRUE(private_segments_from_json(nlohmann::json::object()).empty());
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+#pragma once
+// Pools at the cursor (default vs each private pool: CUDA graphs, MemPool), for the segment map
+// and the Summary page. The figures are engine/analysis/pool_usage's; this only turns the run's
+// recorded segment pools and the loaded segment views into them, and into text.
+#include <QString>
+
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/analysis/pool_usage.h"
+#include "gui/segment_layout.h"
+
+namespace fragscope::gui {
+
+// `runSummary` is the run's stored summary (its "segment_pools", written at import).
+std::vector<analysis::PoolUsage> poolsAt(const nlohmann::json& runSummary,
+                                         const std::vector<SegmentView>& views);
+// One line per pool; empty when the run has no private pool.
+QString poolOverviewText(const std::vector<analysis::PoolUsage>& pools);
+
+}  // namespace fragscope::gui
