@@ -16,6 +16,12 @@ namespace fragscope::gui {
 // `runSummary` is the run's stored summary (its "segment_pools", written at import).
 std::vector<analysis::PoolUsage> poolsAt(const nlohmann::json& runSummary,
                                          const std::vector<SegmentView>& views);
+// The pool of each view (parallel to `views`); empty when the run has no private pool, so the
+// segment map marks only private-pool segments.
+std::vector<MempoolId> segmentPools(const nlohmann::json& runSummary,
+                                    const std::vector<SegmentView>& views);
+// "private pool (1, 0) (CUDA graph)" for a segment's tooltip; empty for the default pools.
+QString segmentPoolText(const MempoolId& pool);
 // One line per pool; empty when the run has no private pool.
 QString poolOverviewText(const std::vector<analysis::PoolUsage>& pools);
 

@@ -120,6 +120,7 @@ SegmentSnapshotAt loadSegmentSnapshot(const QString& databasePath, storage::RunI
   snapshot.views = segmentViews(snapshot.state);
   snapshot.summary = summarize(snapshot.views);
   snapshot.pools = poolsAt(record.summary, snapshot.views);
+  snapshot.segmentPools = segmentPools(record.summary, snapshot.views);
   return snapshot;
 }
 

@@ -62,6 +62,8 @@ struct SegmentSnapshotAt {
   SegmentMapSummary summary;
   // Default vs private pools (gui/pool_overview.h); empty when the run has no private pool.
   std::vector<analysis::PoolUsage> pools;
+  // Each view's pool (parallel to `views`); empty when the run has no private pool.
+  std::vector<MempoolId> segmentPools;
 };
 
 TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std::uint64_t first,

@@ -21,6 +21,10 @@ QColor streamStripe(StreamId stream) {
     return {};
   return QColor::fromHsv(static_cast<int>((stream.value * 67) % 360), 160, 200);
 }
+
+QColor privatePoolOutline() {
+  return QColor(0x8e, 0x44, 0xad);
+}
 }  // namespace
 
 const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id) {
@@ -100,6 +104,7 @@ SegmentMapWidget::SegmentMapWidget(QWidget* parent) : QWidget(parent) {
 
 void SegmentMapWidget::setSnapshot(const SegmentSnapshotAt& snapshot) {
   m_views = snapshot.views;
+  m_segmentPools = snapshot.segmentPools;
   m_largestFree = snapshot.summary.largestFree;
   m_oom.reset();
   if (snapshot.nextEvent && snapshot.nextEvent->action == TraceAction::oom)
@@ -110,6 +115,7 @@ void SegmentMapWidget::setSnapshot(const SegmentSnapshotAt& snapshot) {
 
 void SegmentMapWidget::clear() {
   m_views.clear();
+  m_segmentPools.clear();
   m_oom.reset();
   m_oomVerdict.clear();
   m_selected.reset();
@@ -290,7 +296,11 @@ void SegmentMapWidget::paintEvent(QPaintEvent*) {
     const Qt::PenStyle style = view.pool == PoolKind::small        ? Qt::DotLine
                                : view.pool == PoolKind::expandable ? Qt::DashLine
                                                                    : Qt::SolidLine;
-    painter.setPen(QPen(text, 1, style));
+    // A private pool's segment (CUDA graph, MemPool) in its own colour: its free memory serves
+    // only that pool's allocations.
+    const bool privatePool =
+        outline.segment < m_segmentPools.size() && !m_segmentPools[outline.segment].is_default();
+    painter.setPen(privatePool ? QPen(privatePoolOutline(), 2, style) : QPen(text, 1, style));
     painter.setBrush(Qt::NoBrush);
     painter.drawRect(outline.rect.adjusted(0, 0, -0.5, -0.5));
     const QColor stripe = streamStripe(view.segment.stream);
@@ -313,6 +323,10 @@ QString SegmentMapWidget::describePiece(const Piece& piece, const SegmentView& s
           .arg(segment.segment.stream.value)
           .arg(formatBytes(static_cast<double>(segment.liveBytes)),
                formatBytes(static_cast<double>(segment.largestFree)));
+  const auto index = static_cast<std::size_t>(&segment - m_views.data());
+  if (index < m_segmentPools.size() && !m_segmentPools[index].is_default())
+    text += tr("<br>%1: its free memory serves only this pool's allocations")
+                .arg(segmentPoolText(m_segmentPools[index]).toHtmlEscaped());
   if (piece.kind == PieceKind::allocated || piece.kind == PieceKind::pendingFree)
     text += tr("<br><i>size is the request size (traces do not record rounding)</i>");
   return text;
@@ -378,7 +392,9 @@ SegmentMapPage::SegmentMapPage(QWidget* parent)
                   .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
   legend +=
       tr("&nbsp;│&nbsp; outline: solid = large pool, dotted = small pool (2 MiB), dashed = "
-         "expandable; coloured stripe = non-default stream &nbsp;│&nbsp; ←/→ step events");
+         "expandable; coloured stripe = non-default stream; <span style='color:%1'>thick violet "
+         "outline</span> = private pool (CUDA graph, MemPool) &nbsp;│&nbsp; ←/→ step events")
+          .arg(privatePoolOutline().name());
   m_legend->setTextFormat(Qt::RichText);
   m_legend->setWordWrap(true);
   m_legend->setText(legend);

@@ -69,6 +69,8 @@ class SegmentMapWidget : public QWidget {
   void findSelection();
 
   std::vector<SegmentView> m_views;
+  std::vector<MempoolId> m_segmentPools;  // parallel to m_views; empty without private pools
+
   SegmentLayout m_layout;
   std::optional<TraceEvent> m_oom;  // the failed request when the next event is an OOM
   Bytes m_largestFree = 0;

@@ -6,15 +6,19 @@
 
 namespace fragscope::analysis {
 
+MempoolId pool_of(const PrivateSegments& private_segments, std::uint64_t address, Bytes size) {
+  if (const auto it = private_segments.find(address);
+      it != private_segments.end() && it->second.size == size)
+    return it->second.pool;
+  return MempoolId{};
+}
+
 std::vector<PoolUsage> pool_usage(std::span<const PoolSegment> segments,
                                   const PrivateSegments& private_segments) {
   std::map<MempoolId, PoolUsage> by_pool;
   by_pool[MempoolId{}].pool = MempoolId{};
   for (const PoolSegment& segment : segments) {
-    MempoolId pool;
-    if (const auto it = private_segments.find(segment.address);
-        it != private_segments.end() && it->second.size == segment.size)
-      pool = it->second.pool;
+    const MempoolId pool = pool_of(private_segments, segment.address, segment.size);
     PoolUsage& usage = by_pool[pool];
     usage.pool = pool;
     ++usage.segments;

@@ -30,6 +30,10 @@ struct PoolUsage {
   friend bool operator==(const PoolUsage&, const PoolUsage&) = default;
 };
 
+// The pool a segment belongs to: the recorded private pool when one is listed at its address with
+// its size, else the default pools.
+MempoolId pool_of(const PrivateSegments& private_segments, std::uint64_t address, Bytes size);
+
 // The default pools first (also when empty), then each private pool in id order.
 std::vector<PoolUsage> pool_usage(std::span<const PoolSegment> segments,
                                   const PrivateSegments& private_segments);

@@ -52,6 +52,16 @@ class TestPoolOverview : public QObject {
                                           "126 segments")),
              qPrintable(text));
     QVERIFY2(text.contains(QStringLiteral("default pools: 51 segments")), qPrintable(text));
+
+    // The segment map marks each segment with its pool: the same split as the overview.
+    QCOMPARE(end.segmentPools.size(), end.views.size());
+    std::size_t inGraphPool = 0;
+    for (const MempoolId& pool : end.segmentPools)
+      inGraphPool += pool == MempoolId{0, 1} ? 1 : 0;
+    QCOMPARE(inGraphPool, std::size_t{126});
+    QCOMPARE(segmentPoolText(MempoolId{0, 1}),
+             QStringLiteral("private pool (0, 1) (graph pool handle or MemPool)"));
+    QVERIFY(segmentPoolText(MempoolId{}).isEmpty());
   }
 
   void noPoolLinesWithoutPrivatePools() {
@@ -60,6 +70,7 @@ class TestPoolOverview : public QObject {
         import(db, QStringLiteral(FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz"));
     const SegmentSnapshotAt state = loadSegmentSnapshot(db, run, 1000);
     QVERIFY(state.pools.empty() || poolOverviewText(state.pools).isEmpty());
+    QVERIFY(state.segmentPools.empty());
   }
 };
 

@@ -13,7 +13,7 @@ constexpr std::uint64_t kBase = (std::uint64_t{1} << 40) - 20 * kMiB;
 
 SeedSegment large_segment() {
   // 20 MiB: 4 MiB allocated, 6 MiB cached, 2 MiB pending free, 8 MiB allocated.
-  SeedSegment s{kBase, 20 * kMiB, StreamId{0}, PoolKind::large, MempoolId{}, false, {}};
+  SeedSegment s{kBase, 20 * kMiB, StreamId{0}, PoolKind::large, false, {}};
   s.blocks = {{kBase, 4 * kMiB, 4 * kMiB - 100, BlockState::active_allocated, TensorId{1}},
               {kBase + 4 * kMiB, 6 * kMiB, 0, BlockState::inactive, TensorId{}},
               {kBase + 10 * kMiB, 2 * kMiB, 2 * kMiB, BlockState::active_pending_free, TensorId{2}},
