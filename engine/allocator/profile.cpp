@@ -185,15 +185,7 @@ std::string oom_message(const OomMessageInputs& inputs, const AllocatorProfile& 
            "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management "
            "and PYTORCH_CUDA_ALLOC_CONF";
   }
-  std::string process_info;
-  for (const GpuProcessMemory& process : inputs.processes) {
-    if (process.is_this_process)
-      process_info += "Including non-PyTorch memory, this process has " +
-                      format_size(process.used) + " memory in use. ";
-    else
-      process_info += "Process " + std::to_string(process.pid) + " has " +
-                      format_size(process.used) + " memory in use. ";
-  }
+  const std::string process_info = process_memory_text(inputs);
   if (profile.oom_text == OomTextStyle::v2_1) {
     return "CUDA out of memory. Tried to allocate " + format_size(inputs.tried_to_allocate) +
            ". GPU " + std::to_string(inputs.device) + " has a total capacty of " +

@@ -155,16 +155,21 @@ std::string format_size(Bytes size) {
   return two_decimals(static_cast<double>(size) / 1073741824.0) + " GiB";
 }
 
-std::string oom_message(const OomMessageInputs& inputs) {
-  std::string process_info;
+std::string process_memory_text(const OomMessageInputs& inputs) {
+  std::string text;
   for (const GpuProcessMemory& process : inputs.processes) {
     if (process.is_this_process)
-      process_info += "Including non-PyTorch memory, this process has " +
-                      format_size(process.used) + " memory in use. ";
+      text += "Including non-PyTorch memory, this process has " + format_size(process.used) +
+              " memory in use. ";
     else
-      process_info += "Process " + std::to_string(process.pid) + " has " +
-                      format_size(process.used) + " memory in use. ";
+      text += "Process " + std::to_string(process.pid) + " has " + format_size(process.used) +
+              " memory in use. ";
   }
+  return text;
+}
+
+std::string oom_message(const OomMessageInputs& inputs) {
+  const std::string process_info = process_memory_text(inputs);
   const std::string allowed_info =
       inputs.allowed ? format_size(*inputs.allowed) + " allowed; " : std::string();
   const std::string private_pool_info =

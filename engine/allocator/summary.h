@@ -46,6 +46,8 @@ struct OomMessageInputs {
 // The message of torch.OutOfMemoryError (one line). Like PyTorch's size_t arithmetic, "reserved
 // but unallocated" wraps if reserved < allocated + private_pool_free.
 std::string oom_message(const OomMessageInputs& inputs);
+// The OOM message's "Process N has X memory in use. " sentences (every release's text has them).
+std::string process_memory_text(const OomMessageInputs& inputs);
 
 // allocate() with a size of 2^60 bytes or more fails with this before anything else.
 inline constexpr std::string_view kOomMoreThan1EB =
