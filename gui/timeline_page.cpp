@@ -3,6 +3,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QHBoxLayout>
+#include <QResizeEvent>
 #include <QSvgGenerator>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -114,6 +115,9 @@ TimelinePage::TimelinePage(QWidget* parent)
   m_requery.setSingleShot(true);
   m_requery.setInterval(40);
   connect(&m_requery, &QTimer::timeout, this, &TimelinePage::requestBuckets);
+  // A narrower or wider plot asks for one bucket per pixel again (the layout settles after the
+  // first query, and users resize the window).
+  m_plot->installEventFilter(this);
   m_categoryRequery.setSingleShot(true);
   m_categoryRequery.setInterval(250);
   connect(&m_categoryRequery, &QTimer::timeout, this, &TimelinePage::requestCategories);
@@ -254,6 +258,15 @@ void TimelinePage::zoomToPixels(int left, int right) {
   // A rubber band is one deliberate step in the history.
   m_zoom->zoomTo({static_cast<std::uint64_t>(std::max(0.0, std::floor(a))),
                   static_cast<std::uint64_t>(std::max(0.0, std::ceil(b)))});
+}
+
+bool TimelinePage::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_plot && event->type() == QEvent::Resize && m_run && m_overview) {
+    const auto* resize = static_cast<QResizeEvent*>(event);
+    if (resize->size().width() != resize->oldSize().width())
+      m_requery.start();
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 void TimelinePage::requestBuckets() {

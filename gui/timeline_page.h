@@ -78,6 +78,7 @@ class TimelinePage : public QWidget {
 
  protected:
   void changeEvent(QEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void requestBuckets();

@@ -91,8 +91,15 @@ class TestMainWindow : public QObject {
     QCOMPARE(timeline->slice().first, 0u);
     QCOMPARE(timeline->slice().end, record.event_count);
     QVERIFY(!timeline->slice().buckets.empty());
-    QVERIFY(timeline->slice().buckets.size() <=
-            static_cast<std::size_t>(timeline->plot()->axisRect()->width()));
+    // One bucket per pixel at most, also after the window's layout has settled (a narrower plot
+    // asks again).
+    QVERIFY(test::waitFor(
+        [&] {
+          return !timeline->busy() &&
+                 timeline->slice().buckets.size() <=
+                     static_cast<std::size_t>(timeline->plot()->axisRect()->width());
+        },
+        20000));
     // Zoomed out to a few hundred buckets the plot still reaches the run's exact peak.
     double plottedPeak = 0;
     QCPGraph* reserved = timeline->plot()->graph(0);
