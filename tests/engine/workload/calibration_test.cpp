@@ -10,6 +10,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
+#include "recorded_runs.h"
 
 namespace fragscope::workload {
 namespace {
@@ -23,15 +24,11 @@ const Experiment& calibration() {
 }
 
 const ExperimentPoint& point(const std::string& name) {
-  for (const ExperimentPoint& p : calibration().points)
-    if (p.name == name)
-      return p;
-  throw std::runtime_error("no point " + name);
+  return test::point_named({&calibration()}, name);
 }
 
 nlohmann::json real_stats(const std::string& name) {
-  std::ifstream in(kFixtures + "/" + name + ".stats.json");
-  return nlohmann::json::parse(in);
+  return test::read_json_file(kFixtures + "/" + name + ".stats.json");
 }
 
 class Calibration : public testing::TestWithParam<const char*> {};
@@ -40,18 +37,8 @@ TEST_P(Calibration, PeaksMatchRealMemoryStats) {
   const std::string name = GetParam();
   const nlohmann::json stats = real_stats(name);
   const PointResult r = run_point(point(name), false);
-  const auto real_allocated = stats["memory_stats"]["allocated_bytes.all.peak"].get<double>();
-  const auto real_reserved = stats["memory_stats"]["reserved_bytes.all.peak"].get<double>();
-  const double allocated_error = static_cast<double>(r.peak_allocated) / real_allocated - 1;
-  const double reserved_error = static_cast<double>(r.peak_reserved) / real_reserved - 1;
-  EXPECT_LT(std::abs(allocated_error), 0.01)
-      << name << ": predicted " << r.peak_allocated << " real " << real_allocated;
-  EXPECT_LT(std::abs(reserved_error), 0.02)
-      << name << ": predicted " << r.peak_reserved << " real " << real_reserved;
-  EXPECT_EQ(r.oom, stats["outcome"].get<std::string>() != "ok") << name;
-  // the figures for the report
-  RecordProperty("peak_allocated_error", std::to_string(allocated_error));
-  RecordProperty("peak_reserved_error", std::to_string(reserved_error));
+  test::expect_peaks_match(name, r, stats);
+  EXPECT_EQ(r.oom, test::recorded_oom(stats)) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchFixtures, Calibration,

@@ -11,6 +11,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
+#include "recorded_runs.h"
 
 namespace fragscope::workload {
 namespace {
@@ -32,11 +33,7 @@ const Experiment& gpt_references() {
 }
 
 const ExperimentPoint& point(const std::string& name) {
-  for (const Experiment* e : {&calibration(), &gpt_references()})
-    for (const ExperimentPoint& p : e->points)
-      if (p.name == name)
-        return p;
-  throw std::runtime_error("no point " + name);
+  return test::point_named({&calibration(), &gpt_references()}, name);
 }
 
 // The recordings of record2.py (turn2) and of record3.py (turn3, held out: other shapes, GQA
@@ -51,8 +48,7 @@ std::string fixture(const std::string& name) {
 }
 
 nlohmann::json real_stats(const std::string& name) {
-  std::ifstream in(fixture(name) + ".stats.json");
-  return nlohmann::json::parse(in);
+  return test::read_json_file(fixture(name) + ".stats.json");
 }
 
 class CalibrationTurn2 : public testing::TestWithParam<const char*> {};
@@ -61,20 +57,8 @@ TEST_P(CalibrationTurn2, PeaksMatchRealMemoryStats) {
   const std::string name = GetParam();
   const nlohmann::json stats = real_stats(name);
   const PointResult r = run_point(point(name), false);
-  const auto real_allocated = stats["memory_stats"]["allocated_bytes.all.peak"].get<double>();
-  const auto real_reserved = stats["memory_stats"]["reserved_bytes.all.peak"].get<double>();
-  const double allocated_error = static_cast<double>(r.peak_allocated) / real_allocated - 1;
-  const double reserved_error = static_cast<double>(r.peak_reserved) / real_reserved - 1;
-  EXPECT_LT(std::abs(allocated_error), 0.01)
-      << name << ": predicted " << r.peak_allocated << " real " << real_allocated;
-  EXPECT_LT(std::abs(reserved_error), 0.02)
-      << name << ": predicted " << r.peak_reserved << " real " << real_reserved;
-  EXPECT_EQ(r.oom, stats["outcome"].get<std::string>() != "ok") << name;
-  RecordProperty("peak_allocated_error", std::to_string(allocated_error));
-  RecordProperty("peak_reserved_error", std::to_string(reserved_error));
-  std::cout << name << ": peak allocated " << r.peak_allocated << " vs " << real_allocated << " ("
-            << allocated_error * 100 << " %), peak reserved " << r.peak_reserved << " vs "
-            << real_reserved << " (" << reserved_error * 100 << " %)\n";
+  test::expect_peaks_match(name, r, stats);
+  EXPECT_EQ(r.oom, test::recorded_oom(stats)) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchFixturesTurn2, CalibrationTurn2,

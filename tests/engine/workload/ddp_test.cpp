@@ -16,6 +16,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
+#include "recorded_runs.h"
 
 namespace fragscope::workload {
 namespace {
@@ -29,10 +30,7 @@ const Experiment& ddp_experiment() {
 }
 
 const ExperimentPoint& point(const std::string& name) {
-  for (const ExperimentPoint& p : ddp_experiment().points)
-    if (p.name == name)
-      return p;
-  throw std::runtime_error("no point " + name);
+  return test::point_named({&ddp_experiment()}, name);
 }
 
 fs::path recording(const std::string& name, const std::string& suffix) {
@@ -41,8 +39,7 @@ fs::path recording(const std::string& name, const std::string& suffix) {
 }
 
 nlohmann::json stats_of(const std::string& name) {
-  std::ifstream in(recording(name, ".stats.json"));
-  return nlohmann::json::parse(in);
+  return test::read_json_file(recording(name, ".stats.json"));
 }
 
 TEST(DdpBuckets, AssignmentClosesABucketOnceItReachesTheLimit) {
@@ -66,27 +63,12 @@ TEST_P(DdpRank, PeaksMatchTheRanksMemoryStats) {
   const std::string name = GetParam();
   const nlohmann::json stats = stats_of(name);
   const PointResult r = run_point(point(name), false);
-  const auto real_allocated = stats["memory_stats"]["allocated_bytes.all.peak"].get<double>();
-  const auto real_reserved = stats["memory_stats"]["reserved_bytes.all.peak"].get<double>();
-  const double allocated_error = static_cast<double>(r.peak_allocated) / real_allocated - 1;
-  const double reserved_error = static_cast<double>(r.peak_reserved) / real_reserved - 1;
-  EXPECT_LT(std::abs(allocated_error), 0.01)
-      << name << ": predicted " << r.peak_allocated << " real " << real_allocated;
-  EXPECT_LT(std::abs(reserved_error), 0.02)
-      << name << ": predicted " << r.peak_reserved << " real " << real_reserved;
-  const bool real_oom = stats["outcome"].get<std::string>().rfind("oom", 0) == 0;
+  test::expect_peaks_match(name, r, stats);
+  const bool real_oom = test::recorded_oom(stats);
   EXPECT_EQ(r.oom, real_oom) << name;
   if (real_oom) {
     EXPECT_EQ(r.steps_completed, stats["steps_completed"].get<int>()) << name;
   }
-  RecordProperty("peak_allocated_error", std::to_string(allocated_error));
-  RecordProperty("peak_reserved_error", std::to_string(reserved_error));
-  std::printf(
-      "%s: peak allocated model %llu real %.0f (%+.4f %%), peak reserved model %llu real "
-      "%.0f (%+.4f %%)\n",
-      name.c_str(), static_cast<unsigned long long>(r.peak_allocated), real_allocated,
-      allocated_error * 100, static_cast<unsigned long long>(r.peak_reserved), real_reserved,
-      reserved_error * 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(GlooOneGpu, DdpRank,
