@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/workload/compiled_gpt.h"
 #include "engine/workload/step_generator.h"
 
 namespace fragscope::workload::detail {
@@ -461,8 +462,159 @@ class GptGenerator final : public StepGenerator {
     recomputed_ = false;
   }
 
+  // ---- torch.compile(model) ----------------------------------------------------------------
+  // One Inductor graph run from its plan (compiled_gpt.h). Forward: returns the logits and keeps
+  // what the backward saves (saved_, by size). Backward: frees the saved tensors as it uses them
+  // and returns one fp32 gradient per parameter.
+  TensorId run_graph(CompiledGraph graph, TensorId grad_logits) {
+    const PlanDims dims{bsz_, seq_, h_, v_, a_, f_, m_.layers};
+    const bool fw = graph == CompiledGraph::forward;
+    std::vector<TensorId> ids;
+    std::vector<Bytes> sizes;
+    std::vector<bool> live;
+    std::vector<TensorId> first_ids;  // indexed by first_* event
+    TensorId logits = kNone;
+    const bool first_run = (fw ? forward_runs_ : backward_runs_)++ == 0;
+    const bool in_pool = t_.compile.mode == CompileMode::reduce_overhead;
+    for (const PlanStep& s : compiled_gpt_plan(graph, dims, first_run)) {
+      switch (s.op) {
+        case PlanOp::alloc:
+          ids.push_back(b_.alloc(s.size, fw ? Category::activation : Category::temporary,
+                                 fw ? "compiled.forward" : "compiled.backward", -1));
+          sizes.push_back(s.size);
+          live.push_back(true);
+          break;
+        case PlanOp::free: {
+          const auto i = static_cast<std::size_t>(s.ref);
+          if (i < ids.size() && live[i]) {
+            b_.free(ids[i]);
+            live[i] = false;
+          }
+          break;
+        }
+        case PlanOp::free_saved: {
+          // the latest saved tensor of that size: backward visits blocks in reverse
+          auto it = std::find_if(saved_.rbegin(), saved_.rend(),
+                                 [&](const auto& t) { return t.first == s.size; });
+          if (it != saved_.rend()) {
+            b_.free(it->second);
+            saved_.erase(std::next(it).base());
+          }
+          break;
+        }
+        case PlanOp::tangent:
+          b_.free(grad_logits);
+          grad_logits = kNone;
+          break;
+        case PlanOp::mm:
+          if (fw)
+            after_forward_matmul(true);
+          else
+            after_backward_matmul();
+          break;
+        case PlanOp::logits:
+          logits = ids[static_cast<std::size_t>(s.ref)];
+          live[static_cast<std::size_t>(s.ref)] = false;
+          break;
+        case PlanOp::first_alloc:
+          if (in_pool)
+            b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
+          first_ids.push_back(b_.alloc(s.size, Category::temporary, "compile.autotune", -1));
+          if (in_pool)
+            b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
+          break;
+        case PlanOp::first_free: {
+          const auto i = static_cast<std::size_t>(s.ref);
+          first_ids.push_back(kNone);
+          if (i < first_ids.size()) {
+            b_.free(first_ids[i]);
+            first_ids[i] = kNone;
+          }
+          break;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (!live[i])
+        continue;
+      if (fw)
+        saved_.emplace_back(sizes[i], ids[i]);
+      else
+        backward_outputs_.emplace_back(sizes[i], ids[i]);
+    }
+    b_.free(grad_logits);
+    return logits;
+  }
+
+  // The backward's outputs become the parameters' .grad (matched by size, in parameter order).
+  void compiled_gradients() {
+    std::vector<bool> taken(params_.size(), false);
+    for (const auto& [size, g] : backward_outputs_) {
+      bool matched = false;
+      for (std::size_t p = 0; p < params_.size() && !matched; ++p) {
+        if (!taken[p] && params_[p].numel * grad_bytes_ == size) {
+          taken[p] = true;
+          matched = true;
+          accumulate(static_cast<int>(p), g);
+        }
+      }
+      if (!matched)
+        b_.free(g);
+    }
+    backward_outputs_.clear();
+  }
+
+  // torch.compile(model): the forward and backward are Inductor graphs, the loss and the optimizer
+  // stay eager. reduce-overhead: cudagraph trees run each graph in a private pool, eagerly at the
+  // first call (warm-up) and under capture at the second, clearing cuBLAS's workspaces before and
+  // after each (clear_cublas_manager) so that the graph takes its own from the pool; later calls
+  // replay the graphs in the pool's memory without asking the allocator.
+  void compiled_micro_batch(const MicroBatch& shape) {
+    begin_micro_batch(shape);
+    const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
+    const bool graphs = t_.compile.mode == CompileMode::reduce_overhead;
+    const bool replay = graphs && compiled_calls_ >= 2;
+    ++compiled_calls_;
+    if (graphs && compiled_calls_ == 1)
+      b_.pool_request(RequestOp::pool_create, kCudaGraphPool);
+    TensorId logits = kNone;
+    if (!replay) {
+      if (graphs) {
+        clear_cublas_workspaces();
+        b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
+      }
+      logits = run_graph(CompiledGraph::forward, kNone);
+      if (graphs) {
+        b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
+        clear_cublas_workspaces();
+      }
+    }
+    // the replayed logits live in the pool; the eager loss reads them in place
+    LossState loss = loss_forward(logits);
+    const TensorId grad_logits = loss_backward(loss);
+    if (!replay) {
+      if (graphs) {
+        clear_cublas_workspaces();
+        b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
+      }
+      run_graph(CompiledGraph::backward, grad_logits);
+      if (graphs) {
+        b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
+        clear_cublas_workspaces();
+      }
+      compiled_gradients();
+    } else {
+      b_.free(grad_logits);  // copied into the graph's static input
+    }
+    end_micro_batch(loss, idx);
+  }
+
   // ---- one micro-batch ----------------------------------------------------------------------
   void micro_batch(const MicroBatch& shape) {
+    if (t_.compile.whole_model()) {
+      compiled_micro_batch(shape);
+      return;
+    }
     begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
     fsdp_pre_forward(0);
@@ -559,6 +711,12 @@ class GptGenerator final : public StepGenerator {
   std::vector<BlockParams> blocks_;
   int pos_ = -1, lnfw_ = -1, lnfb_ = -1;
   std::vector<TensorId> attn_return_frees_;
+  // torch.compile(model)
+  static constexpr MempoolId kCudaGraphPool{0, 1};  // cudagraph trees' pool, as 2.11 numbers it
+  std::vector<std::pair<Bytes, TensorId>> saved_;   // what the compiled forward kept
+  std::vector<std::pair<Bytes, TensorId>> backward_outputs_;
+  int compiled_calls_ = 0;
+  int forward_runs_ = 0, backward_runs_ = 0;
 };
 
 }  // namespace

@@ -56,6 +56,13 @@ void Builder::marker(RequestOp op, Bytes value) {
   out_.requests.push_back(r);
 }
 
+void Builder::pool_request(RequestOp op, MempoolId pool) {
+  Request r;
+  r.op = op;
+  r.pool = out_.pool_index(pool);
+  out_.requests.push_back(r);
+}
+
 LabelId Builder::label(Category category, const char* op, int layer) {
   key_.assign(op);
   key_.push_back('\x1f');
@@ -376,23 +383,33 @@ void StepGenerator::after_forward_matmul(bool lt) {
     after_backward_matmul();
     if (!backward_lt_workspace_) {
       backward_lt_workspace_ = true;
-      b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace.backward", -1);
+      workspace_ids_.push_back(
+          b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace.backward", -1));
     }
     return;
   }
   if (forward_workspace_)
     return;
   forward_workspace_ = true;
-  b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace", -1);
+  workspace_ids_.push_back(b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace", -1));
   if (lt)
-    b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace", -1);
+    workspace_ids_.push_back(
+        b_.alloc(kCublasLtWorkspace, Category::temporary, "cublaslt.workspace", -1));
 }
 
 void StepGenerator::after_backward_matmul() {
   if (backward_workspace_)
     return;
   backward_workspace_ = true;
-  b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace.backward", -1);
+  workspace_ids_.push_back(
+      b_.alloc(kCublasWorkspace, Category::temporary, "cublas.workspace.backward", -1));
+}
+
+void StepGenerator::clear_cublas_workspaces() {
+  for (TensorId id : workspace_ids_)
+    b_.free(id);
+  workspace_ids_.clear();
+  forward_workspace_ = backward_workspace_ = backward_lt_workspace_ = false;
 }
 
 void StepGenerator::bias_grad_workspace(Bytes out_features, int layer) {

@@ -50,6 +50,8 @@ class Builder {
   TensorId alloc_on(Bytes size, StreamId stream, Category category, const char* op, int layer);
   void free(TensorId id);
   void marker(RequestOp op, Bytes value);
+  // A private-pool request (pool_create, pool_begin on the default stream, pool_end, ...).
+  void pool_request(RequestOp op, MempoolId pool);
 
  private:
   LabelId label(Category category, const char* op, int layer);
@@ -141,6 +143,9 @@ class StepGenerator {
   // cuBLASLt's too, for addmm). A checkpoint recompute runs on the autograd thread.
   void after_forward_matmul(bool lt);
   void after_backward_matmul();
+  // torch._C._cuda_clearCublasWorkspaces(): every thread's workspaces are freed, the next matmul
+  // takes new ones (cudagraph trees do it before each warm-up and capture).
+  void clear_cublas_workspaces();
   void bias_grad_workspace(Bytes out_features, int layer);
 
   // ---- input, loss, LM head, embedding ------------------------------------------------------
@@ -190,6 +195,7 @@ class StepGenerator {
   bool forward_workspace_ = false;
   bool backward_workspace_ = false;
   bool backward_lt_workspace_ = false;
+  std::vector<TensorId> workspace_ids_;  // the cuBLAS workspaces taken so far
   bool in_backward_ = false;
   bool recomputed_ = false;  // the region being differentiated was recomputed by a checkpoint
   int bsz_ = 0, seq_ = 0;

@@ -1,0 +1,93 @@
+#include "engine/workload/compiled_gpt.h"
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+
+namespace fragscope::workload::detail {
+namespace {
+
+// One event of a recorded plan; alloc and free_saved sizes are
+// num / den * B^e[0] T^e[1] H^e[2] V^e[3] heads^e[4] F^e[5] L^e[6] bytes (rounded up).
+struct PlanEvent {
+  PlanOp op;
+  int ref;
+  std::int64_t num;
+  std::int64_t den;
+  std::array<int, 7> e;
+};
+
+// The recorded plan has `base` blocks; allocations [window, window + per_block) with the events
+// before each are one block, repeated for every block beyond `base`.
+struct PlanShape {
+  int base;
+  int window;
+  int per_block;
+};
+
+#include "engine/workload/compiled_gpt_plan.inc"
+
+Bytes size_of(const PlanEvent& ev, const PlanDims& d) {
+  const std::array<std::int64_t, 7> v{d.batch, d.seq, d.hidden, d.vocab, d.heads, d.ffn, d.layers};
+  std::int64_t num = ev.num, den = ev.den;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    for (int k = 0; k < ev.e[i]; ++k)
+      num *= v[i];
+    for (int k = 0; k < -ev.e[i]; ++k)
+      den *= v[i];
+  }
+  return static_cast<Bytes>((num + den - 1) / den);
+}
+
+}  // namespace
+
+std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dims, bool first_run) {
+  const bool fw = graph == CompiledGraph::forward;
+  const std::span<const PlanEvent> events =
+      fw ? std::span<const PlanEvent>(kCompiledForwardEvents)
+         : std::span<const PlanEvent>(kCompiledBackwardEvents);
+  const PlanShape shape = fw ? kCompiledForwardShape : kCompiledBackwardShape;
+  if (dims.layers < shape.base)
+    throw std::invalid_argument("compiled_gpt_plan: fewer blocks than the recorded plan");
+  const int extra = static_cast<int>(dims.layers) - shape.base;
+  const int w = shape.window, k = shape.per_block;
+
+  // Segments: the events up to and including each allocation; the last holds what follows.
+  std::vector<std::vector<const PlanEvent*>> segments(1);
+  for (const PlanEvent& ev : events) {
+    segments.back().push_back(&ev);
+    if (ev.op == PlanOp::alloc)
+      segments.emplace_back();
+  }
+  std::vector<PlanStep> out;
+  // first_*: once per kernel, so never in a repeated block (its kernels are the window's own)
+  auto emit = [&](const std::vector<const PlanEvent*>& segment, bool repeat, auto&& shift_ref) {
+    for (const PlanEvent* ev : segment) {
+      const bool first = ev->op == PlanOp::first_alloc || ev->op == PlanOp::first_free;
+      if (first && (repeat || !first_run))
+        continue;
+      PlanStep s{ev->op, ev->ref, 0};
+      if (ev->op == PlanOp::free || ev->op == PlanOp::logits)
+        s.ref = shift_ref(ev->ref);
+      if (ev->op == PlanOp::alloc || ev->op == PlanOp::free_saved || ev->op == PlanOp::first_alloc)
+        s.size = ev->ref < 0 ? kL2FlushBytes : size_of(*ev, dims);
+      out.push_back(s);
+    }
+  };
+  const auto n_segments = static_cast<int>(segments.size());
+  auto segment = [&](int i) -> const std::vector<const PlanEvent*>& {
+    return segments[static_cast<std::size_t>(i)];
+  };
+  for (int i = 0; i < w + k && i < n_segments; ++i)
+    emit(segment(i), false, [](int r) { return r; });
+  // A repeated block frees its own buffers and the previous block's, one block later.
+  for (int c = 1; c <= extra; ++c)
+    for (int i = w; i < w + k; ++i)
+      emit(segment(i), true, [&](int r) { return r >= w - k ? r + c * k : r; });
+  for (int i = w + k; i < n_segments; ++i)
+    emit(segment(i), false, [&](int r) { return r >= w ? r + extra * k : r; });
+  return out;
+}
+
+}  // namespace fragscope::workload::detail

@@ -1,0 +1,57 @@
+#pragma once
+// torch.compile of the whole GPT (engine-internal): the allocation plans of Inductor's forward and
+// backward graphs, read from the wrapper code of real PyTorch 2.11 compiles
+// (tests/fixtures/torch-2.11-h200-turn4: the recorder's GPT at 4..7 blocks, TORCH_LOGS=
+// output_code) by tests/fixtures/torch-2.11-h200-turn4/tools/emit_plan.py. A plan is the
+// wrapper's `call` as allocator requests: every empty_strided_cuda, the `del` that frees a buffer
+// (a `# reuse` hands a freed buffer's storage to a new name without a request), the extern
+// matmuls (cuBLAS's workspaces), and where the backward frees what the forward saved for it.
+// Sizes are monomials in batch, length, hidden, vocabulary, heads, MLP width and depth; the plan
+// of L blocks repeats one block's window of the recorded 4-block plan.
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/units.h"
+
+namespace fragscope::workload::detail {
+
+enum class PlanOp : std::uint8_t {
+  alloc,       // a new buffer
+  free,        // the buffer allocated `ref`-th in this graph loses its last name
+  free_saved,  // backward: a tensor the forward saved (matched by size, latest first) dies
+  tangent,     // backward: the incoming gradient of the logits dies
+  mm,          // an extern matmul ran (cuBLAS takes its workspace at the first one)
+  logits,      // forward: the buffer allocated `ref`-th is the returned logits
+  // The graph's first run only: Triton autotunes each kernel at its first launch, benchmarking
+  // every config (Inductor's benchmarker flushes the L2 with an L2-sized buffer first) on clones
+  // of the arguments the kernel mutates. `ref` of a first_free: the index of the first_* event
+  // that allocated it.
+  first_alloc,
+  first_free,
+};
+
+// The L2-flush buffer of Inductor's benchmarker: the L2 cache's size (60 MiB on the H200 the
+// plans were recorded on).
+inline constexpr Bytes kL2FlushBytes = 60 * kMiB;
+
+enum class CompiledGraph : std::uint8_t { forward, backward };
+
+// The quantities a plan's sizes are monomials of.
+struct PlanDims {
+  std::int64_t batch = 0, seq = 0, hidden = 0, vocab = 0, heads = 0, ffn = 0, layers = 0;
+};
+
+struct PlanStep {
+  PlanOp op = PlanOp::alloc;
+  int ref = 0;     // free, logits: index of the allocation in this graph
+  Bytes size = 0;  // alloc, free_saved
+};
+
+// Fewest blocks a plan is made for (the recorded plans repeat windows; they never drop one).
+inline constexpr int kCompiledMinLayers = 4;
+
+// The graph's requests for one micro-batch of `dims`; dims.layers >= kCompiledMinLayers.
+// first_run: with the autotuning of the graph's first call.
+std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dims, bool first_run);
+
+}  // namespace fragscope::workload::detail
