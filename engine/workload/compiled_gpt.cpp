@@ -61,6 +61,7 @@ std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dim
       segments.emplace_back();
   }
   std::vector<PlanStep> out;
+  int allocs = 0;
   // first_*: once per kernel, so never in a repeated block (its kernels are the window's own)
   auto emit = [&](const std::vector<const PlanEvent*>& segment, bool repeat, auto&& shift_ref) {
     for (const PlanEvent* ev : segment) {
@@ -70,6 +71,8 @@ std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dim
       PlanStep s{ev->op, ev->ref, 0};
       if (ev->op == PlanOp::free || ev->op == PlanOp::logits)
         s.ref = shift_ref(ev->ref);
+      if (ev->op == PlanOp::alloc)
+        s.ref = ((allocs++ - w) % k + k) % k;
       if (ev->op == PlanOp::alloc || ev->op == PlanOp::free_saved || ev->op == PlanOp::first_alloc)
         s.size = ev->ref < 0 ? kL2FlushBytes : size_of(*ev, dims);
       out.push_back(s);

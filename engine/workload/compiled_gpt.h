@@ -18,7 +18,8 @@ namespace fragscope::workload::detail {
 enum class PlanOp : std::uint8_t {
   alloc,       // a new buffer
   free,        // the buffer allocated `ref`-th in this graph loses its last name
-  free_saved,  // backward: a tensor the forward saved (matched by size, latest first) dies
+  free_saved,  // backward: a tensor the forward saved dies (same size and place in the block
+               // pattern, latest block first)
   tangent,     // backward: the incoming gradient of the logits dies
   mm,          // an extern matmul ran (cuBLAS takes its workspace at the first one)
   logits,      // forward: the buffer allocated `ref`-th is the returned logits
@@ -43,7 +44,10 @@ struct PlanDims {
 
 struct PlanStep {
   PlanOp op = PlanOp::alloc;
-  int ref = 0;     // free, logits: index of the allocation in this graph
+  // free, logits: index of the allocation in this graph; alloc: its place in the block pattern
+  // (allocation index minus the repeated window's start, modulo a block's allocations);
+  // free_saved: the place of the forward's buffer it frees
+  int ref = 0;
   Bytes size = 0;  // alloc, free_saved
 };
 

@@ -471,6 +471,7 @@ class GptGenerator final : public StepGenerator {
     const bool fw = graph == CompiledGraph::forward;
     std::vector<TensorId> ids;
     std::vector<Bytes> sizes;
+    std::vector<int> slots;
     std::vector<bool> live;
     std::vector<TensorId> first_ids;  // indexed by first_* event
     TensorId logits = kNone;
@@ -482,6 +483,7 @@ class GptGenerator final : public StepGenerator {
           ids.push_back(b_.alloc(s.size, fw ? Category::activation : Category::temporary,
                                  fw ? "compiled.forward" : "compiled.backward", -1));
           sizes.push_back(s.size);
+          slots.push_back(s.ref);
           live.push_back(true);
           break;
         case PlanOp::free: {
@@ -493,18 +495,23 @@ class GptGenerator final : public StepGenerator {
           break;
         }
         case PlanOp::free_saved: {
-          // the latest saved tensor of that size: backward visits blocks in reverse
-          auto it = std::find_if(saved_.rbegin(), saved_.rend(),
-                                 [&](const auto& t) { return t.first == s.size; });
+          // the latest saved tensor of that size and place in the block (the backward visits
+          // blocks in reverse), else the latest of that size
+          auto it = std::find_if(saved_.rbegin(), saved_.rend(), [&](const SavedTensor& t) {
+            return t.size == s.size && t.slot == s.ref;
+          });
+          if (it == saved_.rend())
+            it = std::find_if(saved_.rbegin(), saved_.rend(),
+                              [&](const SavedTensor& t) { return t.size == s.size; });
           if (it != saved_.rend()) {
-            b_.free(it->second);
+            b_.free(it->id);
             saved_.erase(std::next(it).base());
           }
           break;
         }
         case PlanOp::tangent:
-          b_.free(grad_logits);
-          grad_logits = kNone;
+          // the wrapper's `del` drops one reference; the autograd engine's input buffer holds
+          // the gradient until the graph returns (the recordings free it after the last buffer)
           break;
         case PlanOp::mm:
           if (fw)
@@ -538,7 +545,7 @@ class GptGenerator final : public StepGenerator {
       if (!live[i])
         continue;
       if (fw)
-        saved_.emplace_back(sizes[i], ids[i]);
+        saved_.push_back({sizes[i], slots[i], ids[i]});
       else
         backward_outputs_.emplace_back(sizes[i], ids[i]);
     }
@@ -713,7 +720,12 @@ class GptGenerator final : public StepGenerator {
   std::vector<TensorId> attn_return_frees_;
   // torch.compile(model)
   static constexpr MempoolId kCudaGraphPool{0, 1};  // cudagraph trees' pool, as 2.11 numbers it
-  std::vector<std::pair<Bytes, TensorId>> saved_;   // what the compiled forward kept
+  struct SavedTensor {
+    Bytes size = 0;
+    int slot = 0;  // place in the forward's block pattern
+    TensorId id;
+  };
+  std::vector<SavedTensor> saved_;  // what the compiled forward kept
   std::vector<std::pair<Bytes, TensorId>> backward_outputs_;
   int compiled_calls_ = 0;
   int forward_runs_ = 0, backward_runs_ = 0;
