@@ -18,12 +18,28 @@ struct PlanEvent {
   std::array<int, 7> e;
 };
 
-// The recorded plan has `base` blocks; allocations [window, window + per_block) with the events
-// before each are one block, repeated for every block beyond `base`.
+// The plan has `base` blocks; allocations [window, window + per_block) with the events before
+// each are one block, repeated for every block beyond `base`.
 struct PlanShape {
   int base;
   int window;
   int per_block;
+};
+
+struct PlanTable {
+  PlanShape shape;
+  std::span<const PlanEvent> events;
+};
+
+// What the first launch of kernel `kernel` asks (first_alloc: ref -1 = the L2-flush buffer;
+// first_free: ref = the how-manieth first_alloc of the same kernel).
+struct AutotuneEvent {
+  int kernel;
+  PlanOp op;
+  int ref;
+  std::int64_t num;
+  std::int64_t den;
+  std::array<int, 7> e;
 };
 
 #include "engine/workload/compiled_gpt_plan.inc"
@@ -44,37 +60,68 @@ Bytes size_of(const PlanEvent& ev, const PlanDims& d) {
 
 std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dims, bool first_run) {
   const bool fw = graph == CompiledGraph::forward;
-  const std::span<const PlanEvent> events =
-      fw ? std::span<const PlanEvent>(kCompiledForwardEvents)
-         : std::span<const PlanEvent>(kCompiledBackwardEvents);
-  const PlanShape shape = fw ? kCompiledForwardShape : kCompiledBackwardShape;
-  if (dims.layers < shape.base)
-    throw std::invalid_argument("compiled_gpt_plan: fewer blocks than the recorded plan");
+  const std::span<const PlanTable> tables =
+      fw ? std::span<const PlanTable>(kForwardPlans) : std::span<const PlanTable>(kBackwardPlans);
+  const std::span<const AutotuneEvent> autotune =
+      fw ? std::span<const AutotuneEvent>(kAutotuneForward)
+         : std::span<const AutotuneEvent>(kAutotuneBackward);
+  if (dims.layers < tables.front().shape.base)
+    throw std::invalid_argument("compiled_gpt_plan: fewer blocks than the recorded plans");
+  // the recorded plan of that depth, else the first one with its window repeated
+  const PlanTable* table = &tables.front();
+  for (const PlanTable& t : tables)
+    if (t.shape.base == dims.layers)
+      table = &t;
+  const PlanShape shape = table->shape;
   const int extra = static_cast<int>(dims.layers) - shape.base;
   const int w = shape.window, k = shape.per_block;
 
   // Segments: the events up to and including each allocation; the last holds what follows.
   std::vector<std::vector<const PlanEvent*>> segments(1);
-  for (const PlanEvent& ev : events) {
+  for (const PlanEvent& ev : table->events) {
     segments.back().push_back(&ev);
     if (ev.op == PlanOp::alloc)
       segments.emplace_back();
   }
   std::vector<PlanStep> out;
   int allocs = 0;
-  // first_*: once per kernel, so never in a repeated block (its kernels are the window's own)
-  auto emit = [&](const std::vector<const PlanEvent*>& segment, bool repeat, auto&& shift_ref) {
-    for (const PlanEvent* ev : segment) {
-      const bool first = ev->op == PlanOp::first_alloc || ev->op == PlanOp::first_free;
-      if (first && (repeat || !first_run))
+  int first_steps = 0;  // first_alloc and first_free steps so far
+  std::vector<bool> launched;
+  auto tune = [&](int kernel) {
+    const auto i = static_cast<std::size_t>(kernel);
+    if (launched.size() <= i)
+      launched.resize(i + 1, false);
+    if (launched[i])
+      return;
+    launched[i] = true;
+    std::vector<int> step_of;  // the first_* step index of this kernel's n-th first_alloc
+    for (const AutotuneEvent& ev : autotune) {
+      if (ev.kernel != kernel)
         continue;
+      if (ev.op == PlanOp::first_alloc) {
+        step_of.push_back(first_steps);
+        const PlanEvent sized{ev.op, ev.ref, ev.num, ev.den, ev.e};
+        out.push_back({ev.op, 0, ev.ref < 0 ? kL2FlushBytes : size_of(sized, dims)});
+      } else {
+        out.push_back({ev.op, step_of.at(static_cast<std::size_t>(ev.ref)), 0});
+      }
+      ++first_steps;
+    }
+  };
+  auto emit = [&](const std::vector<const PlanEvent*>& segment, auto&& shift_ref) {
+    for (const PlanEvent* ev : segment) {
+      if (ev->op == PlanOp::kernel) {
+        if (first_run)
+          tune(ev->ref);
+        continue;
+      }
       PlanStep s{ev->op, ev->ref, 0};
       if (ev->op == PlanOp::free || ev->op == PlanOp::logits)
         s.ref = shift_ref(ev->ref);
       if (ev->op == PlanOp::alloc)
         s.ref = ((allocs++ - w) % k + k) % k;
-      if (ev->op == PlanOp::alloc || ev->op == PlanOp::free_saved || ev->op == PlanOp::first_alloc)
-        s.size = ev->ref < 0 ? kL2FlushBytes : size_of(*ev, dims);
+      if (ev->op == PlanOp::alloc || ev->op == PlanOp::free_saved)
+        s.size = size_of(*ev, dims);
       out.push_back(s);
     }
   };
@@ -83,13 +130,13 @@ std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dim
     return segments[static_cast<std::size_t>(i)];
   };
   for (int i = 0; i < w + k && i < n_segments; ++i)
-    emit(segment(i), false, [](int r) { return r; });
+    emit(segment(i), [](int r) { return r; });
   // A repeated block frees its own buffers and the previous block's, one block later.
   for (int c = 1; c <= extra; ++c)
     for (int i = w; i < w + k; ++i)
-      emit(segment(i), true, [&](int r) { return r >= w - k ? r + c * k : r; });
+      emit(segment(i), [&](int r) { return r >= w - k ? r + c * k : r; });
   for (int i = w + k; i < n_segments; ++i)
-    emit(segment(i), false, [&](int r) { return r >= w ? r + extra * k : r; });
+    emit(segment(i), [&](int r) { return r >= w ? r + extra * k : r; });
   return out;
 }
 

@@ -6,8 +6,8 @@
 // wrapper's `call` as allocator requests: every empty_strided_cuda, the `del` that frees a buffer
 // (a `# reuse` hands a freed buffer's storage to a new name without a request), the extern
 // matmuls (cuBLAS's workspaces), and where the backward frees what the forward saved for it.
-// Sizes are monomials in batch, length, hidden, vocabulary, heads, MLP width and depth; the plan
-// of L blocks repeats one block's window of the recorded 4-block plan.
+// Sizes are monomials in batch, length, hidden, vocabulary, heads, MLP width and depth. 4..7
+// blocks are the recorded plans; more blocks repeat one block's window of the 4-block plan.
 #include <cstdint>
 #include <vector>
 
@@ -23,9 +23,10 @@ enum class PlanOp : std::uint8_t {
   tangent,     // backward: the incoming gradient of the logits dies
   mm,          // an extern matmul ran (cuBLAS takes its workspace at the first one)
   logits,      // forward: the buffer allocated `ref`-th is the returned logits
+  kernel,      // a Triton kernel (`ref`: its key) launches
   // The graph's first run only: Triton autotunes each kernel at its first launch, benchmarking
   // every config (Inductor's benchmarker flushes the L2 with an L2-sized buffer first) on clones
-  // of the arguments the kernel mutates. `ref` of a first_free: the index of the first_* event
+  // of the arguments the kernel mutates. `ref` of a first_free: the index of the first_* step
   // that allocated it.
   first_alloc,
   first_free,

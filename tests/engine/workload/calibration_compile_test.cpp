@@ -55,18 +55,19 @@ INSTANTIATE_TEST_SUITE_P(TorchCompileRecordings, CalibrationCompile,
                                          "gpt_l6_h1536_t1024_bs4_compile_default",
                                          "gpt_l4_h1024_t512_bs8_compile_default",
                                          "gpt_l4_h1024_t640_bs6_compile_default",
+                                         "gpt_l5_h1024_t640_bs6_compile_default",
+                                         "gpt_l6_h1024_t640_bs6_compile_default",
+                                         "gpt_l7_h1024_t640_bs6_compile_default",
                                          "gpt_compile_reduce_overhead",
                                          "gpt_l6_h1536_t1024_bs4_compile_reduce_overhead",
                                          "gpt_l4_h1024_t640_bs6_compile_reduce_overhead",
+                                         "gpt_l5_h1024_t640_bs6_compile_reduce_overhead",
                                          "gpt_l6_h1024_t640_bs6_compile_reduce_overhead",
                                          "gpt_l7_h1024_t640_bs6_compile_reduce_overhead"));
 
-// Known gaps: the allocated peak is within the 1%, the reserved peak is not within its
-// 2% (measured -2.5..-3.6% and -2.4 / +2.0%). The 4-block plan, which is the recorded one, gives
-// the 4-block recording exactly (request for request, both peaks); 5..7 blocks repeat one block of
-// it, whose buffers are the recorded sizes but not always the recorded buffers (Inductor's reuse
-// alternates between two blocks), and the backward then frees other addresses of the same size.
-// Pinned here so that they cannot drift further unseen.
+// Known gap: the held-out 4 × 1024 run at length 512 under reduce-overhead has its allocated peak
+// within the 1% but its reserved peak 2.4% low (the default-mode run of the same shape is
+// exact). Pinned here so that it cannot drift further unseen.
 class CalibrationCompileReservedGap : public testing::TestWithParam<const char*> {};
 
 TEST_P(CalibrationCompileReservedGap, AllocatedWithinToleranceReservedWithinFourPercent) {
@@ -74,11 +75,7 @@ TEST_P(CalibrationCompileReservedGap, AllocatedWithinToleranceReservedWithinFour
 }
 
 INSTANTIATE_TEST_SUITE_P(TorchCompileRecordings, CalibrationCompileReservedGap,
-                         testing::Values("gpt_l5_h1024_t640_bs6_compile_default",
-                                         "gpt_l6_h1024_t640_bs6_compile_default",
-                                         "gpt_l7_h1024_t640_bs6_compile_default",
-                                         "gpt_l4_h1024_t512_bs8_compile_reduce_overhead",
-                                         "gpt_l5_h1024_t640_bs6_compile_reduce_overhead"));
+                         testing::Values("gpt_l4_h1024_t512_bs8_compile_reduce_overhead"));
 
 // What the recorded plans do not cover is refused, naming the field.
 std::string refusal(const std::function<void(Workload&)>& change) {
