@@ -28,12 +28,12 @@ enum Column : std::size_t {
   kColumnCount
 };
 
+}  // namespace
+
 SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
   return {wrapping_add(a.allocated, b.allocated), wrapping_add(a.reserved, b.reserved),
           wrapping_add(a.active, b.active), wrapping_add(a.requested, b.requested)};
 }
-
-}  // namespace
 
 SeriesPoint trace_delta(const TraceEvent& event) {
   const auto size = static_cast<std::int64_t>(event.size);

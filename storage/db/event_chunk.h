@@ -29,6 +29,10 @@ struct SeriesPoint {
   friend bool operator==(const SeriesPoint&, const SeriesPoint&) = default;
 };
 
+// a + b per series, wrapping modulo 2^64 like every stored delta: hostile sizes near 2^63 must
+// not overflow signed arithmetic.
+SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b);
+
 // What an event does to the series when only the trace is known: allocated, active and
 // requested move by the request size (PyTorch traces record unrounded sizes), reserved by the
 // segment size. allocated drops at free_requested, active and requested at free_completed

@@ -13,7 +13,6 @@ namespace fragscope::storage {
 
 using run_store_detail::kCategoryNames;
 using run_store_detail::now_iso8601;
-using run_store_detail::plus;
 using run_store_detail::series_max;
 
 // --- Ingest ---

@@ -24,11 +24,6 @@ Category category_from_string(std::string_view text);
 // `what` names the row in the DatabaseError a corrupt value gives.
 nlohmann::json parse_json(const std::string& text, const std::string& what);
 
-inline SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
-  return {a.allocated + b.allocated, a.reserved + b.reserved, a.active + b.active,
-          a.requested + b.requested};
-}
-
 inline SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
   return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
           std::max(a.active, b.active), std::max(a.requested, b.requested)};
