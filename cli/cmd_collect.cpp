@@ -37,6 +37,10 @@ int run_collect(const std::vector<std::string>& argv) {
             << report.count(storage::TaskState::already_collected) << " collected before, "
             << report.count(storage::TaskState::waiting) << " queued or running, "
             << report.count(storage::TaskState::failed) << " failed\n";
+  if (report.experiment) {
+    std::cout << "  experiment " << report.experiment->value << ": "
+              << storage::describe(report.progress) << "\n";
+  }
   for (const storage::TaskReport& task : report.tasks) {
     std::cout << "  task " << task.task << " (" << task.point << "): " << to_string(task.state);
     if (!task.runs.empty()) {

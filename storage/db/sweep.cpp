@@ -445,8 +445,12 @@ CollectReport collect_sweep(RunStore& store, const fs::path& dir_in,
           } catch (const json::parse_error&) {
           }
         }
-        report.experiment = store.create_experiment(
-            report.sweep + (torch ? " (PyTorch, Slurm)" : " (Slurm)"), definition);
+        // Incomplete until every task's runs are in: a `run` task stores its point's run, a
+        // `torch-run` task the recording and its simulated twin (experiment_status.h).
+        const std::uint64_t runs_per_task = torch ? 2 : 1;
+        report.experiment =
+            begin_experiment(store, report.sweep + (torch ? " (PyTorch, Slurm)" : " (Slurm)"),
+                             definition, runs_per_task * sweep["points"].size());
       }
       task.runs =
           copy_runs(store, out / "task.db", report.experiment, [&](const std::vector<RunId>& runs) {
@@ -480,6 +484,12 @@ CollectReport collect_sweep(RunStore& store, const fs::path& dir_in,
     }
     report.tasks.push_back(std::move(task));
   }
+  if (report.experiment) {
+    if (report.count(TaskState::collected) + report.count(TaskState::already_collected) ==
+        report.tasks.size())
+      finish_experiment(store, *report.experiment);
+    report.progress = experiment_progress(store).at(*report.experiment);
+  }
   return report;
 }
 
@@ -502,6 +512,7 @@ json to_json(const CollectReport& report) {
   return {{"sweep", report.sweep},
           {"dir", report.dir.string()},
           {"experiment_id", report.experiment ? json(report.experiment->value) : json(nullptr)},
+          {"experiment_complete", report.experiment && report.progress.complete},
           {"collected", report.count(TaskState::collected)},
           {"already_collected", report.count(TaskState::already_collected)},
           {"waiting", report.count(TaskState::waiting)},

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::storage {
@@ -82,6 +83,8 @@ struct CollectReport {
   std::string sweep;  // the experiment's name
   std::filesystem::path dir;
   std::optional<ExperimentId> experiment;
+  // The experiment stays incomplete (with its count of runs) until every task is collected.
+  ExperimentProgress progress;
   std::vector<TaskReport> tasks;
   std::size_t count(TaskState state) const;
 };

@@ -116,6 +116,9 @@ TEST(Sweep, CollectImportsFinishedTasksOnceAndReportsTheRest) {
   EXPECT_EQ(failed.exit_status, 2);
   EXPECT_EQ(failed.log_tail, "fragscope-cli run: error: bad point\n");  // the last line only
   EXPECT_EQ(asked.back().first, "77");                                  // the job id the task wrote
+  // One run of four: the experiment says so, in the database and in the report.
+  EXPECT_EQ(describe(experiment_progress(store).at(*first.experiment)), "incomplete (1 of 4 runs)");
+  EXPECT_FALSE(to_json(first)["experiment_complete"]);
 
   // The copied run equals the task's own, events and all.
   ASSERT_EQ(first.tasks[0].runs.size(), 1u);
@@ -141,6 +144,25 @@ TEST(Sweep, CollectImportsFinishedTasksOnceAndReportsTheRest) {
   EXPECT_EQ(third.count(TaskState::collected), 0u);
   EXPECT_EQ(store.run_count(), 2);
   EXPECT_EQ(to_json(third)["already_collected"], 2);
+  EXPECT_FALSE(experiment_progress(store).at(*third.experiment).complete);  // 2 tasks never ran
+}
+
+TEST(Sweep, ExperimentIsCompleteOnceEveryTaskIsCollected) {
+  test::TempDir dir;
+  const workload::Experiment experiment = workload::load_experiment(kExperiment);
+  SweepSpec spec = spec_in(dir.path() / "s");
+  spec.points = {experiment.points[0].name, experiment.points[1].name};
+  write_sweep(spec, experiment.definition);
+  finish_task(spec.dir, 0, experiment.points[0]);
+  RunStore store(":memory:");
+  const CollectReport first = collect_sweep(store, spec.dir, {});
+  ASSERT_TRUE(first.experiment);
+  EXPECT_EQ(describe(first.progress), "incomplete (1 of 2 runs)");
+  finish_task(spec.dir, 1, experiment.points[1]);
+  const CollectReport second = collect_sweep(store, spec.dir, {});
+  EXPECT_EQ(describe(second.progress), "complete");
+  EXPECT_TRUE(experiment_progress(store).at(*second.experiment).complete);
+  EXPECT_TRUE(to_json(second)["experiment_complete"]);
 }
 
 }  // namespace
