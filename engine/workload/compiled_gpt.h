@@ -21,6 +21,7 @@ enum class PlanOp : std::uint8_t {
   free_saved,  // backward: a tensor the forward saved dies (same size and place in the block
                // pattern, latest block first)
   tangent,     // backward: the incoming gradient of the logits dies
+  tokens,      // backward: the token ids (a forward input it saved) die
   mm,          // an extern matmul ran (cuBLAS takes its workspace at the first one)
   logits,      // forward: the buffer allocated `ref`-th is the returned logits
   kernel,      // a Triton kernel (`ref`: its key) launches

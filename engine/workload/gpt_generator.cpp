@@ -466,7 +466,7 @@ class GptGenerator final : public StepGenerator {
   // One Inductor graph run from its plan (compiled_gpt.h). Forward: returns the logits and keeps
   // what the backward saves (saved_, by size). Backward: frees the saved tensors as it uses them
   // and returns one fp32 gradient per parameter.
-  TensorId run_graph(CompiledGraph graph, TensorId grad_logits) {
+  TensorId run_graph(CompiledGraph graph) {
     const PlanDims dims{bsz_, seq_, h_, v_, a_, f_, m_.layers};
     const bool fw = graph == CompiledGraph::forward;
     std::vector<TensorId> ids;
@@ -511,7 +511,10 @@ class GptGenerator final : public StepGenerator {
         }
         case PlanOp::tangent:
           // the wrapper's `del` drops one reference; the autograd engine's input buffer holds
-          // the gradient until the graph returns (the recordings free it after the last buffer)
+          // the gradient until the graph returns (compiled_micro_batch frees it then); a
+          // capture's copy of it dies here
+          b_.free(static_gradient_);
+          static_gradient_ = kNone;
           break;
         case PlanOp::mm:
           if (fw)
@@ -524,6 +527,10 @@ class GptGenerator final : public StepGenerator {
           live[static_cast<std::size_t>(s.ref)] = false;
           break;
         case PlanOp::kernel:
+          break;
+        case PlanOp::tokens:  // the loop still holds idx; a capture's copy dies here
+          b_.free(static_tokens_);
+          static_tokens_ = kNone;
           break;  // compiled_gpt_plan puts a first launch's autotuning in its place
         case PlanOp::first_alloc:
           if (in_pool)
@@ -551,7 +558,6 @@ class GptGenerator final : public StepGenerator {
       else
         backward_outputs_.emplace_back(sizes[i], ids[i]);
     }
-    b_.free(grad_logits);
     return logits;
   }
 
@@ -578,6 +584,26 @@ class GptGenerator final : public StepGenerator {
   // first call (warm-up) and under capture at the second, clearing cuBLAS's workspaces before and
   // after each (clear_cublas_manager) so that the graph takes its own from the pool; later calls
   // replay the graphs in the pool's memory without asking the allocator.
+  // cudagraph trees around one graph run: cuBLAS's workspaces cleared, the run's allocations in
+  // the pool. A capture (the second call) first copies the graph's non-static input into the pool
+  // and empties the default pools' cache (torch.cuda.graph's __enter__); returns that copy.
+  TensorId enter_graph_pool(Bytes static_input) {
+    clear_cublas_workspaces();
+    b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
+    if (compiled_calls_ != 2)
+      return kNone;
+    const TensorId copy = b_.alloc(static_input, Category::input, "cudagraph.static_input", -1);
+    b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
+    b_.marker(RequestOp::empty_cache, 0);
+    b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
+    return copy;
+  }
+
+  void exit_graph_pool() {
+    b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
+    clear_cublas_workspaces();
+  }
+
   void compiled_micro_batch(const MicroBatch& shape) {
     begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
@@ -588,29 +614,27 @@ class GptGenerator final : public StepGenerator {
       b_.pool_request(RequestOp::pool_create, kCudaGraphPool);
     TensorId logits = kNone;
     if (!replay) {
-      if (graphs) {
-        clear_cublas_workspaces();
-        b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
-      }
-      logits = run_graph(CompiledGraph::forward, kNone);
-      if (graphs) {
-        b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
-        clear_cublas_workspaces();
-      }
+      // a capture's copy of the token ids is saved for the backward, which drops it
+      if (graphs)
+        static_tokens_ = enter_graph_pool(bt(8));
+      logits = run_graph(CompiledGraph::forward);
+      if (graphs)
+        exit_graph_pool();
     }
     // the replayed logits live in the pool; the eager loss reads them in place
     LossState loss = loss_forward(logits);
     const TensorId grad_logits = loss_backward(loss);
     if (!replay) {
-      if (graphs) {
-        clear_cublas_workspaces();
-        b_.pool_request(RequestOp::pool_begin, kCudaGraphPool);
-      }
-      run_graph(CompiledGraph::backward, grad_logits);
-      if (graphs) {
-        b_.pool_request(RequestOp::pool_end, kCudaGraphPool);
-        clear_cublas_workspaces();
-      }
+      // a capture's copy of the incoming gradient dies at the wrapper's `del`
+      if (graphs)
+        static_gradient_ = enter_graph_pool(btv(d_.act));
+      run_graph(CompiledGraph::backward);
+      b_.free(static_tokens_);
+      static_tokens_ = kNone;
+      if (graphs)
+        exit_graph_pool();
+      // the autograd engine's input buffer held the incoming gradient until the graph returned
+      b_.free(grad_logits);
       compiled_gradients();
     } else {
       b_.free(grad_logits);  // copied into the graph's static input
@@ -731,6 +755,7 @@ class GptGenerator final : public StepGenerator {
   std::vector<std::pair<Bytes, TensorId>> backward_outputs_;
   int compiled_calls_ = 0;
   int forward_runs_ = 0, backward_runs_ = 0;
+  TensorId static_tokens_{}, static_gradient_{};  // a capture's copies of the graph inputs
 };
 
 }  // namespace
