@@ -2,16 +2,21 @@
 
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QScrollArea>
 #include <QSignalBlocker>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QVBoxLayout>
 #include <cmath>
 #include <limits>
 
+#include "gui/compare_views.h"
 #include "gui/format.h"
 #include "gui/plot_style.h"
 #include "gui/run_data.h"
 #include "gui/runs_model.h"
+#include "gui/segment_map_page.h"
+#include "storage/db/stats_at.h"
 #include "usecases/compare.h"
 
 namespace fragscope::gui {
@@ -27,48 +32,69 @@ bool differs(double baseline, double value) {
   return scale > 0 && std::fabs(value - baseline) / scale > kDifferenceTolerance;
 }
 
-// `keyScale` maps event indices onto the x axis (1, or 100 / events for "% of the run").
-void plotRun(QCustomPlot* plot, const ComparedRun& run, const QColor& color, bool withAllocated,
-             const QString& prefix, double keyScale = 1.0) {
-  QVector<double> keys, reserved, allocated;
-  for (const auto& bucket : run.timeline) {
-    keys.push_back(static_cast<double>(bucket.first_event) * keyScale);
-    reserved.push_back(static_cast<double>(bucket.max.reserved));
-    allocated.push_back(static_cast<double>(bucket.max.allocated));
-  }
-  if (!run.timeline.empty()) {
-    keys.push_back(static_cast<double>(run.timeline.back().end_event) * keyScale);
-    reserved.push_back(reserved.back());
-    allocated.push_back(allocated.back());
-  }
+// One run's reserved (solid) and allocated (dashed) curves on `axis`; returns the reserved graph,
+// or nullptr when the run cannot be placed on the axis.
+QCPGraph* plotRun(QCustomPlot* plot, const ComparedRun& run, const QColor& color, CompareAxis axis,
+                  const QString& name) {
+  const RunCurves curves = runCurves(run, axis);
+  if (curves.keys.isEmpty())
+    return nullptr;
   QCPGraph* reservedGraph = plot->addGraph();
-  reservedGraph->setName(prefix + QObject::tr("reserved"));
-  reservedGraph->setPen(QPen(color, 1.6));
+  reservedGraph->setName(name);
+  reservedGraph->setPen(QPen(color, 1.8));
   reservedGraph->setLineStyle(QCPGraph::lsStepLeft);
-  reservedGraph->setData(keys, reserved, true);
-  if (withAllocated) {
-    QCPGraph* allocatedGraph = plot->addGraph();
-    allocatedGraph->setName(prefix + QObject::tr("allocated"));
-    allocatedGraph->setPen(QPen(color, 1.2, Qt::DashLine));
-    allocatedGraph->setLineStyle(QCPGraph::lsStepLeft);
-    allocatedGraph->setData(keys, allocated, true);
-  }
+  reservedGraph->setData(curves.keys, curves.reserved, true);
+  QCPGraph* allocatedGraph = plot->addGraph();
+  allocatedGraph->setName(name + QObject::tr(" · allocated"));
+  allocatedGraph->setPen(QPen(color, 1.2, Qt::DashLine));
+  allocatedGraph->setLineStyle(QCPGraph::lsStepLeft);
+  allocatedGraph->setData(curves.keys, curves.allocated, true);
+  allocatedGraph->removeFromLegend();
+  return reservedGraph;
 }
-// What the plots' axes must hold: the highest reserved peak and the run lengths.
-struct Extent {
-  double topReserved = 0;
-  std::uint64_t longest = 1;
-  std::uint64_t shortest = std::numeric_limits<std::uint64_t>::max();
-};
-Extent extentOf(const ComparisonData& data) {
-  Extent extent;
+
+// The OOMs of a run as crosses in its colour, on its reserved curve; nullptr without any.
+QCPGraph* plotOoms(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
+                   CompareAxis axis) {
+  const RunCurves curves = runCurves(run, axis);
+  if (curves.oomKeys.isEmpty())
+    return nullptr;
+  QCPGraph* graph = plot->addGraph();
+  graph->setName(QObject::tr("%1 · OOM").arg(QString::fromStdString(run.record.name)));
+  graph->setLineStyle(QCPGraph::lsNone);
+  graph->setScatterStyle(
+      QCPScatterStyle(QCPScatterStyle::ssCross, QPen(colors::oom, 2.4), color, 13));
+  graph->setData(curves.oomKeys, curves.oomValues, true);
+  graph->removeFromLegend();
+  return graph;
+}
+
+// What the plots' y axes must hold: the highest reserved peak, and a memory limit only when it is
+// near (a 39 GiB device under a 300 MiB run would flatten every curve).
+constexpr double kLimitNearPeak = 1.5;
+double peakOf(const ComparisonData& data) {
+  double top = 0;
   for (const ComparedRun& run : data.runs) {
-    extent.topReserved =
-        std::max(extent.topReserved, static_cast<double>(summaryPeak(run.record, "reserved")));
-    extent.longest = std::max(extent.longest, run.record.event_count);
-    extent.shortest = std::min(extent.shortest, run.record.event_count);
+    top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
+    for (const auto& bucket : run.timeline)
+      top = std::max(top, static_cast<double>(bucket.max.reserved));
   }
-  return extent;
+  return top;
+}
+double topOf(const ComparisonData& data) {
+  const double peak = peakOf(data);
+  double top = peak;
+  for (const ComparedRun& run : data.runs)
+    if (const auto limit = storage::run_memory_limit(run.record);
+        limit && static_cast<double>(*limit) <= kLimitNearPeak * peak)
+      top = std::max(top, static_cast<double>(*limit));
+  return top;
+}
+
+QString runLabel(const ComparedRun& run) {
+  return QStringLiteral("#%1 %2")
+      .arg(run.record.id.value)
+      .arg(QString::fromStdString(run.record.name));
 }
 }  // namespace
 
@@ -76,17 +102,42 @@ ComparisonData loadComparison(const QString& databasePath, const std::vector<sto
                               std::size_t buckets, const JobContext* job) {
   ComparisonData data;
   const auto reader = openReader(databasePath);
-  for (storage::RunId run : runs) {
+  const WorkControl control = job ? job->workControl() : WorkControl{};
+  // The numbers `fragscope-cli compare` prints, from the same use case.
+  usecases::StoredComparison stored =
+      usecases::compare_stored_runs(*reader, runs, usecases::kDefaultComparePhases, control);
+  data.comparison = std::move(stored.comparison);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
     if (job && job->cancelled())
       break;
     ComparedRun compared;
-    const RunOverview overview = loadOverview(databasePath, run, job);
+    const RunOverview overview = loadOverview(databasePath, runs[i], job);
     compared.record = overview.record;
     compared.oomCount = overview.oomEvents.size();
+    compared.oomEvents = overview.oomEvents;
+    for (const TraceEvent& oom : overview.oomDetails)
+      compared.oomTimesUs.push_back(oom.time_us);
+    compared.firstTimeUs = overview.firstTimeUs;
     compared.timeline =
-        loadTimeline(databasePath, run, 0, overview.record.event_count, buckets).buckets;
-    compared.profile = usecases::profile_of(*reader, overview.record);
+        loadTimeline(databasePath, runs[i], 0, overview.record.event_count, buckets).buckets;
+    const nlohmann::json& summary = overview.record.summary;
+    if (const auto firsts = summary.find("step_first_events");
+        firsts != summary.end() && firsts->is_array())
+      for (const nlohmann::json& first : *firsts)
+        if (first.is_number_unsigned())
+          compared.stepFirstEvents.push_back(first.get<std::uint64_t>());
+    if (const auto ends = summary.find("step_ends_us"); ends != summary.end() && ends->is_array())
+      for (const nlohmann::json& end : *ends)
+        if (end.is_number_unsigned())
+          compared.stepEndsUs.push_back(end.get<std::uint64_t>());
+    compared.profile = std::move(stored.profiles[i]);
     compared.recordedEnvironment = compared.profile->recorded_environment;
+    if (!compared.profile->series_only && overview.record.event_count > 0)
+      // The state after the event where reserved peaked.
+      compared.atPeak = loadSegmentSnapshot(
+          databasePath, runs[i],
+          std::min<std::uint64_t>(compared.profile->metrics.peak_reserved_event + 1,
+                                  overview.record.event_count));
     data.runs.push_back(std::move(compared));
   }
   return data;
@@ -156,15 +207,27 @@ QVariant ComparisonModel::data(const QModelIndex& index, int role) const {
     case Qt::DisplayRole: {
       if (std::isnan(value))
         return QStringLiteral("\u2014");
-      QString text =
-          metric.isBytes ? formatBytes(value) : formatCount(static_cast<std::uint64_t>(value));
-      if (different && metric.isBytes)
-        text += QStringLiteral("  (%1)").arg(formatBytesDelta(value - baseline));
+      const auto text = [&](double v) {
+        switch (metric.unit) {
+          case Unit::bytes:
+            return formatBytes(v);
+          case Unit::ratio:
+            return QString::number(v, 'f', 3);
+          case Unit::times:
+            return QStringLiteral("%1\u00d7").arg(v, 0, 'f', 2);
+          case Unit::count:
+            break;
+        }
+        return formatCount(static_cast<std::uint64_t>(std::max(v, 0.0)));
+      };
+      QString shown = text(value);
+      if (different && metric.unit == Unit::bytes)
+        shown += QStringLiteral("  (%1)").arg(formatBytesDelta(value - baseline));
       else if (different)
-        text += QStringLiteral("  (%1%2)")
-                    .arg(value > baseline ? QStringLiteral("+") : QStringLiteral("\u2212"))
-                    .arg(formatCount(static_cast<std::uint64_t>(std::fabs(value - baseline))));
-      return text;
+        shown += QStringLiteral("  (%1%2)")
+                     .arg(value > baseline ? QStringLiteral("+") : QStringLiteral("\u2212"))
+                     .arg(text(std::fabs(value - baseline)));
+      return shown;
     }
     case SortRole:
     case ValueRole:
@@ -196,43 +259,90 @@ QVariant ComparisonModel::headerData(int section, Qt::Orientation orientation, i
   return {};
 }
 
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// "peak reserved" -> "Peak reserved": the CLI's metric names, as a table heading writes them.
+QString headingOf(const std::string& name) {
+  QString heading = QString::fromStdString(name);
+  // cudaMalloc / cudaFree are names, not words.
+  if (!heading.isEmpty() && !heading.startsWith(QLatin1String("cuda")))
+    heading[0] = heading[0].toUpper();
+  return heading;
+}
+}  // namespace
+
 void ComparisonModel::resetData(const ComparisonData& data) {
   beginResetModel();
   m_runNames.clear();
   m_metrics.clear();
   if (!data.runs.empty()) {
-    m_metrics = {{tr("Peak reserved"), true, {}},
-                 {tr("Peak allocated"), true, {}},
-                 {tr("Peak active"), true, {}},
-                 {tr("Final reserved"), true, {}},
-                 {tr("Reserved − allocated at peak reserved"), true, {}},
-                 {tr("Events"), false, {}, false},
-                 {tr("OOM events"), false, {}}};
-    for (const ComparedRun& run : data.runs) {
-      m_runNames.push_back(QString::fromStdString(run.record.name));
-      double finalReserved = 0;
-      const auto final = run.record.summary.find("final");
-      if (final != run.record.summary.end() && final->contains("reserved"))
-        finalReserved = final->at("reserved").get<double>();
-      if (run.profile) {
-        // The same measurement `fragscope-cli compare` prints.
-        const analysis::MemorySample& peak = run.profile->metrics.peak;
-        m_metrics[0].values.push_back(static_cast<double>(peak.reserved));
-        m_metrics[1].values.push_back(static_cast<double>(peak.allocated));
-        m_metrics[2].values.push_back(static_cast<double>(peak.active));
-        const auto unused = usecases::reserved_unallocated_at_peak(*run.profile);
-        m_metrics[4].values.push_back(unused ? static_cast<double>(*unused)
-                                             : std::numeric_limits<double>::quiet_NaN());
-      } else {
+    const auto unitOf = [](const std::string& unit) {
+      if (unit == "bytes")
+        return Unit::bytes;
+      if (unit == "ratio")
+        return Unit::ratio;
+      if (unit == "x")
+        return Unit::times;
+      return Unit::count;
+    };
+    const std::vector<analysis::MetricRow>& rows = data.comparison.metrics;
+    const bool measured = !rows.empty() && rows.front().values.size() == data.runs.size();
+    if (measured) {
+      // Every row `fragscope-cli compare` prints, peak reserved (the headline) first.
+      std::vector<const analysis::MetricRow*> ordered;
+      for (const analysis::MetricRow& row : rows)
+        if (row.name == "peak reserved")
+          ordered.insert(ordered.begin(), &row);
+        else
+          ordered.push_back(&row);
+      for (const analysis::MetricRow* row : ordered) {
+        Metric metric{headingOf(row->name), unitOf(row->unit), {}};
+        for (const auto& value : row->values)
+          metric.values.push_back(value ? *value : kNaN);
+        m_metrics.push_back(std::move(metric));
+      }
+    } else {
+      // Built by hand: the recorded summary's peaks.
+      m_metrics = {{tr("Peak reserved"), Unit::bytes, {}},
+                   {tr("Peak allocated"), Unit::bytes, {}},
+                   {tr("Peak active"), Unit::bytes, {}},
+                   {tr("OOMs"), Unit::count, {}}};
+      for (const ComparedRun& run : data.runs) {
         m_metrics[0].values.push_back(static_cast<double>(summaryPeak(run.record, "reserved")));
         m_metrics[1].values.push_back(static_cast<double>(summaryPeak(run.record, "allocated")));
         m_metrics[2].values.push_back(static_cast<double>(summaryPeak(run.record, "active")));
-        // Without the events there is no single event to read both counters at.
-        m_metrics[4].values.push_back(std::numeric_limits<double>::quiet_NaN());
+        m_metrics[3].values.push_back(static_cast<double>(run.oomCount));
       }
-      m_metrics[3].values.push_back(finalReserved);
-      m_metrics[5].values.push_back(static_cast<double>(run.record.event_count));
-      m_metrics[6].values.push_back(static_cast<double>(run.oomCount));
+    }
+    Metric unused{tr("Reserved − allocated at peak reserved"), Unit::bytes, {}};
+    Metric finalReserved{tr("Final reserved"), Unit::bytes, {}};
+    // A run that did not stop at an OOM has more events: different, not worse.
+    Metric events{tr("Events"), Unit::count, {}, false};
+    for (const ComparedRun& run : data.runs) {
+      m_runNames.push_back(runLabel(run));
+      // Both counters read at the one event where reserved peaked; unknown without the events.
+      const auto atPeak =
+          run.profile ? usecases::reserved_unallocated_at_peak(*run.profile) : std::nullopt;
+      unused.values.push_back(atPeak ? static_cast<double>(*atPeak) : kNaN);
+      const auto final = run.record.summary.find("final");
+      finalReserved.values.push_back(final != run.record.summary.end() &&
+                                             final->contains("reserved")
+                                         ? final->at("reserved").get<double>()
+                                         : 0.0);
+      events.values.push_back(static_cast<double>(run.record.event_count));
+    }
+    m_metrics.push_back(std::move(unused));
+    m_metrics.push_back(std::move(finalReserved));
+    m_metrics.push_back(std::move(events));
+    // The CLI's phase lines, when the runs made the same allocations.
+    for (const analysis::PhaseRow& phase : data.comparison.phases) {
+      if (phase.peak_reserved.size() != data.runs.size())
+        continue;
+      Metric metric{tr("Phase %1 peak reserved").arg(phase.phase), Unit::bytes, {}};
+      for (const Bytes bytes : phase.peak_reserved)
+        metric.values.push_back(static_cast<double>(bytes));
+      m_metrics.push_back(std::move(metric));
     }
   }
   endResetModel();
@@ -252,10 +362,18 @@ ComparePage::ComparePage(QWidget* parent)
       m_multiplesLayout(new QGridLayout(m_multiples)),
       m_model(new ComparisonModel(this)),
       m_table(new QTableView(this)),
+      m_settings(new SettingsModel(this)),
+      m_settingsTable(new QTableView(this)),
+      m_tabs(new QTabWidget(this)),
+      m_peakArea(new QScrollArea(this)),
+      m_peakMapsBox(new QWidget),
+      m_peakLayout(new QGridLayout(m_peakMapsBox)),
+      m_axisNote(new QLabel(this)),
       m_overlayAxis(new QComboBox(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(6, 6, 6, 6);
   m_header->setTextFormat(Qt::RichText);
+  m_header->setWordWrap(true);  // nine runs' names must not widen the window
   m_story->setObjectName(QStringLiteral("story"));
   m_story->setTextFormat(Qt::RichText);
   m_story->setWordWrap(true);
@@ -269,31 +387,50 @@ ComparePage::ComparePage(QWidget* parent)
   m_warning->hide();
   layout->addWidget(m_warning);
   auto* splitter = new QSplitter(Qt::Vertical, this);
-  m_overlayAxis->addItem(tr("Overlay by event index"));
-  m_overlayAxis->addItem(tr("Overlay by share of each run"));
+  m_overlayAxis->addItem(tr("Align by event index"));
+  m_overlayAxis->addItem(tr("Align by share of each run"));
+  m_overlayAxis->addItem(tr("Align by optimizer step"));
+  m_overlayAxis->addItem(tr("Align by time"));
   m_overlayAxis->setToolTip(
-      tr("Runs of different lengths line up better by the share of their own events"));
+      tr("Runs of different batch sizes make different numbers of events per step: line them up "
+         "by optimizer step, by time, or by the share of their own events"));
   connect(m_overlayAxis, &QComboBox::currentIndexChanged, this, [this] { plotOverlay(); });
+  m_axisNote->setObjectName(QStringLiteral("axisNote"));
+  m_axisNote->setWordWrap(true);
   auto* bar = new QHBoxLayout;
-  bar->addStretch(1);
+  bar->addWidget(
+      new QLabel(tr("Solid: reserved · dashed: allocated · ✕: OOM · dotted: memory limit"), this));
+  bar->addWidget(m_axisNote, 1);
   bar->addWidget(m_overlayAxis);
   layout->addLayout(bar);
   setUpMemoryPlot(m_overlay);
-  placeLegendBeside(m_overlay);  // four entries a run: over the data they would hide a short run
+  placeLegendBeside(m_overlay);  // nine runs' names would hide a short run's curve
   m_overlay->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_overlay->axisRect()->setRangeDrag(Qt::Horizontal);
   m_overlay->axisRect()->setRangeZoom(Qt::Horizontal);
-  m_overlay->setMinimumHeight(200);
+  m_overlay->setMinimumHeight(220);
   splitter->addWidget(m_overlay);
-  m_multiplesLayout->setContentsMargins(0, 0, 0, 0);
-  splitter->addWidget(m_multiples);
+
   m_table->setModel(m_model);
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  m_table->horizontalHeader()->setMinimumSectionSize(110);
+  m_table->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   m_table->setAlternatingRowColors(true);
-  splitter->addWidget(m_table);
+  m_tabs->addTab(m_table, tr("Metrics"));
+  m_settingsTable->setObjectName(QStringLiteral("whatDiffers"));
+  m_settingsTable->setModel(m_settings);
+  m_settingsTable->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  m_settingsTable->horizontalHeader()->setMinimumSectionSize(110);
+  m_settingsTable->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  m_tabs->addTab(m_settingsTable, tr("What differs"));
+  m_multiplesLayout->setContentsMargins(0, 0, 0, 0);
+  m_tabs->addTab(m_multiples, tr("Each run"));
+  m_peakArea->setWidgetResizable(true);
+  m_peakArea->setWidget(m_peakMapsBox);
+  m_tabs->addTab(m_peakArea, tr("Segment maps at peak"));
+  splitter->addWidget(m_tabs);
   splitter->setStretchFactor(0, 3);
   splitter->setStretchFactor(1, 2);
-  splitter->setStretchFactor(2, 2);
   layout->addWidget(splitter, 1);
   clear();
 }
@@ -307,16 +444,31 @@ void ComparePage::clear() {
   m_job.cancel();
   m_data = {};
   m_model->clearData();
+  m_settings->resetData({});
   m_overlay->clearGraphs();
+  m_reservedGraphs.clear();
+  m_oomGraphs.clear();
+  m_limitGraphs.clear();
   m_overlay->replot(QCustomPlot::rpQueuedReplot);
   while (QLayoutItem* item = m_multiplesLayout->takeAt(0)) {
     delete item->widget();
     delete item;
   }
+  while (QLayoutItem* item = m_peakLayout->takeAt(0)) {
+    delete item->widget();
+    delete item;
+  }
+  m_peakMaps.clear();
+  m_axisNote->clear();
   m_warning->hide();
   m_story->clear();
   m_story->hide();
   m_header->setText(tr("<i>Select two or more runs in the Runs browser and press Compare.</i>"));
+}
+
+bool ComparePage::containsRun(storage::RunId run) const {
+  return std::any_of(m_data.runs.begin(), m_data.runs.end(),
+                     [&](const ComparedRun& compared) { return compared.record.id == run; });
 }
 
 void ComparePage::setRuns(const std::vector<storage::RunId>& runs, const QString& story) {
@@ -337,12 +489,23 @@ void ComparePage::setRuns(const std::vector<storage::RunId>& runs, const QString
 void ComparePage::showData(ComparisonData data) {
   m_data = std::move(data);
   m_model->resetData(m_data);
+  m_settings->resetData(m_data);
+  // Up to four runs share the width; more scroll sideways rather than wrap or cut their values.
+  const auto mode = m_data.runs.size() <= 4 ? QHeaderView::Stretch : QHeaderView::ResizeToContents;
+  m_table->horizontalHeader()->setSectionResizeMode(mode);
+  m_settingsTable->horizontalHeader()->setSectionResizeMode(mode);
   QStringList names;
   for (const ComparedRun& run : m_data.runs)
-    names << QString::fromStdString(run.record.name).toHtmlEscaped();
-  m_header->setText(tr("<b>Comparing %1 runs:</b> %2")
-                        .arg(m_data.runs.size())
-                        .arg(names.join(QStringLiteral(", "))));
+    names << runLabel(run).toHtmlEscaped();
+  QString header = tr("<b>Comparing %1 runs:</b> %2")
+                       .arg(m_data.runs.size())
+                       .arg(names.join(QStringLiteral(", ")));
+  if (!m_data.comparison.phase_alignment.empty())
+    header += QStringLiteral("<br><small>%1</small>")
+                  .arg(tr("Phases: %1")
+                           .arg(QString::fromStdString(m_data.comparison.phase_alignment))
+                           .toHtmlEscaped());
+  m_header->setText(header);
   const QStringList warnings = comparisonWarnings(m_data);
   m_warning->setVisible(!warnings.isEmpty());
   if (!warnings.isEmpty())
@@ -351,60 +514,154 @@ void ComparePage::showData(ComparisonData data) {
                            .toHtmlEscaped()
                            .replace(QStringLiteral("&lt;br&gt;"), QStringLiteral("<br>")));
 
-  const Extent extent = extentOf(m_data);
-  const double top = extent.topReserved;
-  // Runs of very different lengths (one that stops at its OOM beside one that trains to the
-  // end) overlay by share of their own run; the user can switch back to event indices.
   {
     const QSignalBlocker blocker(m_overlayAxis);
-    m_overlayAxis->setCurrentIndex(extent.shortest > 0 && extent.longest > 2 * extent.shortest ? 1
-                                                                                               : 0);
+    m_overlayAxis->setCurrentIndex(static_cast<int>(preferredAxis(m_data)));
   }
   plotOverlay();
+  showPeakMaps();
+  emit dataReady();
+}
 
-  const int columns = m_data.runs.size() <= 2 ? 2 : 3;
+bool ComparePage::overlayByShare() const {
+  return m_overlayAxis->currentIndex() == static_cast<int>(CompareAxis::share);
+}
+
+void ComparePage::plotOverlay() {
+  m_overlay->clearGraphs();
+  m_reservedGraphs.clear();
+  m_oomGraphs.clear();
+  m_limitGraphs.clear();
+  const auto axis = static_cast<CompareAxis>(m_overlayAxis->currentIndex());
+  const double top = topOf(m_data);
+  double left = 0, right = 1;
+  QStringList gaps;
   for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
+    const ComparedRun& run = m_data.runs[i];
+    const QColor color = colors::run(static_cast<int>(i));
+    QCPGraph* reserved = plotRun(m_overlay, run, color, axis, runLabel(run));
+    m_reservedGraphs.push_back(reserved);
+    m_oomGraphs.push_back(reserved ? plotOoms(m_overlay, run, color, axis) : nullptr);
+    if (!reserved) {
+      gaps << axisGap(run, axis);
+      continue;
+    }
+    bool found = false;
+    const QCPRange keys = reserved->getKeyRange(found);
+    if (found) {
+      left = std::min(left, keys.lower);
+      right = std::max(right, keys.upper);
+    }
+  }
+  // Memory limits: one dotted line for each distinct limit, named as PyTorch says it.
+  std::vector<Bytes> limits;
+  for (const ComparedRun& run : m_data.runs)
+    if (const auto limit = storage::run_memory_limit(run.record);
+        limit && std::find(limits.begin(), limits.end(), *limit) == limits.end())
+      limits.push_back(*limit);
+  for (const Bytes limit : limits) {
+    QStringList owners;
+    for (const ComparedRun& run : m_data.runs)
+      if (storage::run_memory_limit(run.record) == limit)
+        owners << QString::fromStdString(run.record.name);
+    QCPGraph* line = m_overlay->addGraph();
+    const auto y = static_cast<double>(limit);
+    line->setData({left, right}, {y, y}, true);
+    line->setPen(QPen(colors::oom, 1.4, Qt::DotLine));
+    QString name =
+        limits.size() == 1
+            ? tr("%1 allowed").arg(formatBytes(y))
+            : tr("%1 allowed (%2)").arg(formatBytes(y), owners.join(QStringLiteral(", ")));
+    if (y > top * 1.08)
+      name += tr(", above the plot");
+    line->setName(name);
+    m_limitGraphs.push_back(line);
+  }
+  m_axisNote->setText(
+      gaps.isEmpty()
+          ? QString()
+          : tr("<i>Not on this axis: %1</i>").arg(gaps.join(QStringLiteral("; ")).toHtmlEscaped()));
+  m_overlay->xAxis->setTicker(axis == CompareAxis::events
+                                  ? QSharedPointer<QCPAxisTicker>(new EventTicker)
+                                  : QSharedPointer<QCPAxisTicker>::create());
+  m_overlay->xAxis->setLabel(axisLabel(axis));
+  m_overlay->xAxis->setRange(left, axis == CompareAxis::share ? 100.0 : right);
+  m_overlay->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
+  m_overlay->replot(QCustomPlot::rpQueuedReplot);
+
+  // The small multiples follow the overlay's axis; each on the shared y scale.
+  while (QLayoutItem* item = m_multiplesLayout->takeAt(0)) {
+    delete item->widget();
+    delete item;
+  }
+  const int columns = m_data.runs.size() <= 2 ? 2 : (m_data.runs.size() <= 6 ? 3 : 4);
+  for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
+    const ComparedRun& run = m_data.runs[i];
     auto* small = new QCustomPlot(m_multiples);
     setUpMemoryPlot(small);
     small->legend->setVisible(false);
     small->plotLayout()->insertRow(0);
-    auto* title = new QCPTextElement(small, QString::fromStdString(m_data.runs[i].record.name));
+    auto* title = new QCPTextElement(small, runLabel(run));
     title->setTextColor(palette().color(QPalette::Text));
     small->plotLayout()->addElement(0, 0, title);
     small->xAxis->setLabel(QString());
-    plotRun(small, m_data.runs[i], colors::run(static_cast<int>(i)), true, QString());
-    small->xAxis->setRange(
-        0, static_cast<double>(std::max<std::uint64_t>(m_data.runs[i].record.event_count, 1)));
+    small->xAxis->setTicker(axis == CompareAxis::events
+                                ? QSharedPointer<QCPAxisTicker>(new EventTicker)
+                                : QSharedPointer<QCPAxisTicker>::create());
+    const QColor color = colors::run(static_cast<int>(i));
+    if (QCPGraph* reserved = plotRun(small, run, color, axis, runLabel(run))) {
+      plotOoms(small, run, color, axis);
+      bool found = false;
+      const QCPRange keys = reserved->getKeyRange(found);
+      small->xAxis->setRange(found ? keys : QCPRange(0, 1));
+    }
+    if (const auto limit = storage::run_memory_limit(run.record)) {
+      auto* line = new QCPItemStraightLine(small);
+      line->point1->setCoords(0, static_cast<double>(*limit));
+      line->point2->setCoords(1, static_cast<double>(*limit));
+      line->setPen(QPen(colors::oom, 1.2, Qt::DotLine));
+    }
     small->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);  // shared scale: sizes compare by eye
     small->setMinimumHeight(130);
     m_multiplesLayout->addWidget(small, static_cast<int>(i) / columns,
                                  static_cast<int>(i) % columns);
   }
-  emit dataReady();
 }
 
-bool ComparePage::overlayByShare() const {
-  return m_overlayAxis->currentIndex() == 1;
-}
-
-void ComparePage::plotOverlay() {
-  m_overlay->clearGraphs();
-  const bool share = overlayByShare();
-  const Extent extent = extentOf(m_data);
-  const double top = extent.topReserved;
+void ComparePage::showPeakMaps() {
+  const int columns = m_data.runs.size() <= 2 ? 2 : 3;
   for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
-    const auto events =
-        static_cast<double>(std::max<std::uint64_t>(m_data.runs[i].record.event_count, 1));
-    plotRun(m_overlay, m_data.runs[i], colors::run(static_cast<int>(i)), true,
-            QString::fromStdString(m_data.runs[i].record.name) + QStringLiteral(" · "),
-            share ? 100.0 / events : 1.0);
+    const ComparedRun& run = m_data.runs[i];
+    auto* cell = new QWidget(m_peakMapsBox);
+    auto* cellLayout = new QVBoxLayout(cell);
+    cellLayout->setContentsMargins(2, 2, 2, 2);
+    auto* title = new QLabel(cell);
+    title->setTextFormat(Qt::RichText);
+    title->setWordWrap(true);
+    cellLayout->addWidget(title);
+    SegmentMapWidget* map = nullptr;
+    if (run.atPeak) {
+      const SegmentMapSummary& summary = run.atPeak->summary;
+      title->setText(tr("<b style='color:%1'>%2</b><br>after event %3: %4 reserved in %5 "
+                        "segments, %6 live, largest free %7")
+                         .arg(colors::run(static_cast<int>(i)).name(),
+                              runLabel(run).toHtmlEscaped(), formatCount(run.atPeak->eventIndex),
+                              formatBytes(static_cast<double>(summary.reserved)))
+                         .arg(summary.segments)
+                         .arg(formatBytes(static_cast<double>(summary.live)),
+                              formatBytes(static_cast<double>(summary.largestFree))));
+      map = new SegmentMapWidget(cell);
+      map->setMinimumSize(320, 180);
+      map->setSnapshot(*run.atPeak);
+      cellLayout->addWidget(map, 1);
+    } else {
+      title->setText(tr("<b>%1</b><br><i>The segment layout could not be rebuilt from this run's "
+                        "events (a truncated trace).</i>")
+                         .arg(runLabel(run).toHtmlEscaped()));
+    }
+    m_peakMaps.push_back(map);
+    m_peakLayout->addWidget(cell, static_cast<int>(i) / columns, static_cast<int>(i) % columns);
   }
-  m_overlay->xAxis->setTicker(share ? QSharedPointer<QCPAxisTicker>::create()
-                                    : QSharedPointer<QCPAxisTicker>(new EventTicker));
-  m_overlay->xAxis->setLabel(share ? tr("% of each run's events") : tr("event"));
-  m_overlay->xAxis->setRange(0, share ? 100.0 : static_cast<double>(extent.longest));
-  m_overlay->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
-  m_overlay->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void ComparePage::changeEvent(QEvent* event) {

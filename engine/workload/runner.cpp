@@ -1,6 +1,7 @@
 #include "engine/workload/runner.h"
 
 #include <chrono>
+#include <span>
 #include <unordered_map>
 
 #include "engine/allocator/device.h"
@@ -56,6 +57,34 @@ class LabellingSink final : public alloc::EventSink {
   std::unordered_map<std::uint64_t, LabelId> live_;
 };
 
+// The event of each step's first allocation: the k-th alloc event is the k-th malloc request,
+// so a step_begin marker after m mallocs opens at the (m+1)-th alloc event. Steps the run never
+// reached (it stopped at an OOM) are left out.
+std::vector<std::uint64_t> step_first_events(const RequestStream& stream,
+                                             std::span<const TraceEvent> events) {
+  std::vector<std::size_t> mallocs_before;
+  std::size_t mallocs = 0;
+  for (const Request& r : stream.requests) {
+    if (r.op == RequestOp::step_begin)
+      mallocs_before.push_back(mallocs);
+    else if (r.op == RequestOp::malloc)
+      ++mallocs;
+  }
+  std::vector<std::uint64_t> firsts;
+  std::size_t allocs = 0;
+  auto next = mallocs_before.begin();
+  for (std::size_t i = 0; i < events.size() && next != mallocs_before.end(); ++i) {
+    if (events[i].action != TraceAction::alloc)
+      continue;
+    while (next != mallocs_before.end() && *next == allocs) {
+      firsts.push_back(i);
+      ++next;
+    }
+    ++allocs;
+  }
+  return firsts;
+}
+
 }  // namespace
 
 PointResult run_point(const ExperimentPoint& point, bool record_events) {
@@ -102,6 +131,7 @@ PointResult run_point(const ExperimentPoint& point, bool record_events) {
     r.events = std::move(sink.events);
     r.event_labels = std::move(sink.labels);
     r.labels = stream.labels;
+    r.step_first_events = step_first_events(stream, r.events);
   }
   r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

@@ -32,6 +32,9 @@ struct PointResult {
   std::vector<TraceEvent> events;
   std::vector<LabelId> event_labels;
   std::vector<RequestLabel> labels;
+  // Filled with the events: the event index where each optimizer step the run reached begins
+  // (its first allocation), so plots can line runs up by step.
+  std::vector<std::uint64_t> step_first_events;
 };
 
 // Throws fragscope::InputError for a bad alloc_conf (PyTorch's message, naming the point).

@@ -23,6 +23,8 @@ RunId store_simulated_run(RunStore& store, ExperimentId experiment,
   if (result.oom && !result.events.empty())
     store.add_oom_report(id, result.events.size() - 1, summary.at("oom"));
   summary["config"] = point.config;
+  if (!result.step_first_events.empty())
+    summary["step_first_events"] = result.step_first_events;
   store.finish_run(id, result.oom ? RunStatus::oom : RunStatus::ok, summary, result.wall_seconds);
   return id;
 }

@@ -88,14 +88,38 @@ class TestModels : public QObject {
     ComparisonModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     ComparisonData data;
-    data.runs.push_back(
-        {record(1, "a", storage::RunStatus::ok, 4 * kGiB), {}, 0, std::nullopt, std::nullopt});
-    data.runs.push_back(
-        {record(2, "b", storage::RunStatus::ok, 4 * kGiB), {}, 0, std::nullopt, std::nullopt});
+    data.runs.push_back(ComparedRun{record(1, "a", storage::RunStatus::ok, 4 * kGiB),
+                                    {},
+                                    0,
+                                    std::nullopt,
+                                    std::nullopt,
+                                    {},
+                                    {},
+                                    {},
+                                    {},
+                                    0,
+                                    std::nullopt});
+    data.runs.push_back(ComparedRun{record(2, "b", storage::RunStatus::ok, 4 * kGiB),
+                                    {},
+                                    0,
+                                    std::nullopt,
+                                    std::nullopt,
+                                    {},
+                                    {},
+                                    {},
+                                    {},
+                                    0,
+                                    std::nullopt});
     data.runs.push_back({record(3, "c", storage::RunStatus::oom, 5 * kGiB, "max_split_size_mb:64"),
                          {},
                          2,
                          std::nullopt,
+                         std::nullopt,
+                         {},
+                         {},
+                         {},
+                         {},
+                         0,
                          std::nullopt});
     data.runs[1].record.event_count = data.runs[0].record.event_count + 500;
     model.resetData(data);

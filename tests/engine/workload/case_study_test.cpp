@@ -62,6 +62,30 @@ TEST(CaseStudy, Bs8FitsBs16OomsMitigatedFitsMuchLower) {
   EXPECT_GT(mitigated.estimated_step_time_ratio, 1.1);
 }
 
+// The recorded events say where each optimizer step begins (the Compare page lines runs up by
+// step with them): one entry per step the run reached, each an allocation, in order.
+TEST(CaseStudy, StepFirstEventsOpenEveryReachedStep) {
+  for (const char* name : {"baseline-bs8", "baseline-bs16"}) {
+    for (const ExperimentPoint& p : case_study().points) {
+      if (p.name != name)
+        continue;
+      const PointResult r = run_point(p, true);
+      const std::size_t reached = r.oom ? static_cast<std::size_t>(r.oom_step + 1)
+                                        : static_cast<std::size_t>(p.workload.training.steps);
+      ASSERT_EQ(r.step_first_events.size(), reached) << name;
+      for (std::size_t k = 0; k < r.step_first_events.size(); ++k) {
+        ASSERT_LT(r.step_first_events[k], r.events.size()) << name;
+        EXPECT_EQ(r.events[r.step_first_events[k]].action, TraceAction::alloc) << name;
+        if (k > 0) {
+          EXPECT_LT(r.step_first_events[k - 1], r.step_first_events[k]) << name;
+        }
+      }
+      // Without the events there is nothing to index.
+      EXPECT_TRUE(run_point(p, false).step_first_events.empty()) << name;
+    }
+  }
+}
+
 const std::string kTurn2 =
     std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/fixtures/torch-2.11-h200-turn2";
 
