@@ -27,7 +27,8 @@ TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std:
 }
 
 CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId run,
-                                   std::uint64_t first, std::uint64_t end, std::size_t buckets) {
+                                   std::uint64_t first, std::uint64_t end, std::size_t buckets,
+                                   const JobContext* job) {
   auto store = openReader(databasePath);
   CategorySlice slice;
   slice.run = run;
@@ -35,7 +36,8 @@ CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId r
   slice.end = end;
   slice.labelled = !store->labels(run).empty();
   if (slice.labelled)
-    slice.buckets = store->category_timeline(run, first, end, std::max<std::size_t>(buckets, 1));
+    slice.buckets = store->category_timeline(run, first, end, std::max<std::size_t>(buckets, 1),
+                                             job ? job->workControl().cancel : CancelToken{});
   return slice;
 }
 

@@ -68,10 +68,12 @@ struct SegmentSnapshotAt {
 
 TimelineSlice loadTimeline(const QString& databasePath, storage::RunId run, std::uint64_t first,
                            std::uint64_t end, std::size_t buckets);
-// Reads the run's labels first and only computes the buckets when there are any (the category
-// timeline reads the run from event 0 up to `end`).
+// Reads the run's labels first and only computes the buckets when there are any (a query of the
+// category pyramid; a run stored before it is replayed from event 0). A superseded `job` stops
+// the query at its next chunk.
 CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId run,
-                                   std::uint64_t first, std::uint64_t end, std::size_t buckets);
+                                   std::uint64_t first, std::uint64_t end, std::size_t buckets,
+                                   const JobContext* job = nullptr);
 // The cursor position (events applied) at which allocated memory first reaches its maximum,
 // found by narrowing the store's peak-preserving buckets (a few queries, not a scan).
 std::uint64_t findPeakAllocatedCursor(storage::RunStore& store, storage::RunId run,

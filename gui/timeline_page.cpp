@@ -295,8 +295,8 @@ void TimelinePage::requestCategories() {
   const QString path = m_databasePath;
   const storage::RunId run = *m_run;
   m_categoryJob.start(
-      [path, run, range, buckets](const JobContext&) {
-        return loadCategoryTimeline(path, run, range.first, range.end, buckets);
+      [path, run, range, buckets](const JobContext& job) {
+        return loadCategoryTimeline(path, run, range.first, range.end, buckets, &job);
       },
       [this](CategorySlice slice) { showCategories(std::move(slice)); },
       [this](const QString& message) { emit errorOccurred(message); });

@@ -56,15 +56,17 @@ Mitigation candidate(std::string name, std::string alloc_conf) {
   return m;
 }
 
-WhatIfRow run_one(const RequestStream& requests, const Mitigation& m, const WhatIfOptions& options,
-                  std::size_t index) {
+// `requests_ideal` is ideal_peak(requests), computed once per sweep: it only depends on the
+// stream, and every candidate that keeps the baseline stream shares it.
+WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
+                  const WhatIfOptions& options, std::size_t index) {
   WhatIfRow row;
   row.candidate = index;
   row.name = m.name;
   row.alloc_conf = m.alloc_conf;
   row.step_time_ratio = m.step_time_ratio;
   const RequestStream& stream = m.requests ? *m.requests : requests;
-  row.ideal_peak = ideal_peak(stream);
+  row.ideal_peak = m.requests ? ideal_peak(stream) : requests_ideal;
   try {
     const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
     alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
@@ -213,7 +215,7 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
   auto work = [&] {
     // Each worker takes the next candidate; results land in their candidate's slot.
     for (std::size_t i = next++; i < candidates.size(); i = next++)
-      rows[i] = run_one(requests, candidates[i], options, i);
+      rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i);
   };
   {
     std::vector<std::jthread> pool;

@@ -23,6 +23,7 @@
 #include "engine/core/request.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
+#include "storage/db/category_pyramid.h"
 #include "storage/db/database.h"
 #include "storage/db/event_chunk.h"
 #include "storage/db/segment_map.h"
@@ -134,23 +135,6 @@ struct ReportRecord {
   std::string created_at;
 };
 
-// Number of fragscope::Category values (unknown .. input).
-inline constexpr std::size_t kCategoryCount = 7;
-
-// Memory by category over events [first_event, end_event): the live bytes of each category at
-// the event where the bucket's total was highest, so the stacked categories reach the bucket's
-// peak. Bytes are request sizes (the trace's).
-struct CategoryBucket {
-  std::uint64_t first_event = 0;
-  std::uint64_t end_event = 0;
-  std::int64_t t0_us = 0;
-  std::int64_t t1_us = 0;
-  std::uint64_t peak_event = 0;                      // the event after which `bytes` was taken
-  std::array<std::int64_t, kCategoryCount> bytes{};  // index = static_cast<size_t>(Category)
-
-  std::int64_t total() const;
-};
-
 // Optional per-event columns that go with a batch of events.
 struct EventColumns {
   // The series after each event, when the producer knows them exactly (the allocator model
@@ -240,10 +224,13 @@ class RunStore {
   std::vector<TimelineBucket> timeline(RunId run, std::size_t buckets);
   // At most `buckets` buckets of memory by category over events [first, end): the GUI's stacked
   // parameter / gradient / optimizer_state / activation / temporary plot. Allocations without a
-  // label (and every allocation of an unlabelled run) count as Category::unknown. Computed from
-  // the events on demand: reads the run from its start up to `end`.
+  // label (and every allocation of an unlabelled run) count as Category::unknown. Bucketed like
+  // timeline(), from the category pyramid stored at ingest; a run stored before the pyramid
+  // existed (schema < 8) is replayed from its first event. `cancel` is polled per chunk or row
+  // read.
   std::vector<CategoryBucket> category_timeline(RunId run, std::uint64_t first, std::uint64_t end,
-                                                std::size_t buckets);
+                                                std::size_t buckets,
+                                                const CancelToken& cancel = {});
   // The index of the first event at or after `time_us` (event_count when none): maps a time
   // axis onto the event axis that timeline() takes.
   std::uint64_t event_at_time(RunId run, std::int64_t time_us);
@@ -273,6 +260,17 @@ class RunStore {
                      double wall_seconds, const CancelToken& cancel);
   void write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
   void write_labels(RunId run, std::span<const RequestLabel> labels);
+  // Memory by category (run_store_categories.cpp).
+  void track_categories(Ingest& ingest, const TraceEvent& event, LabelId label);
+  void flush_category_chunk(Ingest& ingest);
+  void write_category_rows(RunId run, const std::vector<CategoryPyramidBuilder::Row>& rows);
+  std::vector<CategoryBucket> category_singles(RunId run, std::uint64_t first, std::uint64_t end,
+                                               const CancelToken& cancel);
+  std::vector<CategoryBucket> category_level(RunId run, int level, std::uint64_t first_bucket,
+                                             std::uint64_t end_bucket, const CancelToken& cancel);
+  std::vector<CategoryBucket> category_timeline_by_replay(RunId run, std::uint64_t first,
+                                                          std::uint64_t end, std::size_t buckets,
+                                                          const CancelToken& cancel);
   void flush_chunk(Ingest& ingest);
   void write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows);
   EventChunk load_chunk(RunId run, std::uint64_t chunk_first);

@@ -78,6 +78,9 @@ RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoi
   insert.run();
   ingest->run = RunId{db_->last_insert_rowid()};
   ingest->segments = initial;
+  for (const auto& [addr, block] : initial.blocks())
+    ingest->categories.add_initial(addr, static_cast<std::int64_t>(block.size));
+  ingest->category_buffer.clear(ingest->categories.bytes());
   ingest->buffer.start = start;
   ingest->current = start;
   ingest->peak = start;
@@ -108,23 +111,29 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
                         std::to_string(events.size()) + " events");
   for (std::size_t i = 0; i < events.size(); ++i) {
     EventChunk& buffer = ingest.buffer;
-    if (!columns.labels.empty() && buffer.labels.size() < buffer.events.size())
-      buffer.labels.resize(buffer.events.size());  // earlier events of this chunk: unlabelled
     const TraceEvent& event = events[i];
+    const LabelId label = columns.labels.empty() ? LabelId{} : columns.labels[i];
     const SeriesPoint after =
         columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
     const std::uint64_t index = ingest.event_count();
+    // A chunk carries a label column once any of its events is labelled; the events before
+    // that one are unlabelled. (Testing the column instead of the batch lost the label of a
+    // chunk's first event.)
+    if (!columns.labels.empty() && buffer.labels.size() < buffer.events.size())
+      buffer.labels.resize(buffer.events.size());
+    if (!columns.labels.empty() || !buffer.labels.empty())
+      buffer.labels.push_back(label);
     buffer.events.push_back(event);
     buffer.series.push_back(after);
-    if (!buffer.labels.empty())
-      buffer.labels.push_back(columns.labels.empty() ? LabelId{} : columns.labels[i]);
     ingest.current = after;
     ingest.peak = series_max(ingest.peak, after);
     ingest.timeline.add(index, event, after);
+    track_categories(ingest, event, label);
     if (buffer.events.size() == kEventsPerChunk)
       flush_chunk(ingest);
   }
   write_timeline_rows(run, ingest.timeline.take_full_rows());
+  write_category_rows(run, ingest.category_levels.take_full_rows());
 }
 
 void RunStore::flush_chunk(Ingest& ingest) {
@@ -132,6 +141,7 @@ void RunStore::flush_chunk(Ingest& ingest) {
   if (buffer.events.empty())
     return;
   ingest.write_pending_chunks(Ingest::kMaxPending - 1);
+  flush_category_chunk(ingest);
   // The keyframe of the next chunk is the state after this one.
   for (const auto& event : buffer.events)
     ingest.segments.apply(event);
@@ -221,8 +231,15 @@ void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<StackFr
 }
 
 void RunStore::set_labels(RunId run, std::span<const RequestLabel> labels) {
-  ingest_for(run);
+  Ingest& ingest = ingest_for(run);
+  // Memory by category is built as events come, from the table known then.
+  if (ingest.labelled_events)
+    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+                        ": set_labels after labelled events; set the label table first");
   abort_on_failure([&] { write_labels(run, labels); });
+  ingest.category_of_label.clear();
+  for (const auto& label : labels)
+    ingest.category_of_label.push_back(label.category);
 }
 
 void RunStore::write_labels(RunId run, std::span<const RequestLabel> labels) {
@@ -273,6 +290,7 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
   flush_chunk(ingest);
   ingest.write_pending_chunks(0);
   write_timeline_rows(run, ingest.timeline.finish());
+  write_category_rows(run, ingest.category_levels.finish());
 
   nlohmann::json merged = summary.is_object() ? summary : nlohmann::json::object();
   merged["events"] = ingest.event_count();

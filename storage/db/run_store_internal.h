@@ -47,6 +47,13 @@ struct RunStore::Ingest {
   Statement insert_chunk;
   Statement insert_keyframe;
 
+  // Memory by category, built as events come (run_store_categories.cpp).
+  std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
+  bool labelled_events = false;             // an event with a label was appended
+  CategoryTracker categories;
+  CategoryChunk category_buffer;  // the categories of `buffer`'s events
+  CategoryPyramidBuilder category_levels;
+
   Ingest(Database& db, RunId id)
       : run(id),
         transaction(db),

@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 6> kMigrations = {
+constexpr std::array<std::string_view, 7> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -159,6 +159,24 @@ CREATE TABLE run_environments(
   run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
   source_file TEXT NOT NULL DEFAULT '',
   fingerprint TEXT NOT NULL);
+)sql",
+    // 7: memory by category written at ingest (category_pyramid.h), so zooming the category
+    // plot of a long run is a query. Runs stored before have no rows and are replayed instead.
+    R"sql(
+CREATE TABLE category_chunks(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  first_event INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (run_id, first_event));
+CREATE TABLE category_levels(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  level INTEGER NOT NULL,
+  first_bucket INTEGER NOT NULL,
+  bucket_count INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  UNIQUE (run_id, level, first_bucket));
 )sql",
 };
 

@@ -10,12 +10,9 @@
 #include <vector>
 
 #include "storage/db/event_chunk.h"
+#include "storage/db/level_pyramid.h"
 
 namespace fragscope::storage {
-
-inline constexpr std::uint64_t kLevel0Events = 32;
-inline constexpr std::uint64_t kLevelFanout = 4;
-inline constexpr std::size_t kBucketsPerRow = 4096;
 
 // Events [first_event, end_event) of a run; max and min are over the series after each event.
 struct TimelineBucket {
@@ -27,9 +24,6 @@ struct TimelineBucket {
   SeriesPoint min;
   friend bool operator==(const TimelineBucket&, const TimelineBucket&) = default;
 };
-
-// Events per bucket at `level`.
-std::uint64_t level_bucket_events(int level);
 
 // The bucket of one event.
 TimelineBucket bucket_of(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after);
@@ -47,32 +41,13 @@ std::vector<TimelineBucket> regroup_buckets(std::span<const TimelineBucket> sour
                                             std::uint64_t first, std::uint64_t end,
                                             std::size_t count);
 
-// Builds every level of the pyramid while a run's events stream in.
-class TimelineBuilder {
+// Builds every level of the timeline pyramid while a run's events stream in.
+class TimelineBuilder : public LevelBuilder<TimelineBucket> {
  public:
-  struct Row {
-    int level = 0;
-    std::uint64_t first_bucket = 0;  // index of buckets[0] within its level
-    std::vector<TimelineBucket> buckets;
-  };
-
-  void add(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after);
-  // Rows that are full and can be written now.
-  std::vector<Row> take_full_rows();
-  // Closes the partial buckets at the end of the run and returns every row not yet taken.
-  std::vector<Row> finish();
-
- private:
-  struct Level {
-    TimelineBucket pending;
-    std::uint64_t pending_parts = 0;  // events (level 0) or child buckets merged into `pending`
-    std::uint64_t row_first = 0;
-    std::vector<TimelineBucket> row;
-  };
-  void complete(std::size_t level, bool propagate);
-
-  std::vector<Level> levels_ = std::vector<Level>(1);
-  std::vector<Row> ready_;
+  using LevelBuilder::add;
+  void add(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after) {
+    add(bucket_of(index, event, after));
+  }
 };
 
 }  // namespace fragscope::storage

@@ -1,7 +1,9 @@
 // Storage throughput and latency on 1.2M-event runs (Release build), synthetic (random sizes and
 // addresses: the hard case for compression) and a real PyTorch trace:
 //   ingest >= 3M events/s, <= 16 bytes/event on disk (no stacks), a 2000-bucket timeline of the
-//   whole run < 20 ms, the segment state at an arbitrary event < 30 ms.
+//   whole run < 20 ms, the segment state at an arbitrary event < 30 ms, memory by category of a
+//   labelled run at any zoom < 20 ms (from the pyramid; /replay: the same query on a run stored
+//   before the pyramid, which replays from event 0).
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -215,6 +217,66 @@ void BM_EventsWindow(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EventsWindow)->Unit(benchmark::kMillisecond);
+
+// A labelled 1.2M-event run (allocations cycle through five categories, every seventh unlabelled)
+// and a copy of it without the category pyramid, as a database written before it would hold it.
+struct LabelledRun {
+  test::TempDir dir;
+  std::string path = dir.file("labelled.db");
+  RunId with_pyramid;
+  RunId replayed;
+  LabelledRun() {
+    RunStore store(path);
+    const auto& events = trace();
+    std::vector<RequestLabel> table{RequestLabel{}};
+    for (const Category category :
+         {Category::parameter, Category::gradient, Category::optimizer_state, Category::activation,
+          Category::temporary})
+      table.push_back({category, std::string(to_string(category)), -1});
+    std::vector<LabelId> labels(events.size());
+    std::uint32_t allocations = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].action == TraceAction::alloc && ++allocations % 7 != 0)
+        labels[i] = LabelId{1 + allocations % 5};
+    }
+    for (RunId* id : {&with_pyramid, &replayed}) {
+      *id = store.begin_run(RunRecord{});
+      store.set_labels(*id, table);
+      store.append_events(*id, events, {{}, labels});
+      store.finish_run(*id, RunStatus::ok);
+    }
+    for (const char* table_name : {"category_levels", "category_chunks"}) {
+      auto erase =
+          store.database().prepare(std::string("DELETE FROM ") + table_name + " WHERE run_id = ?");
+      erase.bind_int(1, replayed.value);
+      erase.run();
+    }
+  }
+};
+LabelledRun& labelled_run() {
+  static LabelledRun run;
+  return run;
+}
+
+// Arg: 0 = the whole run in 2000 buckets, 1 = a 100k-event window, 2 = one event.
+void category_zoom(benchmark::State& state, RunId run) {
+  RunStore store(labelled_run().path, OpenMode::read_only);
+  const std::uint64_t first = state.range(0) == 0 ? 0 : 600'000;
+  const std::uint64_t end =
+      state.range(0) == 0 ? kRunEvents : (state.range(0) == 1 ? 700'000 : 600'001);
+  for (auto _ : state) {
+    auto buckets = store.category_timeline(run, first, end, 2000);
+    benchmark::DoNotOptimize(buckets.data());
+  }
+}
+void BM_CategoryZoom(benchmark::State& state) {
+  category_zoom(state, labelled_run().with_pyramid);
+}
+BENCHMARK(BM_CategoryZoom)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+void BM_CategoryZoom_replay(benchmark::State& state) {
+  category_zoom(state, labelled_run().replayed);
+}
+BENCHMARK(BM_CategoryZoom_replay)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fragscope::storage

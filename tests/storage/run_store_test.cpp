@@ -246,8 +246,9 @@ TEST(RunStore, DeletingARunRemovesEveryRowOfIt) {
 
   store.delete_run(id);
   Database& db = store.database();
-  for (const char* table : {"event_chunks", "strings", "frames", "frame_stacks", "timeline_levels",
-                            "segment_keyframes", "oom_reports", "run_labels", "comparison_runs"}) {
+  for (const char* table :
+       {"event_chunks", "strings", "frames", "frame_stacks", "timeline_levels", "segment_keyframes",
+        "oom_reports", "run_labels", "comparison_runs", "category_chunks", "category_levels"}) {
     EXPECT_EQ(db.query_int(std::string("SELECT count(*) FROM ") + table +
                            " WHERE run_id = " + std::to_string(id.value)),
               0)

@@ -1,0 +1,93 @@
+#pragma once
+// Memory by category, stored at ingest so that zooming the stacked category plot of a long run is
+// a query, not a replay from event 0. Two blob kinds:
+// - category chunks: per kEventsPerChunk events (aligned like event chunks), the bytes of each
+//   category before the first event, then each event's time and what it did to one category;
+//   the finest zoom and the edges of any query read these;
+// - category levels: the level pyramid (level_pyramid.h) of CategoryBuckets, each holding the
+//   categories at the event where the bucket's total is highest.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/request.h"
+#include "engine/core/trace.h"
+#include "storage/db/level_pyramid.h"
+
+namespace fragscope::storage {
+
+// Number of fragscope::Category values (unknown .. input).
+inline constexpr std::size_t kCategoryCount = 7;
+using CategoryBytes = std::array<std::int64_t, kCategoryCount>;  // index = Category
+
+// Memory by category over events [first_event, end_event): the live bytes of each category at
+// the event where the bucket's total was highest, so the stacked categories reach the bucket's
+// peak. Bytes are request sizes (the trace's).
+struct CategoryBucket {
+  std::uint64_t first_event = 0;
+  std::uint64_t end_event = 0;
+  std::int64_t t0_us = 0;
+  std::int64_t t1_us = 0;
+  std::uint64_t peak_event = 0;  // the event after which `bytes` was taken
+  CategoryBytes bytes{};
+
+  std::int64_t total() const;
+  friend bool operator==(const CategoryBucket&, const CategoryBucket&) = default;
+};
+
+// `a` followed by `b` (adjacent event ranges): the categories of whichever holds the higher total
+// (the earlier one on a tie).
+CategoryBucket merge_buckets(const CategoryBucket& a, const CategoryBucket& b);
+
+std::vector<std::uint8_t> encode_category_buckets(std::span<const CategoryBucket> buckets);
+// `what` names the blob in errors: a corrupt blob is a DatabaseError.
+std::vector<CategoryBucket> decode_category_buckets(std::span<const std::uint8_t> blob,
+                                                    const std::string& what);
+
+using CategoryPyramidBuilder = LevelBuilder<CategoryBucket>;
+
+// What each event of a chunk did to memory by category.
+struct CategoryChunk {
+  static constexpr std::uint8_t kNoChange = 0xff;
+  CategoryBytes start{};  // before the first event
+  std::vector<std::int64_t> times_us;
+  std::vector<std::uint8_t> categories;  // the category the event moved, or kNoChange
+  std::vector<std::int64_t> deltas;      // its change in bytes (0 with kNoChange)
+
+  std::size_t size() const { return times_us.size(); }
+  void clear(const CategoryBytes& bytes_before);
+  // The one-event buckets of events [first, end) of this chunk, whose first event is `chunk_first`.
+  std::vector<CategoryBucket> singles(std::uint64_t chunk_first, std::uint64_t first,
+                                      std::uint64_t end) const;
+};
+
+std::vector<std::uint8_t> encode_category_chunk(const CategoryChunk& chunk);
+CategoryChunk decode_category_chunk(std::span<const std::uint8_t> blob, const std::string& what);
+
+// Follows live allocations through a trace: an allocation counts in its label's category from
+// its alloc until its free_completed.
+class CategoryTracker {
+ public:
+  struct Change {
+    std::uint8_t category = CategoryChunk::kNoChange;
+    std::int64_t delta = 0;
+  };
+
+  // Blocks live before the first event (an imported trace that starts mid-run) are unknown.
+  void add_initial(std::uint64_t addr, std::int64_t size);
+  Change apply(const TraceEvent& event, Category category);
+  const CategoryBytes& bytes() const { return bytes_; }
+
+ private:
+  struct Live {
+    std::uint8_t category;
+    std::int64_t size;
+  };
+  std::unordered_map<std::uint64_t, Live> live_;
+  CategoryBytes bytes_{};
+};
+
+}  // namespace fragscope::storage

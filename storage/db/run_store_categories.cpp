@@ -1,0 +1,228 @@
+// RunStore, memory by category: the category chunks and pyramid written at ingest, and
+// category_timeline() answered from them (a query whatever the zoom, not a replay).
+#include <algorithm>
+#include <string>
+
+#include "storage/db/run_store.h"
+#include "storage/db/run_store_internal.h"
+
+namespace fragscope::storage {
+
+using run_store_detail::category_from_string;
+
+// --- Ingest ---
+
+void RunStore::track_categories(Ingest& ingest, const TraceEvent& event, LabelId label) {
+  Category category = Category::unknown;
+  if (label.value != 0) {
+    ingest.labelled_events = true;
+    if (label.value < ingest.category_of_label.size())
+      category = ingest.category_of_label[label.value];
+  }
+  const auto change = ingest.categories.apply(event, category);
+  CategoryChunk& chunk = ingest.category_buffer;
+  chunk.times_us.push_back(event.time_us);
+  chunk.categories.push_back(change.category);
+  chunk.deltas.push_back(change.delta);
+  const std::uint64_t index = ingest.event_count() - 1;  // the event is already buffered
+  ingest.category_levels.add(CategoryBucket{index, index + 1, event.time_us, event.time_us, index,
+                                            ingest.categories.bytes()});
+}
+
+void RunStore::flush_category_chunk(Ingest& ingest) {
+  CategoryChunk& chunk = ingest.category_buffer;
+  if (chunk.size() == 0)
+    return;
+  auto insert =
+      db_->prepare("INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)");
+  insert.bind_int(1, ingest.run.value)
+      .bind_int(2, static_cast<std::int64_t>(ingest.flushed))
+      .bind_blob(3, encode_category_chunk(chunk));
+  insert.run();
+  chunk.clear(ingest.categories.bytes());
+}
+
+void RunStore::write_category_rows(RunId run,
+                                   const std::vector<CategoryPyramidBuilder::Row>& rows) {
+  if (rows.empty())
+    return;
+  auto insert = db_->prepare(
+      "INSERT INTO category_levels(run_id, level, first_bucket, bucket_count, data) "
+      "VALUES (?, ?, ?, ?, ?)");
+  for (const auto& row : rows) {
+    insert.bind_int(1, run.value)
+        .bind_int(2, row.level)
+        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
+        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
+        .bind_blob(5, encode_category_buckets(row.buckets));
+    insert.run();
+    insert.reset();
+  }
+}
+
+// --- Reading ---
+
+std::vector<CategoryBucket> RunStore::category_singles(RunId run, std::uint64_t first,
+                                                       std::uint64_t end,
+                                                       const CancelToken& cancel) {
+  std::vector<CategoryBucket> out;
+  if (end <= first)
+    return out;
+  auto query = db_->prepare(
+      "SELECT first_event, data FROM category_chunks WHERE run_id = ? AND first_event >= ? AND "
+      "first_event < ? ORDER BY first_event");
+  query.bind_int(1, run.value)
+      .bind_int(2, static_cast<std::int64_t>(first - first % kEventsPerChunk))
+      .bind_int(3, static_cast<std::int64_t>(end));
+  while (query.step()) {
+    cancel.throw_if_cancelled();
+    const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
+    const CategoryChunk chunk = decode_category_chunk(
+        query.column_blob(1), db_->path() + ": run " + std::to_string(run.value) +
+                                  ", categories from event " + std::to_string(chunk_first));
+    const auto part = chunk.singles(chunk_first, first, end);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+std::vector<CategoryBucket> RunStore::category_level(RunId run, int level,
+                                                     std::uint64_t first_bucket,
+                                                     std::uint64_t end_bucket,
+                                                     const CancelToken& cancel) {
+  std::vector<CategoryBucket> out;
+  if (end_bucket <= first_bucket)
+    return out;
+  auto query = db_->prepare(
+      "SELECT first_bucket, data FROM category_levels WHERE run_id = ? AND level = ? AND "
+      "first_bucket < ? AND first_bucket + bucket_count > ? ORDER BY first_bucket");
+  query.bind_int(1, run.value)
+      .bind_int(2, level)
+      .bind_int(3, static_cast<std::int64_t>(end_bucket))
+      .bind_int(4, static_cast<std::int64_t>(first_bucket));
+  while (query.step()) {
+    cancel.throw_if_cancelled();
+    const auto row_first = static_cast<std::uint64_t>(query.column_int(0));
+    const auto row = decode_category_buckets(
+        query.column_blob(1), db_->path() + ": run " + std::to_string(run.value) +
+                                  ", category level " + std::to_string(level) + " from bucket " +
+                                  std::to_string(row_first));
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (row_first + i >= first_bucket && row_first + i < end_bucket)
+        out.push_back(row[i]);
+    }
+  }
+  if (out.size() != end_bucket - first_bucket)
+    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) + ": category level " +
+                        std::to_string(level) + " lacks buckets " + std::to_string(first_bucket) +
+                        ".." + std::to_string(end_bucket));
+  return out;
+}
+
+std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
+                                                        std::uint64_t end, std::size_t buckets,
+                                                        const CancelToken& cancel) {
+  end = std::min(end, this->run(run).event_count);
+  if (end <= first || buckets == 0)
+    return {};
+  auto stored = db_->prepare("SELECT max(level) FROM category_levels WHERE run_id = ?");
+  stored.bind_int(1, run.value);
+  if (!stored.step() || stored.column_is_null(0))
+    return category_timeline_by_replay(run, first, end, buckets, cancel);
+  const int top_level = static_cast<int>(stored.column_int(0));
+
+  const std::uint64_t width = (end - first) / buckets;
+  if (width < kLevel0Events) {
+    const auto singles = category_singles(run, first, end, cancel);
+    return regroup_level_buckets<CategoryBucket>(singles, first, end, buckets);
+  }
+  int level = 0;
+  while (level < top_level && level_bucket_events(level + 1) <= width)
+    ++level;
+
+  // [first, end) as aligned pyramid buckets no wider than `level`'s: single events up to the
+  // first level-0 boundary, then ever coarser buckets up to each next boundary, `level`'s
+  // buckets, and ever finer ones down to `end`. Each output bucket then covers exactly its
+  // events, and at most a few dozen events are read one by one.
+  std::vector<CategoryBucket> source;
+  auto append = [&](std::vector<CategoryBucket> part) {
+    source.insert(source.end(), part.begin(), part.end());
+  };
+  std::uint64_t pos = first;
+  const auto align_up = [](std::uint64_t value, std::uint64_t size) {
+    return (value + size - 1) / size * size;
+  };
+  const std::uint64_t head_end = std::min(end, align_up(pos, kLevel0Events));
+  append(category_singles(run, pos, head_end, cancel));
+  pos = head_end;
+  int climbed = 0;
+  while (climbed < level) {
+    const std::uint64_t size = level_bucket_events(climbed);
+    const std::uint64_t boundary = align_up(pos, level_bucket_events(climbed + 1));
+    const std::uint64_t stop = std::max(pos, std::min(boundary, end / size * size));
+    append(category_level(run, climbed, pos / size, stop / size, cancel));
+    pos = stop;
+    if (pos != boundary)
+      break;  // `end` comes before the next coarser boundary: descend from here
+    ++climbed;
+  }
+  for (int l = climbed; l >= 0; --l) {
+    const std::uint64_t size = level_bucket_events(l);
+    const std::uint64_t stop = std::max(pos, end / size * size);
+    append(category_level(run, l, pos / size, stop / size, cancel));
+    pos = stop;
+  }
+  append(category_singles(run, pos, end, cancel));
+  return regroup_level_buckets<CategoryBucket>(source, first, end, buckets);
+}
+
+// Runs stored before the pyramid existed: replay the events from the first one.
+std::vector<CategoryBucket> RunStore::category_timeline_by_replay(RunId run, std::uint64_t first,
+                                                                  std::uint64_t end,
+                                                                  std::size_t buckets,
+                                                                  const CancelToken& cancel) {
+  std::vector<CategoryBucket> out;
+  std::vector<Category> category_of_label;
+  for (const auto& label : labels(run)) {
+    if (category_of_label.size() <= label.id.value)
+      category_of_label.resize(label.id.value + 1, Category::unknown);
+    category_of_label[label.id.value] = label.label.category;
+  }
+  CategoryTracker tracker;
+  // Blocks already live when the run's events begin (an imported, truncated trace).
+  // Keep the state alive for the loop: ranging over a member of a temporary would dangle.
+  const SegmentStateAt initial = segment_state(run, 0);
+  for (const auto& [addr, block] : initial.state.blocks())
+    tracker.add_initial(addr, static_cast<std::int64_t>(block.size));
+
+  // Regrouped as the events come, so memory stays one bucket per output bucket.
+  std::vector<CategoryBucket> pending;
+  std::uint64_t index = 0;
+  auto query = db_->prepare(
+      "SELECT first_event FROM event_chunks WHERE run_id = ? AND first_event < ? "
+      "ORDER BY first_event");
+  query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(end));
+  while (query.step()) {
+    cancel.throw_if_cancelled();
+    const EventChunk chunk = load_chunk(run, static_cast<std::uint64_t>(query.column_int(0)));
+    pending.clear();
+    for (std::size_t i = 0; i < chunk.events.size() && index < end; ++i, ++index) {
+      const TraceEvent& event = chunk.events[i];
+      const std::uint32_t label = chunk.labels.empty() ? 0 : chunk.labels[i].value;
+      tracker.apply(
+          event, label < category_of_label.size() ? category_of_label[label] : Category::unknown);
+      if (index >= first)
+        pending.push_back(
+            CategoryBucket{index, index + 1, event.time_us, event.time_us, index, tracker.bytes()});
+    }
+    if (pending.empty())
+      continue;
+    // Output buckets so far plus this chunk's events, regrouped: the last output bucket may
+    // continue into this chunk.
+    pending.insert(pending.begin(), out.begin(), out.end());
+    out = regroup_level_buckets<CategoryBucket>(pending, first, end, buckets);
+  }
+  return out;
+}
+
+}  // namespace fragscope::storage
