@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/snapshot_options.h"
 #include "engine/analysis/advisor.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
@@ -37,7 +38,8 @@ const workload::ExperimentPoint& pick_point(const workload::Experiment& experime
 }
 
 int run_advise(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--capacity", "--json", "--threads", "--variant", "--device"});
+  const Args args(argv, {}, {"--capacity", "--json", "--threads", "--variant", "--device",
+                                 "--torch-version", "--what-if-releases"});
   args.expect_positional(1, "one SNAPSHOT or EXPERIMENT.json");
   const std::string path = args.positional().front();
   analysis::AdviseOptions options;
@@ -50,20 +52,37 @@ int run_advise(const std::vector<std::string>& argv) {
   options.threads = static_cast<unsigned>(threads);
   if (auto device = args.uint_option("--device"))
     options.device = static_cast<std::size_t>(*device);
+  const auto releases_for = [&](TorchVersion current) {
+    if (const auto releases = args.option("--what-if-releases")) {
+      try {
+        options.what_if_releases = analysis::parse_release_list(*releases, current);
+      } catch (const InputError& error) {
+        throw UsageError{error.what()};
+      }
+    }
+  };
 
   analysis::Advice advice;
   if (is_experiment_file(path)) {
     if (options.device)
       throw UsageError{"--device applies to snapshots, not experiment files"};
+    if (args.option("--torch-version"))
+      throw UsageError{"--torch-version applies to snapshots, not experiment files"};
+    releases_for(kLatestTorch);
     const workload::Experiment experiment = workload::load_experiment(path);
     advice = analysis::advise_experiment(pick_point(experiment, args.option("--variant"), path),
                                          path, options);
   } else {
     if (args.option("--variant"))
       throw UsageError{"--variant applies to experiment files, not snapshots"};
-    advice = analysis::advise_snapshot(snapshot::read_snapshot(path), path, options);
+    snapshot::Snapshot snap = snapshot::read_snapshot(path);
+    apply_torch_version_option(args, snap);
+    releases_for(snap.torch_version.profile());
+    advice = analysis::advise_snapshot(snap, path, options);
   }
   if (auto target = args.option("--json")) {
+    // The release the rows followed (the JSON has it too, under allocator_rules).
+    std::cerr << "note: allocator rules: " << advice.profile.describe() << "\n";
     write_json(analysis::to_json(advice), *target);
     return 0;
   }
@@ -75,7 +94,8 @@ int run_advise(const std::vector<std::string>& argv) {
 
 FRAGSCOPE_CLI_COMMAND({"advise",
                        "advise SNAPSHOT|EXPERIMENT.json [--capacity BYTES] [--threads N] "
-                       "[--variant NAME] [--device N] [--json FILE|-]",
+                       "[--variant NAME] [--device N] [--torch-version X.Y] "
+                       "[--what-if-releases X.Y,...|newer|all] [--json FILE|-]",
                        "OOM post-mortem and a what-if table: which allocator setting gives the "
                        "lowest peak reserved without an OOM",
                        run_advise});

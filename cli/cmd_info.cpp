@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "engine/snapshot/profile_choice.h"
 #include "cli/snapshot_options.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
@@ -119,6 +120,8 @@ int run_info(const std::vector<std::string>& argv) {
             << " snapshot, pickle protocol " << snap.pickle_protocol << ", " << snap.device_count()
             << " device(s), " << snap.trace_entry_count() << " trace entries\n";
   std::cout << "  written by PyTorch " << snap.torch_version.describe() << "\n";
+  std::cout << "  replays under " << snapshot::profile_choice(snap.torch_version).describe()
+            << "\n";
   if (snap.allocator_settings_recorded)
     std::cout << "  allocator settings: PYTORCH_CUDA_ALLOC_CONF='" << config.config.raw << "'\n";
   if (!config.note().empty())

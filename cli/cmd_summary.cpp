@@ -34,6 +34,7 @@ int run_summary(const std::vector<std::string>& argv) {
   const storage::MemoryStatsAt state = storage::memory_stats_at(*store, id, at);
   std::cout << alloc::memory_summary(state.stats, static_cast<int>(device),
                                      args.flag("--abbreviated"));
+  std::cerr << "note: replayed under " << state.profile.describe() << "\n";
   for (const auto& caveat : state.caveats)
     std::cerr << "note: " << caveat << "\n";
   return 0;

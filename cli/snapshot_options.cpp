@@ -1,6 +1,7 @@
 #include "cli/snapshot_options.h"
 
 #include "engine/core/error.h"
+#include "engine/snapshot/profile_choice.h"
 
 namespace fragscope::cli {
 
@@ -17,7 +18,10 @@ void apply_torch_version_option(const Args& args, snapshot::Snapshot& snapshot) 
 }
 
 nlohmann::json torch_version_json(const snapshot::TorchVersionGuess& guess) {
+  const alloc::ProfileChoice choice = snapshot::profile_choice(guess);
   return {{"range", guess.range()},
+          {"source", std::string(alloc::to_string(choice.source))},
+          {"allocator_rules", choice.describe()},
           {"oldest", guess.oldest.to_string()},
           {"newest", guess.newest.to_string()},
           {"profile", guess.profile().to_string()},

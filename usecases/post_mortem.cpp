@@ -19,6 +19,7 @@ struct RunRequests {
   analysis::TraceRequests requests;
   std::vector<TraceEvent> events;
   snapshot::SegmentState initial;
+  alloc::ProfileChoice profile;
 };
 
 RunRequests load_requests(storage::RunStore& store, storage::RunId run) {
@@ -30,8 +31,46 @@ RunRequests load_requests(storage::RunStore& store, storage::RunId run) {
   loaded.config = std::move(trace.config);
   loaded.events = std::move(trace.events);
   loaded.initial = std::move(trace.initial);
+  loaded.profile = trace.profile;
   loaded.requests = analysis::requests_from_trace(loaded.events, loaded.initial);
   return loaded;
+}
+
+// The seeded state as the store keeps a run's start (segments, live blocks by request size) and
+// the series before the first event, so a stored replay of a mid-run trace starts where it did.
+std::pair<storage::SegmentMap, storage::SeriesPoint> start_of(
+    const std::vector<alloc::SeedSegment>& seeds) {
+  storage::SegmentMap state;
+  storage::SeriesPoint point;
+  for (const alloc::SeedSegment& segment : seeds) {
+    state.add_segment({segment.address, segment.size, segment.stream, segment.expandable});
+    point.reserved += static_cast<std::int64_t>(segment.size);
+    for (const alloc::SeedBlock& block : segment.blocks) {
+      if (block.state == BlockState::inactive)
+        continue;
+      const bool allocated = block.state == BlockState::active_allocated;
+      state.add_block({block.address, block.requested_size, segment.stream,
+                       allocated ? storage::BlockState::allocated
+                                 : storage::BlockState::pending_free,
+                       {}});
+      point.active += static_cast<std::int64_t>(block.size);
+      point.requested += static_cast<std::int64_t>(block.requested_size);
+      if (allocated)
+        point.allocated += static_cast<std::int64_t>(block.size);
+    }
+  }
+  return {std::move(state), point};
+}
+
+// The standard allocator settings, and, for a run recorded under an older release, the same run
+// under the newest release's allocator ("would upgrading PyTorch have avoided this?").
+std::vector<analysis::Mitigation> candidates_of(const RunRequests& loaded) {
+  std::vector<analysis::Mitigation> candidates =
+      analysis::standard_mitigations(loaded.requests.requests, loaded.config);
+  for (analysis::Mitigation& release :
+       analysis::release_mitigations(loaded.config, {kLatestTorch}, loaded.profile.version))
+    candidates.push_back(std::move(release));
+  return candidates;
 }
 
 analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional<Bytes> limit) {
@@ -39,6 +78,8 @@ analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional
   options.capacity = limit;
   options.threads = 0;
   options.recorded_segments = loaded.requests.recorded_segments;
+  options.initial_segments = loaded.requests.initial_segments;
+  options.profile = loaded.profile.profile();
   return options;
 }
 
@@ -84,6 +125,10 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
   RunRequests loaded = load_requests(store, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
+  data.profile = loaded.profile;
+  if (std::string note = analysis::mid_run_what_if_note(loaded.requests.initial_segments);
+      !note.empty())
+    data.notes.push_back(std::move(note));
   // Free memory in CUDA graph / MemPool segments is stranded for a default-pool request.
   const auto pools = analysis::private_segments_from_json(
       loaded.record.summary.value("segment_pools", nlohmann::json()));
@@ -128,8 +173,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
           data.workload_changes[row.name] = std::move(document);
       }
     } else {
-      const auto candidates =
-          analysis::standard_mitigations(loaded.requests.requests, loaded.config);
+      const auto candidates = candidates_of(loaded);
       data.what_if = analysis::run_what_if(loaded.requests.requests, candidates,
                                            what_if_options(loaded, data.limit));
     }
@@ -148,6 +192,8 @@ analysis::Advice advice_of(const StoredPostMortem& post_mortem) {
       "run " + std::to_string(post_mortem.record.id.value) + " (" + post_mortem.record.name + ")";
   advice.kind = "stored run";
   advice.alloc_conf = post_mortem.record.alloc_config;
+  advice.profile = post_mortem.profile;
+  advice.notes = post_mortem.notes;
   advice.capacity = post_mortem.limit;
   advice.device_memory = std::max(analysis::kDefaultDeviceMemory, post_mortem.limit.value_or(0));
   if (post_mortem.metrics)
@@ -161,7 +207,7 @@ analysis::Advice advice_of(const StoredPostMortem& post_mortem) {
 storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
                               const std::string& mitigation, const WorkControl& control) {
   RunRequests loaded = load_requests(store, run);
-  const auto candidates = analysis::standard_mitigations(loaded.requests.requests, loaded.config);
+  const auto candidates = candidates_of(loaded);
   const auto chosen =
       std::find_if(candidates.begin(), candidates.end(),
                    [&](const analysis::Mitigation& m) { return m.name == mitigation; });
@@ -182,6 +228,10 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
   alloc::TraceRecorder recorder;
   alloc::RunOptions options;
   options.allowed_memory = limit;
+  options.initial_segments = loaded.requests.initial_segments;
+  options.profile = chosen->profile.value_or(loaded.profile.profile());
+  if (!chosen->unavailable.empty())
+    throw InputError("run " + std::to_string(run.value) + ": " + chosen->unavailable);
   const RequestStream& requests = chosen->requests ? *chosen->requests : loaded.requests.requests;
   const alloc::RunResult result =
       alloc::run_requests(requests, chosen->config, device, &recorder, options);
@@ -195,11 +245,19 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
   record.device_name = loaded.record.device_name;
   record.environment = storage::Environment::current();
   record.environment.gpu_name = loaded.record.environment.gpu_name;
-  const storage::RunId created = store.begin_run(record);
+  const auto [start_state, start_point] = start_of(loaded.requests.initial_segments);
+  const storage::RunId created = store.begin_run(record, start_state, start_point);
   store.append_events(created, recorder.events());
   nlohmann::json summary;
   summary["mitigation_of"] = run.value;
   summary["mitigation"] = chosen->name;
+  alloc::ProfileChoice profile = loaded.profile;
+  if (chosen->profile) {
+    profile = alloc::ProfileChoice{chosen->profile->version, alloc::ProfileSource::user,
+                                   chosen->profile->version.to_string(),
+                                   "the what-if row \"" + chosen->name + "\""};
+  }
+  summary["torch_version"] = storage::to_json(profile);
   store.finish_run(created, result.ooms.empty() ? storage::RunStatus::ok : storage::RunStatus::oom,
                    summary);
   return created;

@@ -25,6 +25,9 @@ namespace fragscope::usecases {
 struct StoredPostMortem {
   storage::RunRecord record;
   std::optional<Bytes> limit;  // the per-process limit the run had, when known
+  // The release whose allocator rules the diagnosis and the what-if rows followed, and why.
+  alloc::ProfileChoice profile;
+  std::vector<std::string> notes;  // e.g. the caveat of a trace that starts mid-run
   std::vector<analysis::OomPostMortem> post_mortems;
   // The whole run's figures (no per-event samples). Absent when the trace cannot be measured from
   // its start state (metrics_error says why).

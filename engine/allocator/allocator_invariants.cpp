@@ -121,7 +121,9 @@ bool check_invariants(const AllocatorState& state, std::string* why) {
         return fail(why, where() + ": broken prev/segment link");
       if (b->ptr != expected)
         return fail(why, where() + ": expected to start at " + hex_address(expected));
-      if (b->size == 0 || b->size % kMinBlockSize != 0)
+      // PyTorch <= 2.0 with roundup_power2_divisions:1 made blocks of any size (§14.1).
+      if (b->size == 0 ||
+          (b->size % kMinBlockSize != 0 && !state.profile.one_division_leaves_size_unrounded))
         return fail(why, where() + ": size " + std::to_string(b->size) + " not a multiple of 512");
       if (b->stream != segment.stream || b->pool != segment.pool || b->owner != segment.owner)
         return fail(why, where() + ": stream or pool differs from its segment");

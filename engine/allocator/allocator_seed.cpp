@@ -50,8 +50,14 @@ std::vector<std::uint64_t> CachingAllocator::Impl::seed(const std::vector<SeedSe
                                  : create_or_incref_pool(*this, seed.pool_id, PoolOptions{});
         home_pool = &owner.pools[static_cast<std::size_t>(seed.pool)];
       }
-      Block* block = alloc_block(*home_pool, seed.stream.value, seed.size, seed.size,
-                                 /*is_retry=*/false);
+      // A plain segment stays one under a config with expandable segments on (a what-if of a
+      // mid-run trace starts from the segments the recording had).
+      Block* block = seed.expandable
+                         ? alloc_block(*home_pool, seed.stream.value, seed.size, seed.size,
+                                       /*is_retry=*/false)
+                         : (allowed && total_allocated + seed.size > *allowed
+                                ? nullptr
+                                : cuda_malloc_segment(*home_pool, seed.stream.value, seed.size));
       if (!block || block->size != seed.size)
         throw InputError("seeded segment " + hex_address(seed.address) + " of " +
                          std::to_string(seed.size) + " bytes does not fit the device");

@@ -18,6 +18,7 @@
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
 #include "engine/allocator/flat_map.h"
+#include "engine/allocator/profile.h"
 #include "engine/allocator/private_pools.h"
 #include "engine/allocator/sizes.h"
 #include "engine/allocator/stats.h"
@@ -146,6 +147,8 @@ struct AllocatorState {
       : config(std::move(c)), device(d), sink(s) {}
 
   AllocatorConfig config;
+  // The release whose rules apply (CachingAllocator::set_profile); 2.11's by default.
+  AllocatorProfile profile;
   Device& device;
   EventSink* sink;
   DeviceStats stats;

@@ -120,7 +120,8 @@ std::optional<std::uint64_t> CachingAllocator::cached_block(MempoolId pool, Byte
                                                             StreamId stream) const {
   if (bytes == 0)
     return std::nullopt;
-  const Bytes size = round_size(bytes, impl_->config);
+  const Bytes size =
+      round_size(bytes, impl_->config, impl_->profile.one_division_leaves_size_unrounded);
   const auto kind = static_cast<std::size_t>(pool_for(size));
   const BlockPool* blocks = &impl_->pools[kind];
   if (!pool.is_default()) {

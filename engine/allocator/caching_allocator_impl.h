@@ -58,9 +58,6 @@ struct CachingAllocator::Impl : AllocatorState {
                                    static_cast<double>(device.total_memory()));
   }
 
-  // The release whose rules apply (CachingAllocator::set_profile); 2.11's by default.
-  AllocatorProfile profile;
-
   void apply_profile(const AllocatorProfile& p) {
     profile = p;
     // <= 2.10: a fraction of 1.0 still sets a limit (the whole device), so GC stays active.
@@ -211,7 +208,6 @@ struct CachingAllocator::Impl : AllocatorState {
 
   Block* alloc_block(BlockPool& pool, std::uint64_t stream, Bytes size, Bytes alloc_size,
                      bool is_retry) {
-    const PoolKind kind = pool.kind;
     if (is_retry)
       ++stats.num_alloc_retries;
     if (allowed && total_allocated + alloc_size > *allowed)
@@ -222,6 +218,13 @@ struct CachingAllocator::Impl : AllocatorState {
         ++pool.owner->cuda_malloc_count;
       return block;
     }
+    return cuda_malloc_segment(pool, stream, alloc_size);
+  }
+
+  // A new cudaMalloc segment of `alloc_size` bytes (alloc_block without expandable segments;
+  // a seeded state's plain segments also come from here when expandable segments are on).
+  Block* cuda_malloc_segment(BlockPool& pool, std::uint64_t stream, Bytes alloc_size) {
+    const PoolKind kind = pool.kind;
     auto address = device.allocate_segment(alloc_size);
     if (!address)
       return nullptr;
@@ -537,7 +540,9 @@ struct CachingAllocator::Impl : AllocatorState {
         const bool is_first = current == pool.blocks.begin();
         if (!is_first)
           --it;
-        if (!(*current)->segment->expandable) {
+        // A split oversize block exists only in a state seeded under another config's split
+        // rule (a what-if from a mid-run trace's start): it cannot be returned on its own.
+        if (!(*current)->segment->expandable && !(*current)->is_split()) {
           released += (*current)->size;
           release_block(*current);
         }
@@ -546,6 +551,8 @@ struct CachingAllocator::Impl : AllocatorState {
       }
       return released >= key_size;
     }
+    if ((*it)->is_split())
+      return false;  // as above: only a seeded state splits an oversize block
     release_block(*it);
     return true;
   }
@@ -691,7 +698,7 @@ struct CachingAllocator::Impl : AllocatorState {
     // During a capture event queries are illegal: pending frees wait until it ends.
     if (captures_underway.empty())
       process_events();
-    const Bytes size = round_size(requested, config);
+    const Bytes size = round_size(requested, config, profile.one_division_leaves_size_unrounded);
     BlockPool& pool = select_pool(*this, size, stream);
     const Bytes alloc_size = allocation_size(size, config);
     bool expandable = expandable_active(pool);

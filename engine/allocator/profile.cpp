@@ -101,6 +101,7 @@ AllocatorProfile allocator_profile(TorchVersion version) {
   p.has_per_process_memory_fraction_key = at >= v(9);
   p.unknown_key_as_option = at <= v(8);
   p.max_split_size_strictly_above_20 = at <= v(0);
+  p.one_division_leaves_size_unrounded = at <= v(0);
   p.roundup_gt_overwrites_last = at >= v(1) && at <= v(8);
   p.fraction_one_keeps_limit = at <= v(10);
   p.oom_text = at <= v(0)   ? OomTextStyle::v2_0

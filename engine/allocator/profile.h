@@ -36,6 +36,10 @@ struct AllocatorProfile {
   // The message for an unknown key: "Unrecognized CachingAllocator option: K" (<= 2.8) rather
   // than "Unrecognized key 'K' in CUDA allocator config." (the shared config parser of 2.9+).
   bool unknown_key_as_option = false;
+  // <= 2.0: round_size's guard was `divisions > 0`, and roundup_power2_next_division returned
+  // the size itself for one division, so roundup_power2_divisions:1 left a request above 512
+  // bytes unrounded, not even a multiple of 512 (§14.1); later releases need divisions > 1.
+  bool one_division_leaves_size_unrounded = false;
   // <= 2.0: max_split_size_mb must be > 20 ("must be > 20"), later >= large_segment_size_mb.
   bool max_split_size_strictly_above_20 = false;
   // 2.1 .. ≈2.8: `>` in the roundup list filled from the last listed interval itself,

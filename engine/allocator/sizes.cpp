@@ -39,7 +39,10 @@ std::uint64_t roundup_divisions(Bytes requested, const AllocatorConfig& config) 
   return config.roundup_power2_divisions[roundup_index(requested)];
 }
 
-Bytes round_size(Bytes requested, const AllocatorConfig& config) {
+Bytes round_size(Bytes requested, const AllocatorConfig& config, bool one_division_unrounded) {
+  if (one_division_unrounded && requested > kMinBlockSize &&
+      config.roundup_power2_divisions[roundup_index(requested)] == 1)
+    return requested;
   return round_size(requested, config.roundup_power2_divisions);
 }
 

@@ -19,8 +19,10 @@ inline constexpr Bytes kOneExbibyte = Bytes{1} << 60;  // allocate() refuses siz
 enum class PoolKind : std::uint8_t { small, large };
 
 // round_size(n): the block size for a request of n bytes (n >= 1), with the configured
-// roundup_power2_divisions table (spec §1.2, §1.3).
-Bytes round_size(Bytes requested, const AllocatorConfig& config);
+// roundup_power2_divisions table (spec §1.2, §1.3). `one_division_unrounded`: PyTorch <= 2.0's
+// rule, where one division returned a request above 512 bytes as it was (§14.1).
+Bytes round_size(Bytes requested, const AllocatorConfig& config,
+                 bool one_division_unrounded = false);
 // The same with only the table (what a snapshot's layout rules carry). Requests of 1 EiB and
 // more never reach it (the allocator refuses them first).
 Bytes round_size(Bytes requested,

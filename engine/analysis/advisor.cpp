@@ -13,6 +13,7 @@
 #include "engine/allocator/summary.h"
 #include "engine/analysis/trace_requests.h"
 #include "engine/core/error.h"
+#include "engine/snapshot/profile_choice.h"
 #include "engine/snapshot/timeline.h"
 #include "engine/workload/workload.h"
 
@@ -112,6 +113,19 @@ std::vector<StepStart> align_steps(const RequestStream& requests,
   return steps;
 }
 
+std::string mid_run_what_if_note(const std::vector<alloc::SeedSegment>& initial_segments) {
+  if (initial_segments.empty())
+    return {};
+  std::size_t live = 0;
+  for (const alloc::SeedSegment& segment : initial_segments)
+    for (const alloc::SeedBlock& block : segment.blocks)
+      live += block.state == BlockState::inactive ? 0 : 1;
+  return "the trace starts mid-run: every row starts from the " + std::to_string(live) +
+         " live block(s) in " + std::to_string(initial_segments.size()) +
+         " segment(s) rebuilt at its first entry, laid out under the recorded config (the "
+         "history before the trace ran under it); a row changes what happens from there on";
+}
+
 std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
                                                  const alloc::AllocatorConfig& config,
                                                  const WhatIfOptions& options,
@@ -161,7 +175,16 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   what_if.threads = options.threads;
   advice.device_memory = what_if.device_memory;
   what_if.recorded_segments = trace.recorded_segments;
-  advice.table = run_what_if(trace.requests, standard_mitigations(trace.requests, config), what_if);
+  what_if.initial_segments = trace.initial_segments;
+  advice.profile = snapshot::profile_choice(snap.torch_version);
+  if (std::string note = mid_run_what_if_note(trace.initial_segments); !note.empty())
+    advice.notes.push_back(std::move(note));
+  what_if.profile = advice.profile.profile();
+  std::vector<Mitigation> candidates = standard_mitigations(trace.requests, config);
+  for (Mitigation& release :
+       release_mitigations(config, options.what_if_releases, advice.profile.version))
+    candidates.push_back(std::move(release));
+  advice.table = run_what_if(trace.requests, candidates, what_if);
   return advice;
 }
 
@@ -172,6 +195,7 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
   advice.kind = "experiment";
   advice.point = point.name;
   advice.alloc_conf = point.alloc_conf;
+  advice.profile.evidence = "a simulated experiment follows the model's own release";
   const alloc::AllocatorConfig config = alloc::AllocatorConfig::parse(point.alloc_conf);
   if (options.capacity)
     advice.capacity = options.capacity;
@@ -215,6 +239,9 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
     checkpointed.training.checkpoint_every = 1;
     program_change("activation checkpointing", checkpointed);
   }
+  for (Mitigation& release :
+       release_mitigations(config, options.what_if_releases, advice.profile.version))
+    candidates.push_back(std::move(release));
   advice.table = run_what_if(requests, candidates, what_if);
   return advice;
 }
@@ -227,6 +254,11 @@ nlohmann::json to_json(const Advice& advice) {
       {"input", advice.input},
       {"kind", advice.kind},
       {"alloc_conf", advice.alloc_conf},
+      {"allocator_rules",
+       {{"torch_version", advice.profile.version.to_string()},
+        {"source", std::string(alloc::to_string(advice.profile.source))},
+        {"describe", advice.profile.describe()}}},
+      {"notes", advice.notes},
       {"capacity", advice.capacity ? nlohmann::json(*advice.capacity) : nlohmann::json(nullptr)},
       {"device_memory", advice.device_memory},
       {"baseline", to_json(advice.baseline)},
@@ -261,6 +293,9 @@ std::string to_text(const Advice& a) {
       << (a.capacity ? format_size(*a.capacity) + " allowed"
                      : "device " + format_size(a.device_memory))
       << ")\n";
+  out << "allocator rules: " << a.profile.describe() << "\n";
+  for (const std::string& note : a.notes)
+    out << "note: " << note << "\n";
   const RunMetrics& m = a.baseline;
   out << (a.kind == "snapshot" ? "recording" : "baseline") << ": peak reserved "
       << format_size(m.peak.reserved) << ", peak allocated " << format_size(m.peak.allocated)

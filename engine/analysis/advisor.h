@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/allocator/profile_choice.h"
 #include "engine/analysis/metrics.h"
 #include "engine/analysis/post_mortem.h"
 #include "engine/analysis/what_if.h"
@@ -22,6 +23,8 @@ struct AdviseOptions {
   std::optional<Bytes> capacity;      // per-process limit; default: the input's own (or none)
   unsigned threads = 0;               // 0 = hardware concurrency; the result does not depend on it
   std::optional<std::size_t> device;  // snapshot device; default: the one with most entries
+  // Releases to try the same run under (release_mitigations): "would upgrading have avoided it".
+  std::vector<TorchVersion> what_if_releases;
 };
 
 struct Advice {
@@ -29,6 +32,10 @@ struct Advice {
   std::string kind;   // "snapshot" or "experiment"
   std::string point;  // experiment point advised (its variant name)
   std::string alloc_conf;
+  // The release whose allocator rules the replay and the what-if rows followed, and why.
+  alloc::ProfileChoice profile;
+  // What the reader must know to trust the table (e.g. a trace that starts mid-run).
+  std::vector<std::string> notes;
   std::optional<Bytes> capacity;  // per-process limit applied
   Bytes device_memory = 0;        // what the simulated device could give (no limit)
   RunMetrics baseline;  // the recording (snapshot) or the baseline simulation (experiment)
@@ -38,6 +45,9 @@ struct Advice {
   std::vector<std::size_t> recorded_oom_requests;
   WhatIfTable table;
 };
+
+// The caveat of a what-if from a trace that starts mid-run (empty for a complete trace).
+std::string mid_run_what_if_note(const std::vector<alloc::SeedSegment>& initial_segments);
 
 // Post-mortems of a simulated run: the model emits the same oom entries PyTorch records, so the
 // run's own events are diagnosed like a trace. `metrics`, when given, receives the run's

@@ -7,14 +7,19 @@
 //   used the block (record_stream), so a record_stream precedes the free and an events_ready
 //   stands where the recording completed it;
 // - oom -> a malloc of the recorded (rounded) size that the recording could not serve;
-// - blocks live before the first entry (a truncated trace) are allocated up front.
+// - the state before the first entry (a trace that starts mid-run) is kept as seed segments:
+//   every what-if candidate starts from the allocator state the recording had at its first
+//   entry (laid out by the recorded config: the history before the trace ran under it), so the
+//   baseline row's figures are the recording's.
 // The conversion itself is replay::requests_from_trace's (one converter for replay, what-if and
-// the post-mortem); this adds the up-front mallocs and the OOM request indexes what-if needs.
+// the post-mortem); this adds the OOM request indexes what-if needs.
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/core/request.h"
@@ -27,9 +32,11 @@ struct TraceRequests {
   RequestStream requests;
   std::size_t recorded_ooms = 0;          // oom entries turned into mallocs
   std::vector<std::size_t> oom_requests;  // request index of each of those mallocs
-  std::size_t predating_allocs = 0;       // mallocs for blocks live before the first entry
-  // The recording's cudaMalloc'd segments in order, so a replay can break best-fit ties by the
-  // same addresses (alloc::RecordedAddressDevice).
+  // The segments that existed before the first entry (empty for a complete trace), for
+  // alloc::RunOptions::initial_segments; the stream's frees refer to their active blocks.
+  std::vector<alloc::SeedSegment> initial_segments;
+  // The recording's cudaMalloc'd segments in order (the seeded ones first), so a replay can
+  // break best-fit ties by the same addresses (alloc::RecordedAddressDevice).
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
 };
 

@@ -13,6 +13,7 @@
 
 #include "engine/allocator/device.h"
 #include "engine/allocator/run.h"
+#include "engine/core/error.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -56,8 +57,8 @@ Mitigation candidate(std::string name, std::string alloc_conf) {
   return m;
 }
 
-// `requests_ideal` is ideal_peak(requests), computed once per sweep: it only depends on the
-// stream, and every candidate that keeps the baseline stream shares it.
+// `requests_ideal` is ideal_peak(requests, options.initial_segments), computed once per sweep:
+// it only depends on the stream, and every candidate that keeps the baseline stream shares it.
 WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
                   const WhatIfOptions& options, std::size_t index) {
   WhatIfRow row;
@@ -65,14 +66,23 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
   row.name = m.name;
   row.alloc_conf = m.alloc_conf;
   row.step_time_ratio = m.step_time_ratio;
+  const alloc::AllocatorProfile& profile = m.profile ? *m.profile : options.profile;
+  row.torch_version = profile.version;
   const RequestStream& stream = m.requests ? *m.requests : requests;
-  row.ideal_peak = m.requests ? ideal_peak(stream) : requests_ideal;
+  row.ideal_peak =
+      m.requests ? ideal_peak(stream, options.initial_segments) : requests_ideal;
+  if (!m.unavailable.empty()) {
+    row.error = m.unavailable;
+    return row;
+  }
   try {
     const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
     alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
     alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
     alloc::RunOptions run_options;
     run_options.allowed_memory = options.capacity;
+    run_options.initial_segments = options.initial_segments;
+    run_options.profile = profile;
     const alloc::RunResult result =
         alloc::run_requests(stream, m.config, device, nullptr, run_options);
     row.ok = result.ooms.empty();
@@ -168,11 +178,71 @@ std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
   return out;
 }
 
-Bytes ideal_peak(const RequestStream& requests) {
+std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseline,
+                                            const std::vector<TorchVersion>& releases,
+                                            TorchVersion current) {
+  std::vector<Mitigation> out;
+  for (const TorchVersion release : releases) {
+    if (release == current)
+      continue;
+    Mitigation m;
+    m.name = "PyTorch " + release.to_string() + "'s allocator";
+    m.alloc_conf = baseline.raw;
+    m.config = baseline;
+    m.profile = alloc::allocator_profile(release);
+    try {
+      // What that release made of the same environment variable; the recorded effective values
+      // the baseline carries stay, except the roundup table the release's parser builds.
+      const alloc::AllocatorConfig parsed = alloc::parse_alloc_conf(baseline.raw, *m.profile);
+      if (!baseline.raw.empty())
+        m.config.roundup_power2_divisions = parsed.roundup_power2_divisions;
+    } catch (const alloc::AllocatorConfigError& error) {
+      m.unavailable = "PyTorch " + release.to_string() + " refuses PYTORCH_CUDA_ALLOC_CONF=\"" +
+                      baseline.raw + "\": " + error.what();
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<TorchVersion> parse_release_list(std::string_view text, TorchVersion current) {
+  std::vector<TorchVersion> out;
+  const std::string list = strip_spaces(text);
+  if (list == "newer" || list == "all") {
+    for (const TorchVersion release : known_torch_versions())
+      if (list == "all" ? release != current : release > current)
+        out.push_back(release);
+    return out;
+  }
+  std::string_view rest = list;
+  while (!rest.empty() || out.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const std::optional<TorchVersion> release = TorchVersion::parse(item);
+    if (!release || *release < kOldestTorch || *release > kLatestTorch)
+      throw InputError("--what-if-releases '" + std::string(text) + "': '" + std::string(item) +
+                       "' is not a release from " + kOldestTorch.to_string() + " to " +
+                       kLatestTorch.to_string() + " (X.Y), \"newer\" or \"all\"");
+    if (std::find(out.begin(), out.end(), *release) == out.end())
+      out.push_back(*release);
+    rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+  }
+  return out;
+}
+
+Bytes ideal_peak(const RequestStream& requests, const std::vector<alloc::SeedSegment>& initial) {
   std::unordered_map<std::uint64_t, Bytes> live;
   live.reserve(1024);
   Bytes current = 0;
-  Bytes peak = 0;
+  for (const alloc::SeedSegment& segment : initial) {
+    for (const alloc::SeedBlock& block : segment.blocks) {
+      if (block.state != BlockState::active_allocated)
+        continue;  // a pending free is no longer the program's
+      live[block.tensor.value] = block.requested_size;
+      current += block.requested_size;
+    }
+  }
+  Bytes peak = current;
   for (const Request& r : requests.requests) {
     if (r.op == RequestOp::malloc) {
       live[r.tensor.value] = r.size;
@@ -205,7 +275,7 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
                         const WhatIfOptions& options) {
   WhatIfTable table;
   table.capacity = options.capacity;
-  table.ideal_peak = ideal_peak(requests);
+  table.ideal_peak = ideal_peak(requests, options.initial_segments);
   std::vector<WhatIfRow> rows(candidates.size());
 
   unsigned threads = options.threads == 0 ? std::thread::hardware_concurrency() : options.threads;
@@ -249,6 +319,7 @@ nlohmann::json to_json(const WhatIfRow& row) {
   nlohmann::json j = {{"rank", row.rank},
                       {"name", row.name},
                       {"alloc_conf", row.alloc_conf},
+                      {"torch_version", row.torch_version.to_string()},
                       {"ok", row.ok},
                       {"peak_reserved", row.peak_reserved},
                       {"peak_allocated", row.peak_allocated},

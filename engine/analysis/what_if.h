@@ -19,7 +19,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/allocator/config.h"
+#include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/device.h"
+#include "engine/allocator/profile.h"
 #include "engine/core/request.h"
 #include "engine/core/units.h"
 
@@ -38,6 +40,11 @@ struct Mitigation {
   std::shared_ptr<const RequestStream> requests;  // null: the baseline stream
   // Time per step relative to the baseline (program changes cost time; settings ~1).
   double step_time_ratio = 1.0;
+  // Another release's allocator rules (release_mitigations); nullopt: WhatIfOptions::profile.
+  std::optional<alloc::AllocatorProfile> profile;
+  // Why the candidate cannot run at all (e.g. that release's parser refuses an option of the
+  // baseline config): the row carries it as its error.
+  std::string unavailable;
 };
 
 // Adds or replaces `key:value` in a PYTORCH_CUDA_ALLOC_CONF string ("" = defaults).
@@ -51,12 +58,27 @@ std::string with_option(std::string_view alloc_conf, std::string_view key, std::
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
                                              const alloc::AllocatorConfig& baseline);
 
+// "Would upgrading PyTorch have avoided this?": one candidate per release of `releases` other
+// than `current`, named "PyTorch X.Y's allocator": the baseline config under that release's
+// allocator rules (engine/allocator/profile.h), with the recorded PYTORCH_CUDA_ALLOC_CONF read by
+// that release's parser (the roundup `>` rule, its options). A string that release refuses makes
+// the candidate unavailable, with that release's message.
+std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseline,
+                                            const std::vector<TorchVersion>& releases,
+                                            TorchVersion current);
+
+// The releases a --what-if-releases value names: "X.Y[,X.Y...]", "newer" (every release after
+// `current`) or "all" (every release but `current`). An InputError naming the value otherwise.
+std::vector<TorchVersion> parse_release_list(std::string_view text, TorchVersion current);
+
 // The baseline stream with empty_cache before every step_begin marker, or, without markers,
 // before the first malloc of the largest size.
 RequestStream with_empty_cache_before_big_phase(const RequestStream& requests);
 
-// Peak of live requested bytes (malloc adds its size, free removes it).
-Bytes ideal_peak(const RequestStream& requests);
+// Peak of live requested bytes (malloc adds its size, free removes it), counting the active
+// blocks of `initial` (the state before the first request) as live from the start.
+Bytes ideal_peak(const RequestStream& requests,
+                 const std::vector<alloc::SeedSegment>& initial = {});
 
 struct WhatIfOptions {
   // Per-process limit (set_per_process_memory_fraction); nullopt = the whole device.
@@ -68,12 +90,19 @@ struct WhatIfOptions {
   // Segment addresses of the recording the stream came from: served while a candidate asks for
   // the recorded sizes, so best-fit ties break as they did in the real run.
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
+  // The allocator state before the first request (a trace that starts mid-run): every candidate
+  // starts from it, as the recording did. It was laid out under the recorded config, so a
+  // candidate changes only what happens from the first request on.
+  std::vector<alloc::SeedSegment> initial_segments;
+  // The release whose allocator rules the candidates follow (the recording's own).
+  alloc::AllocatorProfile profile;
 };
 
 struct WhatIfRow {
   std::size_t candidate = 0;  // index into the candidates given
   std::string name;
   std::string alloc_conf;
+  TorchVersion torch_version = kLatestTorch;     // the release whose allocator rules it ran
   bool ok = false;                               // no OOM
   std::optional<std::size_t> first_oom_request;  // index in this row's request stream
   std::size_t allocs_before_oom = 0;  // successful mallocs before it: progress comparable across

@@ -1,4 +1,5 @@
 #include "engine/snapshot/snapshot.h"
+#include "engine/snapshot/profile_choice.h"
 
 #include <algorithm>
 #include <cstring>
@@ -122,6 +123,21 @@ void override_torch_version(Snapshot& snapshot, TorchVersion version) {
   const std::string guessed = snapshot.torch_version.describe();
   snapshot.torch_version =
       TorchVersionGuess{version, version, "--torch-version; the format suggested " + guessed, true};
+}
+
+alloc::ProfileChoice profile_choice(const TorchVersionGuess& guess) {
+  alloc::ProfileChoice out;
+  out.version = guess.profile();
+  out.range = guess.range();
+  out.evidence = guess.evidence;
+  out.source = alloc::ProfileSource::snapshot_format;
+  if (guess.from_override) {
+    out.source = alloc::ProfileSource::user;
+    constexpr std::string_view kPrefix = "--torch-version; ";
+    if (out.evidence.starts_with(kPrefix))
+      out.evidence.erase(0, kPrefix.size());
+  }
+  return out;
 }
 
 std::string TorchVersionGuess::range() const {

@@ -1,6 +1,7 @@
 #include "storage/db/stats_at.h"
 
 #include <algorithm>
+#include <map>
 
 #include "engine/allocator/config.h"
 #include "engine/allocator/sizes.h"
@@ -60,9 +61,53 @@ std::optional<Bytes> run_memory_limit(const RunRecord& record) {
   return std::nullopt;
 }
 
+alloc::ProfileChoice profile_choice_of(const RunRecord& record) {
+  alloc::ProfileChoice choice;
+  const auto stored = record.summary.find("torch_version");
+  const std::optional<TorchVersion> version =
+      stored != record.summary.end() && stored->is_object() && stored->contains("profile") &&
+              (*stored)["profile"].is_string()
+          ? TorchVersion::parse((*stored)["profile"].get<std::string>())
+          : std::nullopt;
+  if (!version) {
+    choice.evidence = record.source == RunSource::simulated
+                          ? "a simulated run follows the model's own release"
+                          : "the run records no snapshot format to tell the release by";
+    return choice;
+  }
+  choice.version = std::clamp(*version, kOldestTorch, kLatestTorch);
+  choice.range = stored->value("range", version->to_string());
+  choice.evidence = stored->value("evidence", std::string());
+  const std::string source = stored->value("source", std::string());
+  if (stored->value("from_override", false) || source == "user") {
+    choice.source = alloc::ProfileSource::user;
+    constexpr std::string_view kPrefix = "--torch-version; ";
+    if (choice.evidence.starts_with(kPrefix))
+      choice.evidence.erase(0, kPrefix.size());
+  } else if (source == "assumed") {
+    choice.source = alloc::ProfileSource::assumed;
+  } else {
+    choice.source = alloc::ProfileSource::snapshot_format;
+  }
+  return choice;
+}
+
+nlohmann::json to_json(const alloc::ProfileChoice& choice) {
+  const char* source = choice.source == alloc::ProfileSource::user              ? "user"
+                       : choice.source == alloc::ProfileSource::snapshot_format ? "snapshot_format"
+                                                                                : "assumed";
+  return {{"profile", choice.version.to_string()},
+          {"range", choice.range.empty() ? choice.version.to_string() : choice.range},
+          {"evidence", choice.evidence},
+          {"from_override", choice.source == alloc::ProfileSource::user},
+          {"source", source},
+          {"describe", choice.describe()}};
+}
+
 RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t> event_count) {
   RunTrace out;
   out.record = store.run(run);
+  out.profile = profile_choice_of(out.record);
   out.events = store.events(
       run, 0, std::min(event_count.value_or(out.record.event_count), out.record.event_count));
   const auto settings = out.record.summary.find("allocator_settings");
@@ -128,53 +173,76 @@ RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t>
   return out;
 }
 
+// The run's final segments with their pools (summary["segment_pools"] holds the private ones),
+// for the replay's pool inference, as replay_snapshot passes a snapshot's.
+std::vector<replay::SegmentPool> final_segments_of(RunStore& store, const RunRecord& record) {
+  std::map<std::uint64_t, MempoolId> private_pools;
+  const auto pools = record.summary.find("segment_pools");
+  if (pools != record.summary.end() && pools->is_array()) {
+    for (const nlohmann::json& entry : *pools) {
+      if (entry.is_array() && entry.size() == 4)
+        private_pools[entry[0].get<std::uint64_t>()] =
+            MempoolId{entry[2].get<std::uint64_t>(), entry[3].get<std::uint64_t>()};
+    }
+  }
+  std::vector<replay::SegmentPool> out;
+  const SegmentStateAt at_end = store.segment_state(record.id, record.event_count);
+  for (const auto& [base, range] : at_end.state.segments()) {
+    if (range.expandable)
+      continue;
+    const auto pool = private_pools.find(base);
+    out.push_back({base, range.size, pool == private_pools.end() ? MempoolId{} : pool->second});
+  }
+  return out;
+}
+
 MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index) {
   const RunRecord record = store.run(run);
   MemoryStatsAt out;
   out.event_count = record.event_count;
   const std::uint64_t asked = std::min(event_index, record.event_count);
-  std::vector<TraceEvent> events =
-      store.events(run, 0, std::min(record.event_count, asked + kCallLookahead));
+  // The config, the release and the state at the first event: what every analysis starts from.
+  RunTrace trace =
+      load_run_trace(store, run, std::min(record.event_count, asked + kCallLookahead));
+  std::vector<TraceEvent>& events = trace.events;
   out.event_index = end_of_allocator_call(events, asked);
   events.resize(out.event_index);
+  out.profile = trace.profile;
 
   replay::ReplayOptions options;
   const auto settings = record.summary.find("allocator_settings");
-  const bool recorded = settings != record.summary.end() && settings->is_object();
-  alloc::AllocatorConfig config;
+  const bool recorded = trace.recorded_config;
   try {
-    config = recorded ? alloc::config_from_allocator_settings(*settings)
-                      : alloc::AllocatorConfig::parse(record.alloc_config);
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError(run_name(run) + ": its allocator config \"" + record.alloc_config +
-                     "\" does not parse: " + error.what());
-  }
-  try {
-    out.config = alloc::to_alloc_conf_string(config);
+    out.config = alloc::to_alloc_conf_string(trace.config);
   } catch (const alloc::AllocatorConfigError&) {
     out.config = record.alloc_config;  // a recorded value no string expresses: show the raw one
   }
   // A recording is replayed under its own settings (and compared with itself); any other run
   // under the config it was simulated with.
   if (!recorded)
-    options.config = config;
+    options.config = trace.config;
+  options.torch_version = trace.profile.version;
   const std::optional<Bytes> limit = run_memory_limit(record);
   options.allowed_memory = limit;
   if (record.environment.gpu_memory > 0)
     options.total_memory = record.environment.gpu_memory;
+  if (recorded)
+    options.final_segments = final_segments_of(store, record);
 
   // Even before its OOM, a capped run's cache releases depend on the cap.
   const bool has_oom = record.status == RunStatus::oom;
+  const bool mid_run = !trace.initial.segment_map().empty();
   const replay::ReplayResult result =
-      replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options);
+      replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options,
+                           mid_run ? &trace.initial : nullptr);
   out.stats = result.run.stats;
+  for (const std::string& warning : result.warnings)
+    out.caveats.push_back(warning);
 
-  // The stored start state has request sizes only; seeding the model from it is not exact yet
-  // (the snapshot-level replay seeds from snapshot::initial_state instead).
-  const SegmentStateAt initial = store.segment_state(run, 0);
-  if (!initial.state.segments().empty())
+  if (mid_run)
     out.caveats.push_back(
-        "the trace starts mid-run: memory allocated before its first event is not counted");
+        "the trace starts mid-run: " + replay::describe(result.seeded) +
+        "; the peaks and totals count from the trace's first event");
   if (has_oom && !limit)
     out.caveats.push_back(
         "the run ran out of memory under a device limit that was not recorded (import it with its "

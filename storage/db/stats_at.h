@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/allocator/config.h"
+#include "engine/allocator/profile_choice.h"
 #include "engine/allocator/stats.h"
 #include "engine/snapshot/segment_state.h"
 #include "storage/db/run_store.h"
@@ -23,6 +24,7 @@ struct MemoryStatsAt {
   std::uint64_t event_index = 0;
   std::uint64_t event_count = 0;  // events in the run
   std::string config;             // the allocator config replayed, as PYTORCH_CUDA_ALLOC_CONF
+  alloc::ProfileChoice profile;   // the release whose rules the replay followed
   // Why the figures may differ from what PyTorch printed at that moment (a trace that starts
   // mid-run, an OOM whose device limit is unknown, a model that diverged from the recording).
   std::vector<std::string> caveats;
@@ -36,6 +38,13 @@ struct MemoryStatsAt {
 // when it is not known.
 std::optional<Bytes> run_memory_limit(const RunRecord& record);
 
+// The release whose allocator rules analyses of the run follow, and why: what the import read
+// from the snapshot's format (or the --torch-version it was given), stored in
+// summary["torch_version"]; for any other run the latest release, assumed.
+alloc::ProfileChoice profile_choice_of(const RunRecord& record);
+// The choice as summary["torch_version"] stores it (profile_choice_of reads it back).
+nlohmann::json to_json(const alloc::ProfileChoice& choice);
+
 // What every analysis of a stored run starts from (post-mortem, what-if, memory_stats_at): the
 // config it ran under (the recorded allocator_settings for imported snapshots, read for any
 // release; else the run's PYTORCH_CUDA_ALLOC_CONF), its events, and the allocator state before
@@ -45,6 +54,7 @@ struct RunTrace {
   RunRecord record;
   alloc::AllocatorConfig config;
   bool recorded_config = false;  // config is the snapshot's allocator_settings
+  alloc::ProfileChoice profile;  // profile_choice_of(record)
   std::vector<TraceEvent> events;
   snapshot::SegmentState initial;
   std::vector<std::string> notes;  // e.g. allocator_settings that lacked keys

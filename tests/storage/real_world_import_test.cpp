@@ -14,6 +14,8 @@
 #include "engine/snapshot/timeline.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
+#include "storage/db/stats_at.h"
+#include "engine/replay/replay.h"
 
 namespace fragscope::storage {
 namespace {
@@ -99,6 +101,74 @@ TEST(RealWorld, EverySnapshotOpensImportsAndShowsItsSegments) {
   for (const auto& [guess, counts] : per_class)
     std::cout << "[ real-world ] " << guess << ": " << counts.second << " of " << counts.first
               << " open and import\n";
+}
+
+// The runs whose stored summary (memory_stats_at, what the Summary page and `fragscope-cli
+// summary` show) cannot equal the snapshot-level replay yet, with the reason. Each is a bug to
+// fix, not a tolerance.
+const std::map<std::string, std::string>& summary_not_yet_equal() {
+  static const std::map<std::string, std::string> files = {};
+  return files;
+}
+
+// The .current values of memory_stats() at the end of every traced device: the stored run's
+// replay (seeded with the state stored at its first event) against the snapshot's own replay
+// (seeded with snapshot::initial_state). Both start mid-run traces from the state at their first
+// entry, so they agree; the figures per version class say how many do.
+TEST(RealWorld, StoredSummaryEqualsTheSnapshotReplay) {
+  if (!std::filesystem::exists(kFolder / "manifest.json"))
+    GTEST_SKIP() << kFolder << " is absent";
+  std::map<std::string, std::pair<int, int>> per_class;  // version_guess -> (traced, equal)
+  for (const auto& entry : manifest()) {
+    const std::string file = entry["stored_as"];
+    const auto& per_device = entry["features"]["trace_entries_per_device"];
+    for (std::size_t device = 0; device < per_device.size(); ++device) {
+      if (per_device[device].get<std::uint64_t>() == 0)
+        continue;
+      SCOPED_TRACE(file + " device " + std::to_string(device));
+      auto& counts = per_class[entry["version_guess"]];
+      ++counts.first;
+      const snapshot::Snapshot snap = snapshot::read_snapshot(kFolder / file);
+      RunStore store(":memory:");
+      ImportOptions options;
+      options.name = file;
+      options.source_file = file;
+      options.device = device;
+      const RunId run = import_snapshot(store, snap, options).run;
+      const MemoryStatsAt stored = memory_stats_at(store, run, store.run(run).event_count);
+      const replay::ReplayResult replayed = replay::replay_snapshot(snap, {}, device);
+      const alloc::DeviceStats& a = stored.stats;
+      const alloc::DeviceStats& b = replayed.run.stats;
+      std::string differs;
+      const auto compare = [&](const char* name, const alloc::StatArray& x,
+                               const alloc::StatArray& y) {
+        for (std::size_t t = 0; t < alloc::kStatTypes; ++t)
+          if (x.by_type[t].current != y.by_type[t].current)
+            differs += std::string(differs.empty() ? "" : ", ") + name + "[" + std::to_string(t) +
+                       "] " + std::to_string(x.by_type[t].current) + " vs " +
+                       std::to_string(y.by_type[t].current);
+      };
+      compare("allocation", a.allocation, b.allocation);
+      compare("segment", a.segment, b.segment);
+      compare("active", a.active, b.active);
+      compare("inactive_split", a.inactive_split, b.inactive_split);
+      compare("allocated_bytes", a.allocated_bytes, b.allocated_bytes);
+      compare("reserved_bytes", a.reserved_bytes, b.reserved_bytes);
+      compare("active_bytes", a.active_bytes, b.active_bytes);
+      compare("inactive_split_bytes", a.inactive_split_bytes, b.inactive_split_bytes);
+      compare("requested_bytes", a.requested_bytes, b.requested_bytes);
+      EXPECT_EQ(stored.profile.version, replayed.profile.version);
+      const auto listed = summary_not_yet_equal().find(file);
+      if (listed == summary_not_yet_equal().end())
+        EXPECT_TRUE(differs.empty()) << differs;
+      else if (differs.empty())
+        ADD_FAILURE() << "now equal, remove it from the list (" << listed->second << ")";
+      counts.second += differs.empty() ? 1 : 0;
+    }
+  }
+  for (const auto& [guess, counts] : per_class)
+    std::cout << "[ real-world ] " << guess << ": stored summary equals the replay on "
+              << counts.second << " of " << counts.first << " traced devices\n";
 }
 
 }  // namespace

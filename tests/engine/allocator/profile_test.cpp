@@ -7,6 +7,7 @@
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/profile.h"
+#include "engine/allocator/sizes.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 
@@ -70,6 +71,33 @@ TEST(AllocatorProfile, RoundupGreaterThanOverwroteTheLastListedIntervalUntil2_8)
   EXPECT_EQ(then[9], 4u);  // 2.1 .. 2.8: overwritten by `>`
   EXPECT_EQ(then[10], 4u);
   EXPECT_EQ(parse_alloc_conf(text, release(9)).roundup_power2_divisions, now);
+}
+
+// PyTorch 2.0's round_size (c10/cuda/CUDACachingAllocator.cpp at 2.0): the guard was
+// `divisions > 0 && size > 512 * divisions`, and roundup_power2_next_division returned the size
+// itself for one division, so roundup_power2_divisions:1 made blocks of the request's exact size.
+TEST(AllocatorProfile, OneRoundupDivisionLeftTheSizeUnroundedIn2_0) {
+  const AllocatorConfig config = AllocatorConfig::parse("roundup_power2_divisions:1");
+  EXPECT_EQ(round_size(1000, config, release(0).one_division_leaves_size_unrounded), 1000u);
+  EXPECT_EQ(round_size(1000, config, release(1).one_division_leaves_size_unrounded), 1024u);
+  EXPECT_EQ(round_size(1000, config), 1024u);
+  // At most 512 bytes: 512 either way; other division counts round as later releases do.
+  EXPECT_EQ(round_size(300, config, true), 512u);
+  const AllocatorConfig four = AllocatorConfig::parse("roundup_power2_divisions:4");
+  EXPECT_EQ(round_size(1200, four, true), round_size(1200, four));
+
+  for (const int minor : {0, 11}) {
+    SimulatedDevice device(kUnlimited, 80 * kGiB);
+    CachingAllocator allocator(config, device);
+    allocator.set_profile(release(minor));
+    const MallocResult first = allocator.malloc(1000, StreamId{0});
+    const MallocResult second = allocator.malloc(1000, StreamId{0});
+    ASSERT_TRUE(first.ok() && second.ok());
+    // The second block starts right after the first: 1000 bytes under 2.0, 1024 later.
+    EXPECT_EQ(second.address - first.address, minor == 0 ? 1000u : 1024u) << "2." << minor;
+    std::string why;
+    EXPECT_TRUE(allocator.is_valid(&why)) << why;
+  }
 }
 
 TEST(AllocatorProfile, MemoryFractionOneKeepsALimitUntil2_10) {

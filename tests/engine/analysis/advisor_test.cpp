@@ -167,3 +167,68 @@ TEST(AdviceText, ExplainsRowsWhosePeakIsTheWholeDevice) {
 
 }  // namespace
 }  // namespace fragscope::analysis
+
+namespace fragscope::analysis {
+namespace {
+
+using namespace fragscope::literals;
+
+// A trace that starts mid-run: the what-if table starts from the allocator state the recording
+// had at its first entry (the one reconstruction replay seeds), not from an empty allocator, so
+// its baseline row is the recording: the same peak reserved and the OOM at the same request.
+// (Re-making the live blocks as mallocs up front packed them into fresh segments: the baseline
+// then peaked 15.6 GiB against 19.3 GiB recorded on a 2.8 file.)
+struct MidRunCut {
+  std::string fixture;
+  int keep_percent;
+  std::optional<Bytes> capacity;
+};
+
+class AdvisorMidRun : public ::testing::TestWithParam<MidRunCut> {};
+
+TEST_P(AdvisorMidRun, BaselineRowIsTheRecordingFromTheStateAtTheTraceStart) {
+  const MidRunCut cut = GetParam();
+  snapshot::Snapshot snap = test::fixture(cut.fixture);
+  auto& trace = snap.device_traces.at(0);
+  const std::size_t drop =
+      trace.size() - trace.size() * static_cast<std::size_t>(cut.keep_percent) / 100;
+  trace.erase(trace.begin(), trace.begin() + static_cast<std::ptrdiff_t>(drop));
+
+  AdviseOptions options;
+  options.capacity = cut.capacity;
+  options.threads = 1;
+  const Advice advice = advise_snapshot(snap, cut.fixture, options);
+  const WhatIfRow* base = advice.table.baseline();
+  ASSERT_NE(base, nullptr);
+  ASSERT_TRUE(base->error.empty()) << base->error;
+  // The recording's peak over the cut trace, its start state included.
+  EXPECT_EQ(base->peak_reserved, advice.baseline.peak.reserved);
+  EXPECT_GT(advice.baseline.peak.reserved, 0u);
+  EXPECT_EQ(base->ok, advice.recorded_oom_requests.empty());
+  if (!advice.recorded_oom_requests.empty()) {
+    ASSERT_TRUE(base->first_oom_request.has_value());
+    EXPECT_EQ(*base->first_oom_request, advice.recorded_oom_requests.front());
+    // The full recording's peak came before its OOM, inside the kept tail.
+    EXPECT_EQ(base->peak_reserved, test::fixture_stats(cut.fixture)["memory_stats"]
+                                                      ["reserved_bytes.all.peak"]
+                                                          .get<Bytes>());
+  }
+  // Every other candidate starts from the same state: none can be below what was live then.
+  for (const WhatIfRow& row : advice.table.rows) {
+    EXPECT_TRUE(row.error.empty()) << row.name << ": " << row.error;
+    EXPECT_GE(row.ideal_peak, 1u) << row.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, AdvisorMidRun,
+                         ::testing::Values(MidRunCut{"gpt_oom_cap", 50, 6_GiB},
+                                           MidRunCut{"gpt_oom_cap", 20, 6_GiB},
+                                           MidRunCut{"gpt_varlen_default", 40, std::nullopt},
+                                           MidRunCut{"random_split64_round4", 50, std::nullopt}),
+                         [](const ::testing::TestParamInfo<MidRunCut>& info) {
+                           return info.param.fixture + "_keep" +
+                                  std::to_string(info.param.keep_percent);
+                         });
+
+}  // namespace
+}  // namespace fragscope::analysis
