@@ -53,6 +53,9 @@ PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
   PostMortemData data;
   data.record = std::move(stored.record);
   data.limit = stored.limit;
+  data.allocatorRules = QString::fromStdString(stored.profile.describe());
+  for (const std::string& note : stored.notes)
+    data.notes << QString::fromStdString(note);
   data.postMortems = std::move(stored.post_mortems);
   data.whatIf = std::move(stored.what_if);
   data.whatIfError = QString::fromStdString(stored.what_if_error);

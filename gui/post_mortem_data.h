@@ -5,6 +5,7 @@
 // run of an experiment also the workload changes (smaller micro-batch with more accumulation,
 // checkpointing), each computed by running it.
 #include <QString>
+#include <QStringList>
 #include <array>
 #include <map>
 #include <optional>
@@ -25,6 +26,8 @@ class JobContext;
 struct PostMortemData {
   storage::RunRecord record;
   std::optional<Bytes> limit;  // the per-process limit the run had, when known
+  QString allocatorRules;      // the release whose rules the rows followed, and why
+  QStringList notes;           // e.g. the caveat of a trace that starts mid-run
   std::vector<analysis::OomPostMortem> postMortems;
   std::optional<analysis::WhatIfTable> whatIf;
   QString whatIfError;

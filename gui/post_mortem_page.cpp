@@ -57,8 +57,9 @@ QVariant WhatIfModel::data(const QModelIndex& index, int role) const {
         return name;
       }
       case OutcomeColumn:
+        // The error itself is the cell's tooltip: a long message must not widen the column.
         if (!row.error.empty())
-          return tr("error: %1").arg(QString::fromStdString(row.error));
+          return tr("could not run");
         if (row.ok)
           return m_hadOom ? tr("avoids the OOM") : tr("fits");
         return tr("OOM");
@@ -91,6 +92,8 @@ QVariant WhatIfModel::data(const QModelIndex& index, int role) const {
     return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
   if (role == Qt::ToolTipRole && index.column() == RankColumn && failed)
     return tr("Still runs out of memory: not ranked.");
+  if (role == Qt::ToolTipRole && !row.error.empty())
+    return QString::fromStdString(row.error);
   if (role == Qt::ToolTipRole && !row.oom_message.empty())
     return QString::fromStdString(row.oom_message);
   return {};
@@ -274,17 +277,18 @@ void PostMortemPage::showOom() {
   evidence += QStringLiteral("<li>%1</li></ul>")
                   .arg(tr("PyTorch's figures: %1")
                            .arg(QString::fromStdString(first.pytorch_figures()).toHtmlEscaped()));
-  m_evidence->setText(evidence);
+  m_evidence->setText(evidence + replayNotes());
 }
 
 void PostMortemPage::showNoOom() {
   const QString name = QString::fromStdString(m_data->record.name).toHtmlEscaped();
   m_header->setText(tr("<b>%1</b> did not run out of memory.").arg(name));
   if (!m_data->metrics) {
-    m_evidence->setText(m_data->metricsError.isEmpty()
-                            ? QString()
-                            : tr("<p>Its fragmentation cannot be measured: %1</p>")
-                                  .arg(m_data->metricsError.toHtmlEscaped()));
+    m_evidence->setText((m_data->metricsError.isEmpty()
+                             ? QString()
+                             : tr("<p>Its fragmentation cannot be measured: %1</p>")
+                                   .arg(m_data->metricsError.toHtmlEscaped())) +
+                        replayNotes());
     return;
   }
   const analysis::RunMetrics& metrics = *m_data->metrics;
@@ -322,7 +326,14 @@ void PostMortemPage::showNoOom() {
                          formatBytes(static_cast<double>(*m_data->limit) -
                                      static_cast<double>(metrics.peak.reserved)));
   evidence += QStringLiteral("</ul>");
-  m_evidence->setText(evidence);
+  m_evidence->setText(evidence + replayNotes());
+}
+
+QString PostMortemPage::replayNotes() const {
+  QString html = tr("<p><small>Replayed with %1.").arg(m_data->allocatorRules.toHtmlEscaped());
+  for (const QString& note : m_data->notes)
+    html += QLatin1Char(' ') + tr("Note: %1.").arg(note.toHtmlEscaped());
+  return html + QStringLiteral("</small></p>");
 }
 
 QString PostMortemPage::verdictHtml() const {

@@ -89,6 +89,8 @@ class PostMortemPage : public QWidget {
   void showData(PostMortemData data);
   void showOom();
   void showNoOom();
+  // The release whose rules the diagnosis and the rows followed, and the caveats (mid-run).
+  QString replayNotes() const;
   QString verdictHtml() const;
 
   QString m_databasePath;

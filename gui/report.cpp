@@ -18,6 +18,7 @@
 #include "gui/run_data.h"
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -335,8 +336,10 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
     if (runStartsMidRun(r))
       html += QStringLiteral("<p class=\"warn\">%1</p>\n")
                   .arg(QObject::tr("Mid-run trace: it began after memory was already allocated "
-                                   "(or was truncated to its newest events), so what was "
-                                   "allocated before its first event is not in these figures.")
+                                   "(or was truncated to its newest events). The state at its "
+                                   "first event is rebuilt from the final snapshot and every "
+                                   "figure starts from it; what happened before is not in the "
+                                   "trace.")
                            .toHtmlEscaped());
     if (i < plots.size())
       html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")
@@ -359,6 +362,8 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
     if (r.capacity)
       field(QObject::tr("Capacity"), bytes(static_cast<double>(r.capacity)));
     field(QObject::tr("PyTorch"), QString::fromStdString(r.environment.torch_version));
+    field(QObject::tr("Allocator rules"),
+          QString::fromStdString(storage::profile_choice_of(r).describe()));
     field(QObject::tr("CUDA"), QString::fromStdString(r.environment.cuda_version));
     field(QObject::tr("Driver"), QString::fromStdString(r.environment.driver_version));
     field(QObject::tr("GPU"), QString::fromStdString(r.environment.gpu_name));

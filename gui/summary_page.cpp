@@ -85,6 +85,7 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
   field(QObject::tr("Source"), std::string(to_string(run.source)));
   field(QObject::tr("Outcome"), std::string(to_string(run.status)));
   field(QObject::tr("Allocator config"), run.alloc_config.empty() ? "(default)" : run.alloc_config);
+  field(QObject::tr("Allocator rules"), storage::profile_choice_of(run).describe());
   field(QObject::tr("Device"), run.device_name);
   if (run.capacity)
     field(QObject::tr("Capacity"), formatBytes(static_cast<double>(run.capacity)).toStdString());
@@ -124,6 +125,7 @@ PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId 
   out.full = QString::fromStdString(alloc::memory_summary(state.stats, 0, false));
   out.abbreviated = QString::fromStdString(alloc::memory_summary(state.stats, 0, true));
   out.config = QString::fromStdString(state.config);
+  out.torchVersion = QString::fromStdString(state.profile.version.to_string());
   for (const auto& caveat : state.caveats)
     out.caveats << QString::fromStdString(caveat);
   out.diverged = state.diverged;
@@ -263,8 +265,9 @@ void SummaryPage::refresh() {
              ? tr("<b>Model replay, diverged from the recording:</b> memory_summary() after "
                   "event %1 of %2 under \"%3\"; the recording's figures come first")
              : tr("torch.cuda.memory_summary() after event %1 of %2, replayed under \"%3\""))
-            .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
-                 m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config));
+                .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
+                     m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config) +
+        tr(" with PyTorch %1's allocator rules").arg(m_pytorch->torchVersion));
     if (m_pytorch->diverged && m_state)
       text += divergenceText(*m_pytorch, *m_state);
     for (const QString& caveat : m_pytorch->caveats)

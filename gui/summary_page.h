@@ -29,6 +29,7 @@ struct PyTorchSummaryAt {
   QString full;
   QString abbreviated;
   QString config;
+  QString torchVersion;  // the release whose allocator rules the replay followed
   QStringList caveats;
   // The model diverged from the recording: the table is the model's; these are its figures at
   // the event, set beside the recording's own (the segment map's) on the page.
@@ -59,6 +60,8 @@ class SummaryPage : public QWidget {
   // PyTorch's summary on screen, empty while none is loaded.
   const std::optional<PyTorchSummaryAt>& pytorchSummary() const { return m_pytorch; }
   bool busy() const { return m_replay.busy() || m_debounce.isActive(); }
+  // Why memory_summary() could not be computed for the cursor (empty when it was).
+  const QString& replayError() const { return m_replayError; }
 
  signals:
   // PyTorch's summary for the current cursor is on screen.

@@ -217,8 +217,11 @@ void TimelinePage::showOverview(RunOverview overview) {
   if (runStartsMidRun(record))
     header += tr(" &nbsp;·&nbsp; <span style='color:%1' title='%2'><b>starts mid-run</b></span>")
                   .arg(colors::oom.name(),
-                       tr("memory allocated before the trace's first event is not in these "
-                          "figures"));
+                       tr("the state at the trace's first event is rebuilt from the final "
+                          "snapshot; what happened before it is not in the trace"));
+  if (record.event_count == 0)
+    header += tr(" &nbsp;·&nbsp; <b>state only</b>: the snapshot has no trace entries, the "
+                 "plot shows its one state");
   if (!m_overview->oomEvents.empty())
     header += tr(" &nbsp;·&nbsp; <span style='color:%1'><b>%2 OOM</b></span>")
                   .arg(colors::oom.name())
@@ -367,6 +370,18 @@ void TimelinePage::showSlice(TimelineSlice slice) {
     minValues[0].push_back(static_cast<double>(bucket.min.allocated));
     minValues[1].push_back(static_cast<double>(bucket.min.reserved));
     minValues[2].push_back(static_cast<double>(bucket.min.active));
+  }
+  // A state-only snapshot (no trace entries) has one state: drawn flat across the plot at its
+  // own figures, not an empty 0 .. 1000 B axis.
+  if (n == 0 && m_overview && m_overview->record.event_count == 0) {
+    const storage::RunRecord& record = m_overview->record;
+    keys = {0.0, 1.0};
+    const std::array<const char*, 3> series{"allocated", "reserved", "active"};
+    for (std::size_t i = 0; i < series.size(); ++i) {
+      const auto value = static_cast<double>(summaryPeak(record, series[i]));
+      maxValues[i] = {value, value};
+      minValues[i] = {value, value};
+    }
   }
   // Close the last step at the end of its bucket.
   if (n > 0) {
