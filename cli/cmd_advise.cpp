@@ -38,8 +38,9 @@ const workload::ExperimentPoint& pick_point(const workload::Experiment& experime
 }
 
 int run_advise(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--capacity", "--json", "--threads", "--variant", "--device",
-                                 "--torch-version", "--what-if-releases"});
+  const Args args(argv, {},
+                  {"--capacity", "--json", "--threads", "--variant", "--device", "--torch-version",
+                   "--what-if-releases"});
   args.expect_positional(1, "one SNAPSHOT or EXPERIMENT.json");
   const std::string path = args.positional().front();
   analysis::AdviseOptions options;

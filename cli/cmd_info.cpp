@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "engine/snapshot/profile_choice.h"
 #include "cli/snapshot_options.h"
 #include "engine/core/error.h"
+#include "engine/snapshot/profile_choice.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
 

@@ -6,13 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "engine/snapshot/profile_choice.h"
 #include "cli/snapshot_options.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/stats.h"
 #include "engine/allocator/summary.h"
 #include "engine/core/error.h"
 #include "engine/replay/replay.h"
+#include "engine/snapshot/profile_choice.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::cli {
@@ -133,8 +133,8 @@ int run_replay(const std::vector<std::string>& argv) {
               << " trace entries, " << result.allocs << " allocation requests, "
               << segment_events.size() << " segment events, " << ooms.size() << " OOM(s)\n"
               << "  snapshot written by PyTorch " << snapshot.torch_version.describe() << "\n"
-              << "  allocator rules: " << snapshot::profile_choice(snapshot.torch_version).describe()
-              << "\n";
+              << "  allocator rules: "
+              << snapshot::profile_choice(snapshot.torch_version).describe() << "\n";
     if (!options.config && !recorded_config.note().empty())
       std::cout << "  allocator settings: " << recorded_config.note() << "\n";
     if (!result.seeded.empty())

@@ -265,8 +265,8 @@ void SummaryPage::refresh() {
              ? tr("<b>Model replay, diverged from the recording:</b> memory_summary() after "
                   "event %1 of %2 under \"%3\"; the recording's figures come first")
              : tr("torch.cuda.memory_summary() after event %1 of %2, replayed under \"%3\""))
-                .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
-                     m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config) +
+            .arg(formatCount(m_pytorch->eventIndex), formatCount(m_pytorch->eventCount),
+                 m_pytorch->config.isEmpty() ? tr("the defaults") : m_pytorch->config) +
         tr(" with PyTorch %1's allocator rules").arg(m_pytorch->torchVersion));
     if (m_pytorch->diverged && m_state)
       text += divergenceText(*m_pytorch, *m_state);

@@ -220,8 +220,9 @@ void TimelinePage::showOverview(RunOverview overview) {
                        tr("the state at the trace's first event is rebuilt from the final "
                           "snapshot; what happened before it is not in the trace"));
   if (record.event_count == 0)
-    header += tr(" &nbsp;·&nbsp; <b>state only</b>: the snapshot has no trace entries, the "
-                 "plot shows its one state");
+    header +=
+        tr(" &nbsp;·&nbsp; <b>state only</b>: the snapshot has no trace entries, the "
+           "plot shows its one state");
   if (!m_overview->oomEvents.empty())
     header += tr(" &nbsp;·&nbsp; <span style='color:%1'><b>%2 OOM</b></span>")
                   .arg(colors::oom.name())

@@ -29,8 +29,7 @@ std::string ProfileChoice::describe() const {
     case ProfileSource::assumed:
       break;
   }
-  return rules + " (assumed: " + (evidence.empty() ? "nothing says which release" : evidence) +
-         ")";
+  return rules + " (assumed: " + (evidence.empty() ? "nothing says which release" : evidence) + ")";
 }
 
 }  // namespace fragscope::alloc

@@ -13,7 +13,8 @@ namespace fragscope::alloc {
 // Where the release a replay follows came from: every front-end names it, since the same trace
 // can decide differently under another release's rules.
 enum class ProfileSource : std::uint8_t {
-  snapshot_format,  // the snapshot's layout (snapshot::guess_torch_version); a range gives its newest
+  snapshot_format,  // the snapshot's layout (snapshot::guess_torch_version); a range gives its
+                    // newest
   user,             // --torch-version
   assumed,          // nothing said which release: the latest the model knows
 };

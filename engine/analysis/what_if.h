@@ -18,8 +18,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/allocator/config.h"
 #include "engine/allocator/caching_allocator.h"
+#include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/profile.h"
 #include "engine/core/request.h"

@@ -202,8 +202,7 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
   out.event_count = record.event_count;
   const std::uint64_t asked = std::min(event_index, record.event_count);
   // The config, the release and the state at the first event: what every analysis starts from.
-  RunTrace trace =
-      load_run_trace(store, run, std::min(record.event_count, asked + kCallLookahead));
+  RunTrace trace = load_run_trace(store, run, std::min(record.event_count, asked + kCallLookahead));
   std::vector<TraceEvent>& events = trace.events;
   out.event_index = end_of_allocator_call(events, asked);
   events.resize(out.event_index);
@@ -240,9 +239,8 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
     out.caveats.push_back(warning);
 
   if (mid_run)
-    out.caveats.push_back(
-        "the trace starts mid-run: " + replay::describe(result.seeded) +
-        "; the peaks and totals count from the trace's first event");
+    out.caveats.push_back("the trace starts mid-run: " + replay::describe(result.seeded) +
+                          "; the peaks and totals count from the trace's first event");
   if (has_oom && !limit)
     out.caveats.push_back(
         "the run ran out of memory under a device limit that was not recorded (import it with its "

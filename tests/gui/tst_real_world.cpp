@@ -8,13 +8,13 @@
 // Kept cheap: each pickle is read once and imported straight into one database (the import
 // itself is pinned by tests/storage/real_world_import_test.cpp), the window is opened once, and
 // every wait is on the pages' own signals, never a fixed sleep.
+#include <qcustomplot.h>
 #include <QFile>
 #include <QLabel>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 #include <ctime>
-#include <qcustomplot.h>
 #include <filesystem>
 #include <fstream>
 
@@ -22,10 +22,10 @@
 
 #include "engine/snapshot/snapshot.h"
 #include "gui/main_window.h"
+#include "gui/runs_model.h"
 #include "gui/segment_map_page.h"
 #include "gui/summary_page.h"
 #include "gui/timeline_page.h"
-#include "gui/runs_model.h"
 #include "gui_test_util.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
@@ -134,8 +134,7 @@ class TestRealWorld : public QObject {
       QVERIFY2(summary->replayError().isEmpty(),
                qPrintable(what + QStringLiteral(": memory_summary(): ") + summary->replayError()));
       QVERIFY2(timelineErrors.isEmpty(),
-               qPrintable(what + QStringLiteral(": ") +
-                          timelineErrors.first().first().toString()));
+               qPrintable(what + QStringLiteral(": ") + timelineErrors.first().first().toString()));
       // The peaks are on the plot: the value axis reaches peak reserved (a state-only run's one
       // state included), not an empty default axis.
       const double reserved = static_cast<double>(summaryPeak(record, "reserved"));

@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
 #include "storage/db/stats_at.h"
-#include "engine/replay/replay.h"
 
 namespace fragscope::storage {
 namespace {
@@ -107,7 +107,25 @@ TEST(RealWorld, EverySnapshotOpensImportsAndShowsItsSegments) {
 // summary` show) cannot equal the snapshot-level replay yet, with the reason. Each is a bug to
 // fix, not a tolerance.
 const std::map<std::string, std::string>& summary_not_yet_equal() {
-  static const std::map<std::string, std::string> files = {};
+  // The stored start state keeps request sizes only; load_run_trace gives a block live at the
+  // start the split rule's size inside its gap, where snapshot::initial_state also reads the next
+  // allocation inside the gap (replay's inferred sizes): these four differ by those blocks.
+  static const std::string kSplitRuleSizes =
+      "stored start state: block sizes from the split rule alone, not the next allocation in the "
+      "gap";
+  static const std::map<std::string, std::string> files = {
+      {"Hyperion-shuo__assignment2-systems__results_torch_memory_profiles_memory_snapshot_large_"
+       "cl128_fw_with_grad_bf16.pickle.gz",
+       kSplitRuleSizes},
+      {"Hyperion-shuo__assignment2-systems__results_torch_memory_profiles_memory_snapshot_large_"
+       "cl256_fw_with_grad_bf16.pickle.gz",
+       kSplitRuleSizes},
+      {"Hyperion-shuo__assignment2-systems__results_torch_memory_profiles_memory_snapshot_large_"
+       "cl512_fw_with_grad_bf16.pickle.gz",
+       kSplitRuleSizes},
+      {"Wedsonlin__assignment2-systems__results_medium_512_training_memory_snapshot.pickle.gz",
+       kSplitRuleSizes},
+  };
   return files;
 }
 

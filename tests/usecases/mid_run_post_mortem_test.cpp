@@ -85,12 +85,18 @@ TEST(StoredMidRunTrace, MemoryStatsAtTheEndAreTheSeededReplays) {
   ASSERT_TRUE(replayed.segment_events_match);
   // The .current values the recording's memory_stats() had at its end.
   const nlohmann::json& recorded = cut.stats["memory_stats"];
-  EXPECT_EQ(stored.stats.reserved_bytes[alloc::StatType::aggregate].current, recorded["reserved_bytes.all.current"]);
-  EXPECT_EQ(stored.stats.allocated_bytes[alloc::StatType::aggregate].current, recorded["allocated_bytes.all.current"]);
-  EXPECT_EQ(stored.stats.active_bytes[alloc::StatType::aggregate].current, recorded["active_bytes.all.current"]);
-  EXPECT_EQ(stored.stats.segment[alloc::StatType::aggregate].current, recorded["segment.all.current"]);
-  EXPECT_EQ(stored.stats.reserved_bytes[alloc::StatType::aggregate].current, replayed.run.stats.reserved_bytes[alloc::StatType::aggregate].current);
-  EXPECT_EQ(stored.stats.allocation[alloc::StatType::aggregate].current, replayed.run.stats.allocation[alloc::StatType::aggregate].current);
+  EXPECT_EQ(stored.stats.reserved_bytes[alloc::StatType::aggregate].current,
+            recorded["reserved_bytes.all.current"]);
+  EXPECT_EQ(stored.stats.allocated_bytes[alloc::StatType::aggregate].current,
+            recorded["allocated_bytes.all.current"]);
+  EXPECT_EQ(stored.stats.active_bytes[alloc::StatType::aggregate].current,
+            recorded["active_bytes.all.current"]);
+  EXPECT_EQ(stored.stats.segment[alloc::StatType::aggregate].current,
+            recorded["segment.all.current"]);
+  EXPECT_EQ(stored.stats.reserved_bytes[alloc::StatType::aggregate].current,
+            replayed.run.stats.reserved_bytes[alloc::StatType::aggregate].current);
+  EXPECT_EQ(stored.stats.allocation[alloc::StatType::aggregate].current,
+            replayed.run.stats.allocation[alloc::StatType::aggregate].current);
   EXPECT_EQ(stored.profile.version, kLatestTorch);
   EXPECT_EQ(stored.profile.source, alloc::ProfileSource::snapshot_format);
 }

@@ -209,9 +209,9 @@ TEST_P(AdvisorMidRun, BaselineRowIsTheRecordingFromTheStateAtTheTraceStart) {
     ASSERT_TRUE(base->first_oom_request.has_value());
     EXPECT_EQ(*base->first_oom_request, advice.recorded_oom_requests.front());
     // The full recording's peak came before its OOM, inside the kept tail.
-    EXPECT_EQ(base->peak_reserved, test::fixture_stats(cut.fixture)["memory_stats"]
-                                                      ["reserved_bytes.all.peak"]
-                                                          .get<Bytes>());
+    EXPECT_EQ(
+        base->peak_reserved,
+        test::fixture_stats(cut.fixture)["memory_stats"]["reserved_bytes.all.peak"].get<Bytes>());
   }
   // Every other candidate starts from the same state: none can be below what was live then.
   for (const WhatIfRow& row : advice.table.rows) {

@@ -4,6 +4,7 @@
 
 #include "engine/analysis/analysis_test_util.h"
 #include "engine/analysis/trace_requests.h"
+#include "engine/core/error.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -135,6 +136,55 @@ TEST(WhatIfFixture, ExpandableSegmentsLowerGptVarlenPeak) {
   EXPECT_EQ(base.peak_allocated, stats["allocated_bytes.all.peak"].get<Bytes>());
   EXPECT_EQ(table.ideal_peak, stats["requested_bytes.all.peak"].get<Bytes>());
   EXPECT_LE(table.ideal_peak, table.best()->peak_reserved);
+}
+
+// "Would upgrading PyTorch have avoided this?": one row per other release, the same config read
+// by that release's parser and run under its rules; a release that refuses the recorded string
+// gets a row that says so instead of a number.
+TEST(WhatIfReleases, OneRowPerOtherReleaseUnderItsRules) {
+  const alloc::AllocatorConfig config = alloc::AllocatorConfig::parse("expandable_segments:True");
+  const std::vector<Mitigation> rows = release_mitigations(
+      config, {TorchVersion{2, 0}, TorchVersion{2, 8}, kLatestTorch}, TorchVersion{2, 8});
+  ASSERT_EQ(rows.size(), 2u);  // 2.8 is the run's own release
+  EXPECT_EQ(rows[0].name, "PyTorch 2.0's allocator");
+  EXPECT_EQ(rows[0].unavailable,
+            "PyTorch 2.0 refuses PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True\": "
+            "Unrecognized CachingAllocator option: expandable_segments");
+  EXPECT_EQ(rows[1].name, "PyTorch 2.11's allocator");
+  EXPECT_TRUE(rows[1].unavailable.empty());
+  ASSERT_TRUE(rows[1].profile.has_value());
+  EXPECT_EQ(rows[1].profile->version, kLatestTorch);
+  EXPECT_TRUE(rows[1].config.expandable_segments);
+
+  // The roundup `>` of 2.1 .. 2.8 overwrote the last listed interval; 2.11's run gets its table.
+  const alloc::AllocatorConfig listed = alloc::parse_alloc_conf(
+      "roundup_power2_divisions:[256:1,512:2,>:4]", alloc::allocator_profile(TorchVersion{2, 5}));
+  const auto newer = release_mitigations(listed, {kLatestTorch}, TorchVersion{2, 5});
+  ASSERT_EQ(newer.size(), 1u);
+  EXPECT_EQ(listed.roundup_power2_divisions[9], 4u);
+  EXPECT_EQ(newer[0].config.roundup_power2_divisions[9], 2u);
+
+  // The unavailable row is an error row of the table, never a crash.
+  RequestStream stream;
+  stream.requests.push_back(Request{RequestOp::malloc, TensorId{1}, 4_MiB, StreamId{0}, {}});
+  std::vector<Mitigation> candidates{Mitigation{"baseline", "", config, nullptr, 1.0, {}, {}}};
+  candidates.push_back(rows[0]);
+  const WhatIfTable table = run_what_if(stream, candidates);
+  ASSERT_EQ(table.rows.size(), 2u);
+  EXPECT_EQ(table.rows.back().name, "PyTorch 2.0's allocator");
+  EXPECT_EQ(table.rows.back().error, rows[0].unavailable);
+  EXPECT_EQ(table.rows.back().torch_version, (TorchVersion{2, 0}));
+  EXPECT_EQ(table.rows.front().torch_version, kLatestTorch);
+}
+
+TEST(WhatIfReleases, ReleaseListOfTheCommandLine) {
+  EXPECT_EQ(parse_release_list("newer", TorchVersion{2, 8}),
+            (std::vector<TorchVersion>{{2, 9}, {2, 10}, {2, 11}}));
+  EXPECT_EQ(parse_release_list("all", TorchVersion{2, 11}).size(), 11u);
+  EXPECT_EQ(parse_release_list("2.9, 2.11,2.9", TorchVersion{2, 5}),
+            (std::vector<TorchVersion>{{2, 9}, {2, 11}}));
+  EXPECT_THROW(parse_release_list("2.12", TorchVersion{2, 5}), InputError);
+  EXPECT_THROW(parse_release_list("", TorchVersion{2, 5}), InputError);
 }
 
 }  // namespace
