@@ -69,8 +69,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
   const alloc::AllocatorProfile& profile = m.profile ? *m.profile : options.profile;
   row.torch_version = profile.version;
   const RequestStream& stream = m.requests ? *m.requests : requests;
-  row.ideal_peak =
-      m.requests ? ideal_peak(stream, options.initial_segments) : requests_ideal;
+  row.ideal_peak = m.requests ? ideal_peak(stream, options.initial_segments) : requests_ideal;
   if (!m.unavailable.empty()) {
     row.error = m.unavailable;
     return row;
