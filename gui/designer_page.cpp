@@ -8,6 +8,7 @@
 #include <QProgressBar>
 #include <QSaveFile>
 #include <QScrollArea>
+#include <QSettings>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <chrono>
@@ -50,6 +51,7 @@ DesignerPage::DesignerPage(QWidget* parent)
       m_previewLabel(new QLabel(this)),
       m_histogram(new QCustomPlot(this)),
       m_runButton(new QPushButton(tr("Run Experiment"), this)),
+      m_newButton(new QPushButton(tr("New"), this)),
       m_cancelButton(new QPushButton(tr("Cancel"), this)),
       m_progress(new QProgressBar(this)) {
   auto* name = new QLineEdit(this);
@@ -229,6 +231,10 @@ DesignerPage::DesignerPage(QWidget* parent)
       revalidate();
   });
   auto* fileButtons = new QHBoxLayout;
+  m_newButton->setObjectName(QStringLiteral("designerNew"));
+  m_newButton->setToolTip(tr("Start over from the default experiment"));
+  connect(m_newButton, &QPushButton::clicked, this, &DesignerPage::newDocument);
+  fileButtons->addWidget(m_newButton);
   fileButtons->addWidget(openButton);
   fileButtons->addWidget(saveButton);
   left->addLayout(fileButtons);
@@ -259,6 +265,22 @@ DesignerPage::DesignerPage(QWidget* parent)
 
 void DesignerPage::setDatabase(const QString& databasePath) {
   m_databasePath = databasePath;
+}
+
+void DesignerPage::rememberDocument(const QString& settingsKey) {
+  m_settingsKey = settingsKey;
+  const QString saved = QSettings().value(settingsKey).toString();
+  if (saved.isEmpty())
+    return;
+  // A document an older release wrote may not parse any more: it still loads (the status line
+  // says what is wrong); only text that is not a JSON object is dropped.
+  nlohmann::json document = nlohmann::json::parse(saved.toStdString(), nullptr, false);
+  if (document.is_object())
+    setDocument(document);
+}
+
+void DesignerPage::newDocument() {
+  setDocument(defaultExperiment());
 }
 
 void DesignerPage::bindText(QLineEdit* edit, const std::string& pointer) {
@@ -399,6 +421,8 @@ void DesignerPage::onFormEdited() {
 }
 
 void DesignerPage::revalidate() {
+  if (!m_settingsKey.isEmpty())
+    QSettings().setValue(m_settingsKey, QString::fromStdString(m_document.dump()));
   m_lengths.clear();
   try {
     const workload::Experiment experiment = workload::parse_experiment(m_document, "designer");

@@ -45,6 +45,13 @@ class DesignerPage : public QWidget {
  public:
   explicit DesignerPage(QWidget* parent = nullptr);
   void setDatabase(const QString& databasePath);
+  // Keeps the document in QSettings under `settingsKey` from now on (every edit), starting from
+  // the one kept there by an earlier session when it is a JSON object; the window does this, a
+  // bare page (tests) starts from defaultExperiment() and keeps nothing.
+  void rememberDocument(const QString& settingsKey);
+  // Starts over from defaultExperiment() (File ▸ New Experiment, the New button).
+  void newDocument();
+  QPushButton* newButton() const { return m_newButton; }
 
   // Replaces the whole document (File ▸ open of an experiment, tests) and refreshes the form.
   void setDocument(const nlohmann::json& document);
@@ -93,6 +100,7 @@ class DesignerPage : public QWidget {
   void startPreview();
 
   QString m_databasePath;
+  QString m_settingsKey;  // empty: the document is not kept between sessions
   nlohmann::json m_document;
   std::vector<Binding> m_bindings;
   bool m_updatingForm = false;
@@ -110,6 +118,7 @@ class DesignerPage : public QWidget {
   QLabel* m_previewLabel;
   QCustomPlot* m_histogram;
   QPushButton* m_runButton;
+  QPushButton* m_newButton;
   QPushButton* m_cancelButton;
   QProgressBar* m_progress;
   QTimer m_previewTimer;

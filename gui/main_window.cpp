@@ -147,6 +147,10 @@ MainWindow::MainWindow(QWidget* parent)
   m_pages->addTab(m_postMortem, tr("Post-mortem"));
   m_pages->addTab(m_compare, tr("Compare"));
   m_pages->addTab(m_designer, tr("Experiment Designer"));
+  // The designer's document outlives the session; offscreen (tests, --screenshot, --report) the
+  // user's saved experiment is neither read nor overwritten.
+  if (QGuiApplication::platformName() != QLatin1String("offscreen"))
+    m_designer->rememberDocument(QStringLiteral("designer/document"));
   m_pages->addTab(m_jobs, tr("Jobs"));
   m_pages->setDocumentMode(true);
   setCentralWidget(m_pages);
@@ -254,6 +258,14 @@ void MainWindow::createActions() {
       tr("The bundled case study's two stories side by side (runs it when the database lacks "
          "it)"));
   connect(openCaseStudyAction, &QAction::triggered, this, &MainWindow::openCaseStudy);
+  auto* newExperiment = new QAction(tr("&New Experiment"), this);
+  newExperiment->setObjectName(QStringLiteral("newExperiment"));
+  newExperiment->setShortcut(QKeySequence::New);
+  newExperiment->setStatusTip(tr("Start the Experiment Designer over from the default experiment"));
+  connect(newExperiment, &QAction::triggered, this, [this] {
+    m_designer->newDocument();
+    showPage(Page::designer);
+  });
   auto* reportHtml = new QAction(QIcon::fromTheme(QStringLiteral("document-export")),
                                  tr("Report as &HTML…"), this);
   reportHtml->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
@@ -271,6 +283,7 @@ void MainWindow::createActions() {
   connect(quit, &QAction::triggered, this, &QWidget::close);
 
   QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(newExperiment);
   file->addAction(openSnapshot);
   file->addAction(openDatabaseAction);
   file->addAction(openCaseStudyAction);
@@ -715,15 +728,28 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::deleteRuns(const std::vector<storage::RunId>& runs) {
   if (runs.empty())
     return;
-  if (m_currentRun && std::find(runs.begin(), runs.end(), *m_currentRun) != runs.end()) {
+  const auto deleted = [&](storage::RunId run) {
+    return std::find(runs.begin(), runs.end(), run) != runs.end();
+  };
+  // Every page that shows a deleted run forgets it: none may keep drawing (or reading) it.
+  if (m_currentRun && deleted(*m_currentRun)) {
     m_currentRun.reset();
     m_runStack->setCurrentWidget(m_welcome);
     m_timeline->clear();
     m_segments->clear();
     m_summary->clear();
     m_postMortem->clear();
+    m_activeMemory->clear();
+    m_segmentTimeline->clear();
+    m_history->clear();
   }
-  m_compare->clear();
+  if (std::any_of(runs.begin(), runs.end(),
+                  [&](storage::RunId run) { return m_compare->containsRun(run); }))
+    m_compare->clear();
+  const auto& ranks = m_jobs->data().ranks;
+  if (std::any_of(ranks.begin(), ranks.end(),
+                  [&](const JobRankView& rank) { return deleted(rank.record.id); }))
+    m_jobs->clear();
   const QString database = m_databasePath;
   m_statusLabel->setText(tr("Deleting %n run(s)…", nullptr, static_cast<int>(runs.size())));
   m_deleteJob.start(
@@ -736,6 +762,7 @@ void MainWindow::deleteRuns(const std::vector<storage::RunId>& runs) {
       [this](std::size_t count) {
         m_statusLabel->setText(tr("Deleted %n run(s).", nullptr, static_cast<int>(count)));
         refreshRuns();
+        m_jobs->refreshJobs();
       },
       [this](const QString& message) { showError(tr("Delete failed"), message); });
 }

@@ -13,6 +13,7 @@
 #include "gui/format.h"
 #include "gui/plot_style.h"
 #include "gui/runs_model.h"
+#include "gui/segment_map_page.h"
 #include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
@@ -166,6 +167,8 @@ void TimelinePage::setDatabase(const QString& databasePath) {
 }
 
 void TimelinePage::clear() {
+  m_hoverJob.cancel();
+  m_hover.reset();
   m_overviewJob.cancel();
   m_timelineJob.cancel();
   m_categoryJob.cancel();
@@ -430,16 +433,29 @@ void TimelinePage::setCursorEvent(std::uint64_t event) {
     emit cursorEventChanged(event);
 }
 
+namespace {
+// A hover reads at most this many events to find the bucket's largest allocation: a bucket of a
+// zoomed-out 1.2M-event run spans ~1000, one drawn at a pixel per event spans one.
+constexpr std::uint64_t kHoverEvents = 1 << 16;
+}  // namespace
+
 void TimelinePage::showTooltip(const QPoint& position) {
-  if (m_slice.buckets.empty() || !m_plot->axisRect()->rect().contains(position))
-    return;
+  m_hoverPosition = position;
+  const QString text = tooltipText(position);
+  if (text.isEmpty())
+    QToolTip::hideText();
+  else
+    QToolTip::showText(m_plot->mapToGlobal(position), text, m_plot);
+}
+
+QString TimelinePage::tooltipText(const QPoint& position) {
   const double key = m_plot->xAxis->pixelToCoord(position.x());
   const auto it = std::upper_bound(m_slice.buckets.begin(), m_slice.buckets.end(), key,
                                    [](double k, const storage::TimelineBucket& b) {
                                      return k < static_cast<double>(b.end_event);
                                    });
   if (it == m_slice.buckets.end() || key < static_cast<double>(it->first_event))
-    return;
+    return {};
   const auto& b = *it;
   QString text = tr("<b>events %1 – %2</b><table>"
                     "<tr><td>allocated</td><td align=right>%3</td><td>(min %4)</td></tr>"
@@ -476,7 +492,45 @@ void TimelinePage::showTooltip(const QPoint& position) {
   if (b.t0_us != 0 && m_overview && m_overview->firstTimeUs != 0)
     text +=
         tr("t = %1 s").arg(static_cast<double>(b.t0_us - m_overview->firstTimeUs) / 1e6, 0, 'f', 3);
-  QToolTip::showText(m_plot->mapToGlobal(position), text, m_plot);
+  // The allocation behind the bucket's curve: the largest one made in it, with its stack (what
+  // memory_viz shows on hover), looked up off the GUI thread once per bucket.
+  if (m_hover && m_hover->firstEvent == b.first_event && m_hover->endEvent == b.end_event) {
+    if (m_hover->index) {
+      text += tr("<br><b>largest allocation here:</b> %1 at event %2")
+                  .arg(formatBytes(static_cast<double>(m_hover->event.size)),
+                       formatCount(*m_hover->index));
+      text += m_hover->frames.empty() ? tr("<br><i>no stack recorded for it</i>")
+                                      : tr("<br><b>allocated at</b> (innermost first):") +
+                                            stackHtml(m_hover->frames, 12);
+    }
+  } else if (m_run && b.end_event - b.first_event <= kHoverEvents) {
+    const QString path = m_databasePath;
+    const storage::RunId run = *m_run;
+    const std::uint64_t first = b.first_event, end = b.end_event;
+    m_hoverJob.start(
+        [path, run, first, end](const JobContext&) {
+          HoverAllocation found;
+          found.firstEvent = first;
+          found.endEvent = end;
+          auto store = openReader(path);
+          const auto events = store->events(run, first, end);
+          for (std::size_t i = 0; i < events.size(); ++i)
+            if (events[i].action == TraceAction::alloc &&
+                (!found.index || events[i].size > found.event.size)) {
+              found.index = first + i;
+              found.event = events[i];
+            }
+          if (found.index && found.event.frames.value != 0)
+            found.frames = store->frame_stack(run, found.event.frames);
+          return found;
+        },
+        [this](HoverAllocation found) {
+          m_hover = std::move(found);
+          if (m_plot->underMouse())
+            showTooltip(m_hoverPosition);
+        });
+  }
+  return text;
 }
 
 QString TimelinePage::timelineCsv() const {

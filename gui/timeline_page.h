@@ -59,6 +59,21 @@ class TimelinePage : public QWidget {
   // The stack is drawn: the run has labels and the toggle is on.
   bool categoriesShown() const;
 
+  // What hovering the plot at `position` shows: the bucket's figures and, once loaded, the
+  // largest allocation made in it with its stack (empty outside the data).
+  QString tooltipText(const QPoint& position);
+  // The allocation the last hover found (its event index, the event, its stack); unset until a
+  // hover's lookup finished.
+  struct HoverAllocation {
+    std::uint64_t firstEvent = 0;  // the bucket it was looked up for
+    std::uint64_t endEvent = 0;
+    std::optional<std::uint64_t> index;  // unset: no allocation in the bucket
+    TraceEvent event;
+    std::vector<storage::StackFrame> frames;
+  };
+  const std::optional<HoverAllocation>& hoverAllocation() const { return m_hover; }
+  bool hoverBusy() const { return m_hoverJob.busy(); }
+
   // The buckets on screen as CSV (one row per bucket, max and min of each series).
   QString timelineCsv() const;
   // PNG, SVG or PDF by the file's suffix; false (with `error`) when it could not be written.
@@ -115,6 +130,9 @@ class TimelinePage : public QWidget {
   JobTracker m_overviewJob{this};
   JobTracker m_timelineJob{this};
   JobTracker m_categoryJob{this};
+  JobTracker m_hoverJob{this};
+  std::optional<HoverAllocation> m_hover;
+  QPoint m_hoverPosition;
   QTimer m_requery;
   // The category stack replays the run from event 0 (about 0.2-0.5 s on a 1.2M-event run) and a
   // superseded job still runs to its end, so it waits for the zoom to settle longer than the

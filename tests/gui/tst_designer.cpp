@@ -3,6 +3,8 @@
 // variants/sweep editor feeding the experiment's points.
 #include <QCheckBox>
 #include <QComboBox>
+#include <QPushButton>
+#include <QSettings>
 #include <QSpinBox>
 #include <QTest>
 
@@ -101,6 +103,47 @@ class TestDesigner : public QObject {
     page.pointsEditor()->clear();
     QVERIFY(test::waitFor([&] { return !page.document().contains("sweep"); }, 5000));
     QVERIFY(!page.document().contains("variants"));
+  }
+
+  // The window's designer keeps its document between launches (QSettings, written on every edit
+  // and read by the next page that remembers the same key); New starts over from the default.
+  void documentIsKeptBetweenLaunchesAndNewStartsOver() {
+    QCoreApplication::setOrganizationName(QStringLiteral("FragScopeTest"));
+    QCoreApplication::setApplicationName(QStringLiteral("tst_designer"));
+    const QString key = QStringLiteral("designer/test-document");
+    QSettings().remove(key);
+    {
+      DesignerPage first;
+      first.rememberDocument(key);
+      QCOMPARE(first.document(), defaultExperiment());
+      QComboBox* optimizer = comboWith(first, QStringLiteral("sgd"));
+      QVERIFY(optimizer);
+      optimizer->setCurrentIndex(optimizer->findText(QStringLiteral("sgd")));
+      first.pointsEditor()->setPlainText(
+          QStringLiteral(R"({"variants": [{"name": "bs8", "set": {"training.batch_size": 8}}]})"));
+      QVERIFY(test::waitFor([&] { return first.document().contains("variants"); }, 5000));
+    }
+    DesignerPage second;
+    QCOMPARE(second.document(), defaultExperiment());  // a page that keeps nothing reads nothing
+    second.rememberDocument(key);
+    QCOMPARE(second.document().at("training").at("optimizer").get<std::string>(),
+             std::string("sgd"));
+    QCOMPARE(second.document().at("variants").size(), std::size_t{1});
+    QVERIFY(second.pointsEditor()->toPlainText().contains(QStringLiteral("bs8")));
+
+    second.newButton()->click();
+    QCOMPARE(second.document(), defaultExperiment());
+    QVERIFY(second.pointsEditor()->toPlainText().isEmpty());
+    DesignerPage third;
+    third.rememberDocument(key);
+    QCOMPARE(third.document(), defaultExperiment());
+
+    // Text that is not a JSON object (a damaged settings file) is ignored, not a crash.
+    QSettings().setValue(key, QStringLiteral("{not json"));
+    DesignerPage fourth;
+    fourth.rememberDocument(key);
+    QCOMPARE(fourth.document(), defaultExperiment());
+    QSettings().remove(key);
   }
 };
 

@@ -12,8 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gui/application.h"
+#include "gui/band_timeline_page.h"
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
+#include "gui/event_history_page.h"
 #include "gui/main_window.h"
 #include "gui/plot_style.h"
 #include "gui/post_mortem_page.h"
@@ -240,6 +242,62 @@ class TestMainWindow : public QObject {
     QVERIFY(changed.wait(20000));
     QCOMPARE(model->rowCount(), 3);
     QVERIFY(!storage::RunStore(m_db.toStdString()).has_run(scratch));
+  }
+
+  // Deleting a run clears every page that showed it (the run's own views, the Active Memory and
+  // Segments-over-time tabs, the state history, a comparison that included it); a comparison
+  // without it stays.
+  void deletingARunClearsEveryPageThatShowedIt() {
+    const QString db = m_dir.filePath(QStringLiteral("delete.db"));
+    storage::RunId doomed, other, third;
+    {
+      storage::RunStore store(db.toStdString());
+      doomed = test::addRun(store, "doomed", test::wavyTrace(3000, 71, true), {},
+                            storage::RunStatus::oom);
+      other = test::addRun(store, "other", test::wavyTrace(3000, 72, false));
+      third = test::addRun(store, "third", test::wavyTrace(3000, 73, false));
+    }
+    auto window = openWindow(db);
+    QVERIFY(window);
+    window->showRun(doomed);
+    // The Active Memory tab loads when it is shown.
+    window->showPage(MainWindow::Page::activeMemory);
+    QVERIFY(test::waitFor(
+        [&] {
+          return !window->busy() && window->activeMemoryPage()->data().lifetimes &&
+                 window->historyPage()->model()->rowCount() > 0;
+        },
+        60000));
+    QSignalSpy compared(window->comparePage(), &ComparePage::dataReady);
+    window->compareRuns({doomed, other});
+    QVERIFY(compared.wait(30000));
+    QVERIFY(window->comparePage()->containsRun(doomed));
+
+    QSignalSpy changed(window.get(), &MainWindow::runsChanged);
+    emit window->runsBrowser()->deleteRequested({doomed});
+    QVERIFY(changed.wait(20000));
+    QVERIFY(!window->timelinePage()->run());
+    QVERIFY(window->welcomeShown());
+    QVERIFY(!window->activeMemoryPage()->data().lifetimes);
+    QCOMPARE(window->historyPage()->model()->rowCount(), 0);
+    QVERIFY(window->comparePage()->data().runs.empty());
+    QVERIFY(!window->comparePage()->containsRun(doomed));
+
+    // A comparison of other runs is left alone.
+    compared.clear();
+    window->compareRuns({other, third});
+    QVERIFY(compared.wait(30000));
+    changed.clear();
+    {
+      storage::RunStore store(db.toStdString());
+      test::addRun(store, "scratch", test::wavyTrace(300, 74, false));
+    }
+    window->refreshRuns();
+    const storage::RunId scratch = window->runsBrowser()->model()->runs().back().id;
+    emit window->runsBrowser()->deleteRequested({scratch});
+    QVERIFY(changed.wait(20000));
+    QCOMPARE(window->comparePage()->data().runs.size(), 2u);
+    QVERIFY(test::waitFor([&] { return !window->busy(); }, 60000));
   }
 
   void importThroughDragAndDrop() {

@@ -6,14 +6,18 @@
 // fragmentation report of a run without OOM, the banner that agrees with the diagnosis).
 #include <QMouseEvent>
 #include <QProcess>
+#include <QPushButton>
 #include <QSignalSpy>
 #include <QTest>
 
 #include <qcustomplot.h>
 
 #include "engine/snapshot/snapshot.h"
+#include "engine/workload/experiment.h"
+#include "engine/workload/runner.h"
 #include "gui/application.h"
 #include "gui/compare_page.h"
+#include "gui/designer_page.h"
 #include "gui/main_window.h"
 #include "gui/post_mortem_page.h"
 #include "gui/runs_browser.h"
@@ -21,6 +25,7 @@
 #include "gui/segment_map_page.h"
 #include "gui/timeline_page.h"
 #include "gui_test_util.h"
+#include "storage/db/simulated_run.h"
 #include "storage/db/snapshot_import.h"
 
 using namespace fragscope;
@@ -415,6 +420,50 @@ class TestReviewDefects : public QObject {
     QVERIFY(story.contains(QStringLiteral("Capacity")));
     QVERIFY(story.contains(QStringLiteral("Fragmentation")));
     QVERIFY(test::waitFor([&] { return !window->busy(); }, 60000));
+  }
+
+  // A capacity OOM of a simulated run: the post-mortem lists workload changes that fit (computed
+  // by running them) and each row's "Open in Designer" button puts that workload in the
+  // Experiment Designer and shows it.
+  void postMortemOpensAWorkloadChangeInTheDesigner() {
+    const QString db = m_dir.filePath(QStringLiteral("open-in-designer.db"));
+    storage::RunId run;
+    {
+      storage::RunStore store(db.toStdString());
+      const workload::Experiment experiment = workload::load_experiment(
+          FRAGSCOPE_SOURCE_DIR "/experiments/case-study-1.2b-a100-40gb.json");
+      const storage::ExperimentId id =
+          store.create_experiment(experiment.name, experiment.definition);
+      for (const workload::ExperimentPoint& point : experiment.points)
+        if (point.name == "baseline-bs16")
+          run = storage::store_simulated_run(store, id, point, workload::run_point(point, true));
+    }
+    auto window = openWindow(db);
+    PostMortemPage* page = window->postMortemPage();
+    QSignalSpy ready(page, &PostMortemPage::dataReady);
+    window->showRun(run);
+    QVERIFY(ready.wait(240000));
+    QVERIFY(test::waitFor([&] { return !page->busy(); }, 240000));
+    QVERIFY(page->data() && !page->data()->workloadChanges.empty());
+    QPushButton* open = nullptr;
+    std::string change;
+    for (int row = 0; row < page->model()->rowCount() && !open; ++row) {
+      auto* button = qobject_cast<QPushButton*>(
+          page->table()->indexWidget(page->model()->index(row, WhatIfModel::ActionColumn)));
+      if (button && button->text() == QStringLiteral("Open in Designer")) {
+        open = button;
+        change = page->model()->rowAt(row)->name;
+      }
+    }
+    QVERIFY(open);
+    QVERIFY(page->data()->workloadChanges.count(change));
+    QVERIFY(window->designerPage()->document() != page->data()->workloadChanges.at(change));
+    open->click();
+    QCOMPARE(window->pages()->currentWidget(), window->designerPage());
+    QCOMPARE(window->designerPage()->document(), page->data()->workloadChanges.at(change));
+    QVERIFY2(window->designerPage()->validationError().isEmpty(),
+             qPrintable(window->designerPage()->validationError()));
+    QVERIFY(test::waitFor([&] { return !window->busy(); }, 120000));
   }
 };
 

@@ -236,6 +236,59 @@ class TestRunViews : public QObject {
     QCOMPARE(segments->data().lifetimes->totals.back(),
              static_cast<std::int64_t>(segmentCount) * 20 * kMiB);
   }
+
+  // Hovering the curves timeline shows the largest allocation made under the mouse with its
+  // stack, looked up off the GUI thread for that bucket.
+  void curvesTimelineShowsTheAllocationsStackOnHover() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("hover.db"));
+    auto events = test::wavyTrace(20'000, 5, false);
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].action == TraceAction::alloc)
+        events[i].frames = FrameStackId{static_cast<std::uint32_t>(1 + i % 2)};
+    storage::RunId run;
+    {
+      storage::RunStore store(db.toStdString());
+      storage::RunRecord record;
+      record.name = "hover";
+      record.source = storage::RunSource::simulated;
+      record.capacity = 140 * kGiB;
+      run = store.begin_run(record);
+      const std::vector<std::vector<storage::StackFrame>> stacks{
+          {{"model.py", 41, "attention_forward"}, {"train.py", 7, "step"}},
+          {{"model.py", 88, "mlp_forward"}, {"train.py", 7, "step"}}};
+      store.set_frame_stacks(run, stacks);
+      store.append_events(run, events);
+      store.finish_run(run, storage::RunStatus::ok);
+    }
+    TimelinePage page;
+    page.resize(1200, 500);
+    page.setDatabase(db);
+    page.show();
+    page.setRun(run);
+    QVERIFY(test::waitFor(
+        [&] { return page.overview() && !page.busy() && !page.slice().buckets.empty(); }));
+    const QRect rect = page.plot()->axisRect()->rect();
+    const QPoint middle(rect.left() + rect.width() / 2, rect.center().y());
+    QVERIFY(!page.tooltipText(middle).isEmpty());
+    QVERIFY(test::waitFor([&] { return !page.hoverBusy() && page.hoverAllocation(); }));
+    const auto& hover = *page.hoverAllocation();
+    QVERIFY(hover.index);
+    // The largest allocation of the bucket's events, and its stack.
+    std::uint64_t largest = hover.firstEvent;
+    Bytes size = 0;
+    for (std::uint64_t i = hover.firstEvent; i < hover.endEvent; ++i)
+      if (events[i].action == TraceAction::alloc && events[i].size > size) {
+        size = events[i].size;
+        largest = i;
+      }
+    QCOMPARE(*hover.index, largest);
+    const QString expected = events[largest].frames.value == 1 ? QStringLiteral("attention_forward")
+                                                               : QStringLiteral("mlp_forward");
+    const QString text = page.tooltipText(middle);
+    QVERIFY2(text.contains(expected), qPrintable(text));
+    QVERIFY(text.contains(QStringLiteral("largest allocation here")));
+  }
 };
 
 QTEST_MAIN(TestRunViews)
