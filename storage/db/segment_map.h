@@ -36,6 +36,16 @@ struct SegmentRange {
   friend bool operator==(const SegmentRange&, const SegmentRange&) = default;
 };
 
+// Whether a stored range is the small pool's (the trace does not say): a plain segment of exactly
+// 2 MiB; an expandable range that is not a whole number of the large pool's pages (the small
+// pool maps 2 MiB pages, the large pool pages of `large_page` bytes, 20 MiB unless
+// large_segment_size_mb says otherwise).
+inline bool is_small_pool_range(const SegmentRange& range, Bytes large_page = 20ULL << 20) {
+  constexpr Bytes kSmallSegment = 2ULL << 20;
+  return range.expandable ? large_page == 0 || range.size % large_page != 0
+                          : range.size == kSmallSegment;
+}
+
 class SegmentMap {
  public:
   SegmentMap() = default;

@@ -10,16 +10,14 @@
 namespace fragscope::storage {
 namespace {
 
-constexpr Bytes kMinBlockSize = 512;      // PyTorch's kMinBlockSize (torch-allocator-spec §1.1)
-constexpr Bytes kSmallSegment = 2 << 20;  // kSmallBuffer: a small-pool segment
+constexpr Bytes kMinBlockSize = 512;  // PyTorch's kMinBlockSize (torch-allocator-spec §1.1)
 
 Bytes round_up(Bytes n, Bytes multiple) {
   return n == 0 ? multiple : (n + multiple - 1) / multiple * multiple;
 }
 
 snapshot::PoolKind pool_of(const SegmentRange& segment) {
-  return !segment.expandable && segment.size == kSmallSegment ? snapshot::PoolKind::small
-                                                              : snapshot::PoolKind::large;
+  return is_small_pool_range(segment) ? snapshot::PoolKind::small : snapshot::PoolKind::large;
 }
 
 // The private pool of each final segment, as the import kept it ([address, size, first, second]).

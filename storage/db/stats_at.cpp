@@ -137,7 +137,7 @@ RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t>
       snapshot::SegmentState::SegmentInfo info;
       info.size = range.size;
       info.stream = range.stream;
-      info.pool = !range.expandable && range.size == alloc::kSmallBuffer
+      info.pool = is_small_pool_range(range, out.config.large_segment_size)
                       ? snapshot::PoolKind::small
                       : snapshot::PoolKind::large;
       info.expandable = range.expandable;

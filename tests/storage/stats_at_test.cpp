@@ -41,6 +41,23 @@ SeriesPoint series_after(RunStore& store, RunId run, std::uint64_t events) {
 
 class StatsAtFixture : public ::testing::TestWithParam<const char*> {};
 
+// A stored range's pool, which a trace does not record: the small pool's plain segments are 2 MiB;
+// its expandable ranges are whole 2 MiB pages, never a whole number of the large pool's pages.
+// (A state-only 2.5-2.8 snapshot with a 2 MiB expandable small-pool segment failed to seed as
+// a large-pool range: "does not fit the device".)
+TEST(StoredRangePool, SmallPoolRangesAreToldApartFromLargeOnes) {
+  constexpr Bytes kMiB = 1ULL << 20;
+  EXPECT_TRUE(is_small_pool_range({0, 2 * kMiB, StreamId{}, false}));
+  EXPECT_FALSE(is_small_pool_range({0, 20 * kMiB, StreamId{}, false}));
+  EXPECT_FALSE(is_small_pool_range({0, 4 * kMiB, StreamId{}, false}));
+  EXPECT_TRUE(is_small_pool_range({0, 2 * kMiB, StreamId{}, true}));
+  EXPECT_TRUE(is_small_pool_range({0, 6 * kMiB, StreamId{}, true}));
+  EXPECT_FALSE(is_small_pool_range({0, 40 * kMiB, StreamId{}, true}));
+  // large_segment_size_mb:64 (2.11+): the large pool maps 64 MiB pages.
+  EXPECT_FALSE(is_small_pool_range({0, 128 * kMiB, StreamId{}, true}, 64 * kMiB));
+  EXPECT_TRUE(is_small_pool_range({0, 20 * kMiB, StreamId{}, true}, 64 * kMiB));
+}
+
 TEST_P(StatsAtFixture, EndOfRunPrintsPyTorchsOwnSummary) {
   RunStore store(":memory:");
   const RunId run = import_fixture(store, GetParam());
