@@ -44,20 +44,9 @@ void RunStore::flush_category_chunk(Ingest& ingest) {
 
 void RunStore::write_category_rows(RunId run,
                                    const std::vector<CategoryPyramidBuilder::Row>& rows) {
-  if (rows.empty())
-    return;
-  auto insert = db_->prepare(
-      "INSERT INTO category_levels(run_id, level, first_bucket, bucket_count, data) "
-      "VALUES (?, ?, ?, ?, ?)");
-  for (const auto& row : rows) {
-    insert.bind_int(1, run.value)
-        .bind_int(2, row.level)
-        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
-        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
-        .bind_blob(5, encode_category_buckets(row.buckets));
-    insert.run();
-    insert.reset();
-  }
+  run_store_detail::insert_level_rows(*db_, "category_levels", run, rows, [](const auto& buckets) {
+    return encode_category_buckets(buckets);
+  });
 }
 
 // --- Reading ---

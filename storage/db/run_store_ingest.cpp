@@ -162,20 +162,8 @@ void RunStore::flush_chunk(Ingest& ingest) {
 }
 
 void RunStore::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {
-  if (rows.empty())
-    return;
-  auto insert = db_->prepare(
-      "INSERT INTO timeline_levels(run_id, level, first_bucket, bucket_count, data) "
-      "VALUES (?, ?, ?, ?, ?)");
-  for (const auto& row : rows) {
-    insert.bind_int(1, run.value)
-        .bind_int(2, row.level)
-        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
-        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
-        .bind_blob(5, encode_buckets(row.buckets));
-    insert.run();
-    insert.reset();
-  }
+  run_store_detail::insert_level_rows(*db_, "timeline_levels", run, rows,
+                                      [](const auto& buckets) { return encode_buckets(buckets); });
 }
 
 void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {

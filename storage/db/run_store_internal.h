@@ -16,6 +16,27 @@
 
 namespace fragscope::storage::run_store_detail {
 
+// Stores a level pyramid's rows in `table` (timeline_levels, category_levels: the same columns),
+// each row's buckets encoded by `encode`.
+template <typename Rows, typename Encode>
+void insert_level_rows(Database& db, const char* table, RunId run, const Rows& rows,
+                       Encode encode) {
+  if (rows.empty())
+    return;
+  auto insert = db.prepare(std::string("INSERT INTO ") + table +
+                           "(run_id, level, first_bucket, bucket_count, data) "
+                           "VALUES (?, ?, ?, ?, ?)");
+  for (const auto& row : rows) {
+    insert.bind_int(1, run.value)
+        .bind_int(2, row.level)
+        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
+        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
+        .bind_blob(5, encode(row.buckets));
+    insert.run();
+    insert.reset();
+  }
+}
+
 inline constexpr std::array<std::string_view, 7> kCategoryNames = {
     "unknown", "parameter", "gradient", "optimizer_state", "activation", "temporary", "input"};
 
