@@ -63,21 +63,8 @@ INSTANTIATE_TEST_SUITE_P(TorchCompileRecordings, CalibrationCompile,
                                          "gpt_l4_h1024_t640_bs6_compile_reduce_overhead",
                                          "gpt_l5_h1024_t640_bs6_compile_reduce_overhead",
                                          "gpt_l6_h1024_t640_bs6_compile_reduce_overhead",
-                                         "gpt_l7_h1024_t640_bs6_compile_reduce_overhead"));
-
-// Known gap: the held-out 4 × 1024 run at length 512 under reduce-overhead has its allocated peak
-// exact but its reserved peak 4.5% low. Its first call autotunes with other configs than the
-// length-640 run the autotuning table was read from (other clone counts), and under cudagraph
-// trees that first call's default-pool segments are what the capture's empty_cache leaves;
-// the default-mode run of that shape is exact on both peaks. Pinned so it cannot drift unseen.
-class CalibrationCompileReservedGap : public testing::TestWithParam<const char*> {};
-
-TEST_P(CalibrationCompileReservedGap, AllocatedWithinToleranceReservedWithinFivePercent) {
-  check(GetParam(), {0.01, 0.05});
-}
-
-INSTANTIATE_TEST_SUITE_P(TorchCompileRecordings, CalibrationCompileReservedGap,
-                         testing::Values("gpt_l4_h1024_t512_bs8_compile_reduce_overhead"));
+                                         "gpt_l7_h1024_t640_bs6_compile_reduce_overhead",
+                                         "gpt_l4_h1024_t512_bs8_compile_reduce_overhead"));
 
 // What the recorded plans do not cover is refused, naming the field.
 std::string refusal(const std::function<void(Workload&)>& change) {
