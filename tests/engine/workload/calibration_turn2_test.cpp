@@ -36,10 +36,12 @@ const ExperimentPoint& point(const std::string& name) {
   return test::point_named({&calibration(), &gpt_references()}, name);
 }
 
-// The recordings of record2.py (turn2) and of record3.py (turn3, held out: other shapes, GQA
-// ratios, checkpointing, tied embeddings, max_split_size_mb).
+// The recordings of record2.py (turn2), of record3.py (turn3, held out: other shapes, GQA
+// ratios, checkpointing, tied embeddings, max_split_size_mb) and record5.py's eager references
+// of the compiled Llama runs (turn5, held out).
 std::string fixture(const std::string& name) {
-  for (const char* dir : {"torch-2.11-h200-turn2/", "torch-2.11-h200-turn3/"}) {
+  for (const char* dir :
+       {"torch-2.11-h200-turn2/", "torch-2.11-h200-turn3/", "torch-2.11-h200-turn5/"}) {
     const std::string path = kFixtureRoot + dir + name;
     if (std::ifstream(path + ".stats.json"))
       return path;
@@ -65,7 +67,9 @@ INSTANTIATE_TEST_SUITE_P(TorchFixturesTurn2, CalibrationTurn2,
                          testing::Values("llama_l8_h1024_varlen", "llama_l6_h1024_gqa2_tied_varlen",
                                          "llama_l16_h2048_bs4_t1024_split128",
                                          "llama_l12_h1536_t2048_ckpt", "gpt_nocompile_reference",
-                                         "gpt_l6_h1536_t1024_bs4_nocompile"));
+                                         "gpt_l6_h1536_t1024_bs4_nocompile",
+                                         "llama_l4_h1024_t640_bs6_nocompile",
+                                         "llama_l6_h1024_t896_bs4_nocompile"));
 
 // The point's micro-batch shapes are the recording's own.
 TEST(CalibrationTurn2Llama, MicroBatchesAreTheRecordings) {
