@@ -2,16 +2,20 @@
 // `--json` pointed at something that is not a regular file. Each is exit 2 with one line naming
 // the file (never a crash or a hang), or, for --json, the target left what it was.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -121,10 +125,21 @@ TEST_F(HostileInput, JsonIntoAFifoWritesThroughAndKeepsTheFifo) {
   EXPECT_FALSE(std::filesystem::exists(pipe + ".partial"));
 }
 
-TEST_F(HostileInput, JsonIntoDevNullLeavesItADevice) {
-  const CliResult result = run_cli({"runs", "--db", db, "--json", "/dev/null"});
+TEST_F(HostileInput, JsonIntoACharacterDeviceLeavesItADevice) {
+  // A private null device (1,3) in the test's own folder, never the machine's /dev/null: a
+  // regression that renames over its target must not be able to break the machine.
+  const std::string device = dir.file("null");
+  if (::mknod(device.c_str(), S_IFCHR | 0600, ::makedev(1, 3)) != 0)
+    GTEST_SKIP() << "cannot create a character device here (needs root): " << std::strerror(errno);
+  if (!std::ofstream(device, std::ios::binary))
+    GTEST_SKIP() << "the temporary folder does not allow devices (mounted nodev)";
+  const CliResult result = run_cli({"runs", "--db", db, "--json", device});
   EXPECT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  struct stat info {};
+  ASSERT_EQ(::stat(device.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode)) << "--json replaced the device with a regular file";
+  EXPECT_EQ(info.st_rdev, ::makedev(1, 3));
+  EXPECT_FALSE(std::filesystem::exists(device + ".partial"));
 }
 
 TEST_F(HostileInput, JsonIntoARegularFileIsReplacedWhole) {
@@ -151,6 +166,23 @@ TEST_F(HostileInput, InfoErrorsFromTheTimelineNameTheFile) {
   EXPECT_NE(result.exit_code, 1) << result.err;  // never an internal error
   if (result.exit_code != 0)
     expect_one_line_error(result, "error: " + path + ": ");
+}
+
+// Times of ±2^63 (issue #18): their difference overflowed int64 in info's duration (undefined
+// behaviour; in practice a wrap to -1 µs, so a negative duration).
+TEST_F(HostileInput, InfoDurationOfTimesAtTheLimitsIsTheirTrueSpan) {
+  snapshot::Snapshot snap =
+      snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/gpt_oom_cap.pickle.gz");
+  auto& trace = snap.device_traces.at(0);
+  ASSERT_GE(trace.size(), 2U);
+  trace.front().time_us = std::numeric_limits<std::int64_t>::min();
+  trace.back().time_us = std::numeric_limits<std::int64_t>::max();
+  const std::string path = dir.file("extreme-times.pickle");
+  snapshot::write_snapshot(snap, path);
+  const CliResult result = run_cli({"info", path, "--json", "-"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto device = nlohmann::json::parse(result.out).at("devices").at(0);
+  EXPECT_DOUBLE_EQ(device.at("duration_s").get<double>(), 0x1p64 / 1e6);
 }
 
 }  // namespace
