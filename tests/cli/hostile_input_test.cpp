@@ -1,6 +1,7 @@
 // Hostile inputs to fragscope-cli: FIFOs, nesting 200k deep, numbers a double cannot hold, and
 // `--json` pointed at something that is not a regular file. Each is exit 2 with one line naming
 // the file (never a crash or a hang), or, for --json, the target left what it was.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -13,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <iterator>
 #include <limits>
 
@@ -110,19 +110,24 @@ TEST_F(HostileInput, NumberOutOfRangeIsExitTwoNamingTheFile) {
 
 TEST_F(HostileInput, JsonIntoAFifoWritesThroughAndKeepsTheFifo) {
   const std::string pipe = fifo("out.json");
-  // The reader must be there before the writer opens the FIFO.
-  auto reader = std::async(std::launch::async, [&] {
-    std::ifstream in(pipe, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  });
+  // The read end is open (non-blocking) before the CLI opens the FIFO to write, and read after it
+  // exits: an empty database's list fits the pipe's buffer. A regression that renames over the
+  // FIFO then fails here instead of leaving a reader blocked forever.
+  const int read_end = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(read_end, 0) << std::strerror(errno);
   const CliResult result = run_cli({"runs", "--db", db, "--json", pipe});
   EXPECT_EQ(result.exit_code, 0) << result.err;
-  const std::string text = reader.get();
-  EXPECT_TRUE(nlohmann::json::parse(text).is_array()) << text;
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(read_end, buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
+  ::close(read_end);
   struct stat info {};
   ASSERT_EQ(::stat(pipe.c_str(), &info), 0);
   EXPECT_TRUE(S_ISFIFO(info.st_mode)) << "--json replaced the FIFO with a regular file";
   EXPECT_FALSE(std::filesystem::exists(pipe + ".partial"));
+  ASSERT_FALSE(text.empty()) << "nothing came through the FIFO";
+  EXPECT_TRUE(nlohmann::json::parse(text).is_array()) << text;
 }
 
 TEST_F(HostileInput, JsonIntoACharacterDeviceLeavesItADevice) {
