@@ -97,11 +97,6 @@ class SegmentState {
   // Places a live block inside an existing segment's free space.
   void place_block(std::uint64_t address, const BlockInfo& info);
 
-  // Compact binary form (varints, addresses as deltas) for keyframes in SQLite; deserialize()
-  // checks every field and throws InputError on a damaged blob.
-  std::string serialize() const;
-  static SegmentState deserialize(std::string_view blob, LayoutRules rules);
-
   friend bool operator==(const SegmentState& a, const SegmentState& b) {
     return a.segments_ == b.segments_ && a.blocks_ == b.blocks_ && a.totals_ == b.totals_;
   }

@@ -28,16 +28,6 @@ void take_max(TimelineSample& peak, const TimelineSample& s) {
   peak.largest_free = std::max(peak.largest_free, s.largest_free);
 }
 
-void take_min(TimelineSample& low, const TimelineSample& s) {
-  low.allocated = std::min(low.allocated, s.allocated);
-  low.reserved = std::min(low.reserved, s.reserved);
-  low.active = std::min(low.active, s.active);
-  low.requested = std::min(low.requested, s.requested);
-  low.segments = std::min(low.segments, s.segments);
-  low.inactive_split = std::min(low.inactive_split, s.inactive_split);
-  low.largest_free = std::min(low.largest_free, s.largest_free);
-}
-
 struct RangeSegment {
   Bytes size = 0;
   StreamId stream{};
@@ -322,55 +312,6 @@ Timeline build_timeline(const Snapshot& snapshot, int device) {
     }
   }
   return tl;
-}
-
-std::vector<TimelineBucket> downsample(std::span<const TimelineSample> samples, std::size_t buckets,
-                                       std::size_t index_offset) {
-  std::vector<TimelineBucket> out;
-  const std::size_t n = samples.size();
-  if (n == 0 || buckets == 0)
-    return out;
-  buckets = std::min(buckets, n);
-  out.reserve(buckets);
-  for (std::size_t b = 0; b < buckets; ++b) {
-    std::size_t first = b * n / buckets;
-    std::size_t end = (b + 1) * n / buckets;
-    TimelineBucket bucket;
-    bucket.first = first + index_offset;
-    bucket.last = end - 1 + index_offset;
-    bucket.min = samples[first];
-    bucket.max = samples[first];
-    for (std::size_t i = first + 1; i < end; ++i) {
-      take_min(bucket.min, samples[i]);
-      take_max(bucket.max, samples[i]);
-    }
-    out.push_back(bucket);
-  }
-  return out;
-}
-
-SegmentHistory::SegmentHistory(const Snapshot& snapshot, int device, std::size_t keyframe_interval)
-    : events_(&trace_of(snapshot, device)),
-      rules_(LayoutRules::from_allocator_settings(snapshot.allocator_settings)),
-      interval_(std::max<std::size_t>(keyframe_interval, 1)) {
-  SegmentState state = initial_state(snapshot, device);
-  keyframes_.push_back(state.serialize());
-  for (std::size_t i = 0; i < events_->size(); ++i) {
-    state.apply((*events_)[i]);
-    if ((i + 1) % interval_ == 0)
-      keyframes_.push_back(state.serialize());
-  }
-}
-
-SegmentState SegmentHistory::state_after(std::size_t count) const {
-  if (count > events_->size())
-    throw std::out_of_range("SegmentHistory::state_after(" + std::to_string(count) + "): only " +
-                            std::to_string(events_->size()) + " trace entries");
-  std::size_t k = std::min(count / interval_, keyframes_.size() - 1);
-  SegmentState state = SegmentState::deserialize(keyframes_[k], rules_);
-  for (std::size_t i = k * interval_; i < count; ++i)
-    state.apply((*events_)[i]);
-  return state;
 }
 
 }  // namespace fragscope::snapshot

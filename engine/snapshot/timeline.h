@@ -2,12 +2,10 @@
 // Memory over time from a snapshot's trace: one TimelineSample after every trace entry, built in
 // one forward pass of SegmentState. When the trace does not start at the beginning (ring buffer
 // full, recording started late), the state at its first entry is rebuilt by walking back from the
-// final segments, as memory_viz does, and the timeline says so. Downsampling keeps each bucket's
-// minimum and maximum, so a peak never disappears when zoomed out. SegmentHistory gives the full
-// segment state at any event from keyframes plus the events after them.
+// final segments, as memory_viz does, and the timeline says so. (Stored runs are downsampled by
+// storage's peak-preserving pyramid, storage/db/timeline.h.)
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -46,36 +44,5 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
 
 // Throws InputError when the trace contradicts itself (e.g. frees an address never allocated).
 Timeline build_timeline(const Snapshot& snapshot, int device = 0);
-
-struct TimelineBucket {
-  std::size_t first = 0;  // first sample index in the bucket
-  std::size_t last = 0;   // last sample index in the bucket (inclusive)
-  TimelineSample min;
-  TimelineSample max;
-};
-
-// Splits samples into at most `buckets` equal runs, each with the min and max of every series.
-// `index_offset` is added to the reported indices (for a zoomed window of a larger timeline).
-std::vector<TimelineBucket> downsample(std::span<const TimelineSample> samples, std::size_t buckets,
-                                       std::size_t index_offset = 0);
-
-// Random access to the segment state at any event of one device's trace.
-class SegmentHistory {
- public:
-  SegmentHistory(const Snapshot& snapshot, int device, std::size_t keyframe_interval = 4096);
-
-  // The state after the first `count` trace entries (0 = before the first entry).
-  SegmentState state_after(std::size_t count) const;
-  std::size_t event_count() const { return events_->size(); }
-  std::size_t keyframe_interval() const { return interval_; }
-  // Keyframe k is the state after k * keyframe_interval() entries, serialized.
-  const std::vector<std::string>& keyframes() const { return keyframes_; }
-
- private:
-  const std::vector<TraceEvent>* events_;
-  LayoutRules rules_;
-  std::size_t interval_;
-  std::vector<std::string> keyframes_;
-};
 
 }  // namespace fragscope::snapshot

@@ -16,8 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     Snapshot s = read_snapshot_from_memory(std::span(data, size), "fuzz-input", limits);
     for (std::size_t d = 0; d < s.device_count() && d < 4; ++d) {
       try {
-        Timeline tl = build_timeline(s, static_cast<int>(d));
-        (void)downsample(tl.samples, 16);
+        (void)build_timeline(s, static_cast<int>(d));
       } catch (const fragscope::InputError&) {
         // An inconsistent trace is bad input, reported as such.
       }

@@ -75,8 +75,10 @@ TEST_P(TruncatedTrace, SameStatesAsTheFullTraceOverTheKeptPart) {
     EXPECT_EQ(tl.exact_from, 0u);
     EXPECT_EQ(tl.initial, full_tl.samples[dropped - 1]);
     // The rebuilt state is the full replay's state at the cut, block for block.
-    SegmentHistory full_history(full, 0, 8192);
-    EXPECT_EQ(initial_state(cut, 0).segments(), full_history.state_after(dropped).segments());
+    SegmentState full_at_cut(LayoutRules::from_allocator_settings(full.allocator_settings));
+    for (std::size_t i = 0; i < dropped; ++i)
+      full_at_cut.apply(full.device_traces[0][i]);
+    EXPECT_EQ(initial_state(cut, 0).segments(), full_at_cut.segments());
   }
   ASSERT_LE(tl.exact_from, tl.samples.size());
   for (std::size_t i = tl.exact_from; i < tl.samples.size(); ++i)
@@ -113,37 +115,6 @@ TEST(TruncatedTrace, MostPredatingBlockSizesAreDeterminedByTheTrace) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,
                          ::testing::Values("random_default", "streams_default", "gpt_oom_cap",
                                            "gpt_varlen_expandable", "random_split64_round4"));
-
-TEST(SegmentHistory, RandomAccessEqualsForwardReplay) {
-  const Snapshot& s = fixture("gpt_oom_cap");
-  SegmentHistory history(s, 0, 1000);
-  EXPECT_EQ(history.keyframes().size(), s.device_traces[0].size() / 1000 + 1);
-  SegmentState forward(LayoutRules::from_allocator_settings(s.allocator_settings));
-  const auto& events = s.device_traces[0];
-  for (std::size_t i = 0; i <= events.size(); ++i) {
-    if (i % 997 == 0 || i == events.size()) {
-      SegmentState at = history.state_after(i);
-      ASSERT_EQ(at, forward) << "after " << i << " entries";
-    }
-    if (i < events.size())
-      forward.apply(events[i]);
-  }
-  EXPECT_THROW(history.state_after(events.size() + 1), std::out_of_range);
-}
-
-TEST(SegmentState, SerializeRoundTripsAndRejectsDamage) {
-  const Snapshot& s = fixture("gpt_varlen_expandable");
-  SegmentHistory history(s, 0, 10000);
-  SegmentState state = history.state_after(s.device_traces[0].size() / 3);
-  std::string blob = state.serialize();
-  EXPECT_EQ(SegmentState::deserialize(blob, state.rules()), state);
-  EXPECT_LT(blob.size(), state.block_count() * 16 + 64);
-  EXPECT_THROW(SegmentState::deserialize(blob.substr(0, blob.size() / 2), state.rules()),
-               InputError);
-  EXPECT_THROW(SegmentState::deserialize("XXXX", state.rules()), InputError);
-  std::string trailing = blob + "x";
-  EXPECT_THROW(SegmentState::deserialize(trailing, state.rules()), InputError);
-}
 
 TEST(SegmentState, SplitsAndMergesLikeTheAllocator) {
   // G2 of torch-allocator-spec §15: a 20 MiB segment; 1 MiB+1 then 5 MiB, the 4 MiB request takes
@@ -188,33 +159,6 @@ TEST(LayoutRules, RoundSizeMatchesTheSpecExamples) {
   EXPECT_EQ(parsed.max_split_size, 64 * kMiB);
   EXPECT_EQ(parsed.roundup_power2_divisions, r.roundup_power2_divisions);
   EXPECT_THROW(LayoutRules::from_allocator_settings({{"max_split_size", "big"}}), InputError);
-}
-
-TEST(Downsample, KeepsEveryPeak) {
-  std::vector<TimelineSample> samples(10000);
-  for (std::size_t i = 0; i < samples.size(); ++i)
-    samples[i].allocated = i % 100;
-  samples[4321].allocated = 1'000'000;  // one spike
-  samples[777].reserved = 5;
-  auto buckets = downsample(samples, 64);
-  ASSERT_EQ(buckets.size(), 64u);
-  EXPECT_EQ(buckets.front().first, 0u);
-  EXPECT_EQ(buckets.back().last, samples.size() - 1);
-  Bytes max_allocated = 0;
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    if (b > 0) {
-      EXPECT_EQ(buckets[b].first, buckets[b - 1].last + 1);
-    }
-    max_allocated = std::max(max_allocated, buckets[b].max.allocated);
-    EXPECT_EQ(buckets[b].min.allocated, 0u);
-    if (buckets[b].first <= 4321 && 4321 <= buckets[b].last) {
-      EXPECT_EQ(buckets[b].max.allocated, 1'000'000u);
-    }
-  }
-  EXPECT_EQ(max_allocated, 1'000'000u);
-  EXPECT_EQ(downsample(samples, 1'000'000).size(), samples.size());
-  EXPECT_TRUE(downsample({}, 10).empty());
-  EXPECT_EQ(downsample(samples, 4, 100).front().first, 100u);
 }
 
 }  // namespace
