@@ -28,22 +28,22 @@ const char* pieceKindName(PieceKind kind) {
   return "?";
 }
 
-const char* poolKindName(PoolKind pool) {
+const char* segmentKindName(SegmentKind pool) {
   switch (pool) {
-    case PoolKind::small:
+    case SegmentKind::small:
       return "small pool";
-    case PoolKind::large:
+    case SegmentKind::large:
       return "large pool";
-    case PoolKind::expandable:
+    case SegmentKind::expandable:
       return "expandable";
   }
   return "?";
 }
 
-PoolKind poolOf(const storage::SegmentRange& segment) {
+SegmentKind segmentKindOf(const storage::SegmentRange& segment) {
   if (segment.expandable)
-    return PoolKind::expandable;
-  return segment.size == kSmallSegmentBytes ? PoolKind::small : PoolKind::large;
+    return SegmentKind::expandable;
+  return segment.size == kSmallSegmentBytes ? SegmentKind::small : SegmentKind::large;
 }
 
 std::vector<SegmentView> segmentViews(const storage::SegmentMap& map) {
@@ -53,7 +53,7 @@ std::vector<SegmentView> segmentViews(const storage::SegmentMap& map) {
   for (const auto& [base, segment] : map.segments()) {
     SegmentView view;
     view.segment = segment;
-    view.pool = poolOf(segment);
+    view.pool = segmentKindOf(segment);
     const std::uint64_t end = base + segment.size;
     std::uint64_t cursor = base;
     std::vector<Piece> live;

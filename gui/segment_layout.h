@@ -21,8 +21,9 @@ enum class PieceKind : std::uint8_t {
 };
 const char* pieceKindName(PieceKind kind);
 
-enum class PoolKind : std::uint8_t { small, large, expandable };
-const char* poolKindName(PoolKind pool);
+// How the segment map draws a segment: its pool (engine/core/pool_kind.h), or expandable.
+enum class SegmentKind : std::uint8_t { small, large, expandable };
+const char* segmentKindName(SegmentKind kind);
 
 struct Piece {
   std::uint64_t addr = 0;
@@ -33,7 +34,7 @@ struct Piece {
 
 struct SegmentView {
   storage::SegmentRange segment;
-  PoolKind pool = PoolKind::large;
+  SegmentKind pool = SegmentKind::large;
   std::vector<Piece> pieces;  // address order, covering [base, base + size) exactly
   Bytes liveBytes = 0;
   Bytes largestFree = 0;
@@ -53,7 +54,7 @@ struct SegmentMapSummary {
 };
 
 // PyTorch's small pool lives in 2 MiB segments (kSmallBuffer); everything else is large.
-PoolKind poolOf(const storage::SegmentRange& segment);
+SegmentKind segmentKindOf(const storage::SegmentRange& segment);
 
 std::vector<SegmentView> segmentViews(const storage::SegmentMap& map);
 SegmentMapSummary summarize(const std::vector<SegmentView>& views);

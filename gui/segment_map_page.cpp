@@ -293,9 +293,9 @@ void SegmentMapWidget::paintEvent(QPaintEvent*) {
   // stripe at the bottom for a non-default stream.
   for (const SegmentLayout::Outline& outline : m_layout.segmentOutlines) {
     const SegmentView& view = m_views[outline.segment];
-    const Qt::PenStyle style = view.pool == PoolKind::small        ? Qt::DotLine
-                               : view.pool == PoolKind::expandable ? Qt::DashLine
-                                                                   : Qt::SolidLine;
+    const Qt::PenStyle style = view.pool == SegmentKind::small        ? Qt::DotLine
+                               : view.pool == SegmentKind::expandable ? Qt::DashLine
+                                                                      : Qt::SolidLine;
     // A private pool's segment (CUDA graph, MemPool) in its own colour: its free memory serves
     // only that pool's allocations.
     const bool privatePool =
@@ -319,7 +319,7 @@ QString SegmentMapWidget::describePiece(const Piece& piece, const SegmentView& s
           .arg(piece.addr, 0, 16)
           .arg(segment.segment.base, 0, 16)
           .arg(formatBytes(static_cast<double>(segment.segment.size)),
-               QString::fromLatin1(poolKindName(segment.pool)))
+               QString::fromLatin1(segmentKindName(segment.pool)))
           .arg(segment.segment.stream.value)
           .arg(formatBytes(static_cast<double>(segment.liveBytes)),
                formatBytes(static_cast<double>(segment.largestFree)));

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/allocator/config.h"
+#include "engine/core/pool_kind.h"
 #include "engine/core/units.h"
 
 namespace fragscope::alloc {
@@ -16,7 +17,7 @@ inline constexpr Bytes kMinLargeAlloc = 10 * kMiB;     // below: a large_segment
 inline constexpr Bytes kRoundLarge = 2 * kMiB;         // larger segments round up to this
 inline constexpr Bytes kOneExbibyte = Bytes{1} << 60;  // allocate() refuses sizes >= this
 
-enum class PoolKind : std::uint8_t { small, large };
+using fragscope::PoolKind;  // engine/core/pool_kind.h
 
 // round_size(n): the block size for a request of n bytes (n >= 1), with the configured
 // roundup_power2_divisions table (spec §1.2, §1.3). `one_division_unrounded`: PyTorch <= 2.0's

@@ -12,10 +12,6 @@
 namespace fragscope::analysis {
 namespace {
 
-alloc::PoolKind pool_of(snapshot::PoolKind pool) {
-  return pool == snapshot::PoolKind::small ? alloc::PoolKind::small : alloc::PoolKind::large;
-}
-
 void take_max(MemorySample& peak, const MemorySample& s) {
   peak.allocated = std::max(peak.allocated, s.allocated);
   peak.reserved = std::max(peak.reserved, s.reserved);
@@ -43,10 +39,6 @@ void count_call(DeviceCalls& calls, TraceAction action) {
     default:
       break;
   }
-}
-
-const char* pool_name(alloc::PoolKind pool) {
-  return pool == alloc::PoolKind::small ? "small" : "large";
 }
 
 }  // namespace
@@ -110,7 +102,7 @@ std::vector<FreeBlock> free_blocks(const snapshot::SegmentState& state) {
     if (segment == segments.end() || segment->first > address)
       continue;  // SegmentState keeps every block inside a segment; nothing to attribute
     const auto& info = segment->second;
-    result.push_back(FreeBlock{address, block.size, info.stream, pool_of(info.pool),
+    result.push_back(FreeBlock{address, block.size, info.stream, info.pool,
                                !info.expandable && info.block_count > 1});
   }
   return result;
@@ -270,7 +262,7 @@ nlohmann::json to_json(const MemorySample& s) {
 }
 
 nlohmann::json to_json(const FreeSpace& space) {
-  return {{"stream", space.stream.value},   {"pool", pool_name(space.pool)},
+  return {{"stream", space.stream.value},   {"pool", to_string(space.pool)},
           {"free_bytes", space.free_bytes}, {"largest_block", space.largest_block},
           {"blocks", space.blocks},         {"in_split_segments", space.in_split_segments}};
 }

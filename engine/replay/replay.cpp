@@ -75,8 +75,7 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out,
     seed.address = address;
     seed.size = segment.size;
     seed.stream = segment.stream;
-    seed.pool =
-        segment.pool == snapshot::PoolKind::small ? alloc::PoolKind::small : alloc::PoolKind::large;
+    seed.pool = segment.pool;
     seed.expandable = segment.expandable;
     const std::uint64_t end = address + segment.size;
     for (auto it = blocks.lower_bound(address); it != blocks.end() && it->first < end; ++it) {

@@ -67,10 +67,6 @@ std::vector<Frame> FrameTable::stack_frames(FrameStackId id) const {
 
 // ---- enums ------------------------------------------------------------------------------------
 
-std::string_view to_string(PoolKind pool) {
-  return pool == PoolKind::small ? "small" : "large";
-}
-
 std::size_t Snapshot::device_count() const {
   std::size_t n = device_traces.size();
   for (const Segment& s : segments)

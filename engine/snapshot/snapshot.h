@@ -18,6 +18,7 @@
 
 #include "engine/allocator/config.h"
 #include "engine/core/block_state.h"
+#include "engine/core/pool_kind.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/torch_version.h"
 #include "engine/core/trace.h"
@@ -67,8 +68,7 @@ class FrameTable {
 
 using fragscope::BlockState;  // engine/core/block_state.h
 
-enum class PoolKind : std::uint8_t { small, large };
-std::string_view to_string(PoolKind pool);
+using fragscope::PoolKind;  // engine/core/pool_kind.h
 
 struct Block {
   std::uint64_t address = 0;

@@ -204,8 +204,8 @@ class TestModels : public QObject {
     QCOMPARE(int(views[0].pieces[2].kind), int(PieceKind::pendingFree));
     QCOMPARE(views[0].pieces[3].size, 10 * kMiB);
     QCOMPARE(views[0].largestFree, 10 * kMiB);
-    QCOMPARE(int(views[0].pool), int(PoolKind::large));
-    QCOMPARE(int(views[1].pool), int(PoolKind::small));
+    QCOMPARE(int(views[0].pool), int(SegmentKind::large));
+    QCOMPARE(int(views[1].pool), int(SegmentKind::small));
     QCOMPARE(int(views[2].pieces.front().kind), int(PieceKind::freeWholeSegment));
     for (const SegmentView& view : views) {
       Bytes covered = 0;
