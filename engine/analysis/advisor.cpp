@@ -20,14 +20,6 @@
 namespace fragscope::analysis {
 namespace {
 
-std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
-  std::size_t best = 0;
-  for (std::size_t d = 1; d < snapshot.device_traces.size(); ++d)
-    if (snapshot.device_traces[d].size() > snapshot.device_traces[best].size())
-      best = d;
-  return best;
-}
-
 bool is_release(TraceAction a) {
   return a == TraceAction::free_completed || a == TraceAction::segment_free ||
          a == TraceAction::segment_unmap;
@@ -149,7 +141,7 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
 
 Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
                        const AdviseOptions& options) {
-  const std::size_t device = options.device.value_or(busiest_device(snap));
+  const std::size_t device = options.device.value_or(snap.busiest_device());
   if (device >= std::max<std::size_t>(snap.device_traces.size(), 1))
     throw InputError(input + ": no device " + std::to_string(device) + " in the snapshot (it has " +
                      std::to_string(snap.device_traces.size()) + ")");

@@ -74,6 +74,21 @@ std::size_t Snapshot::device_count() const {
   return n;
 }
 
+std::size_t Snapshot::busiest_device() const {
+  std::size_t best = 0;
+  for (std::size_t d = 1; d < device_traces.size(); ++d) {
+    if (device_traces[d].size() > device_traces[best].size())
+      best = d;
+  }
+  if (best < device_traces.size() && !device_traces[best].empty())
+    return best;
+  std::vector<std::size_t> segment_counts(device_count(), 0);
+  for (const Segment& segment : segments)
+    ++segment_counts[static_cast<std::size_t>(segment.device)];
+  return static_cast<std::size_t>(
+      std::max_element(segment_counts.begin(), segment_counts.end()) - segment_counts.begin());
+}
+
 std::size_t Snapshot::trace_entry_count() const {
   std::size_t n = 0;
   for (const auto& t : device_traces)

@@ -165,6 +165,9 @@ struct Snapshot {
 
   // Devices with a trace list or a segment: a device whose list is empty still counts.
   std::size_t device_count() const;
+  // The device an analysis of "the snapshot" looks at: the one with the most trace entries;
+  // without any, the one with the most segments (a state-only snapshot); 0 for an empty one.
+  std::size_t busiest_device() const;
   std::size_t trace_entry_count() const;
   // The compile_context / user_metadata of entry `index` of `device` ("" when absent).
   std::string_view compile_context(std::size_t device, std::size_t index) const;

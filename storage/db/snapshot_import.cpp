@@ -40,23 +40,6 @@ SeriesPoint point_of(const snapshot::TimelineSample& sample) {
           static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
 }
 
-// The device with the most trace entries; without any, the one with the most segments (a
-// state-only snapshot).
-std::size_t busiest_device(const snapshot::Snapshot& snapshot) {
-  std::size_t best = 0;
-  for (std::size_t d = 1; d < snapshot.device_traces.size(); ++d) {
-    if (snapshot.device_traces[d].size() > snapshot.device_traces[best].size())
-      best = d;
-  }
-  if (best < snapshot.device_traces.size() && !snapshot.device_traces[best].empty())
-    return best;
-  std::vector<std::size_t> segments(snapshot.device_count(), 0);
-  for (const auto& segment : snapshot.segments)
-    ++segments[static_cast<std::size_t>(segment.device)];
-  return static_cast<std::size_t>(std::max_element(segments.begin(), segments.end()) -
-                                  segments.begin());
-}
-
 }  // namespace
 
 SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device) {
@@ -156,7 +139,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     control.check();
   };
   const std::size_t device_count = std::max<std::size_t>(snapshot.device_count(), 1);
-  const std::size_t device = options.device.value_or(busiest_device(snapshot));
+  const std::size_t device = options.device.value_or(snapshot.busiest_device());
   if (device >= device_count) {
     throw InputError(options.source_file + ": no device " + std::to_string(device) +
                      " in the snapshot (it has " + std::to_string(device_count) + ")");

@@ -76,5 +76,24 @@ TEST(FixtureRead, EntryCountsMatchTheFixtureReadme) {
   EXPECT_EQ(fixture("streams_default").device_traces[0].size(), 31348u);
 }
 
+// The device the import and the advisor analyse: most trace entries, else most segments.
+TEST(Snapshot, BusiestDeviceHasTheMostEntriesOrElseTheMostSegments) {
+  Snapshot traced;
+  traced.device_traces.resize(3);
+  traced.device_traces[2].resize(5);
+  traced.device_traces[1].resize(4);
+  EXPECT_EQ(traced.busiest_device(), 2u);
+
+  Snapshot state_only;  // memory_snapshot() without history: segments, no trace entries
+  state_only.device_traces.resize(1);
+  for (int device : {1, 3, 3}) {
+    Segment segment;
+    segment.device = device;
+    state_only.segments.push_back(segment);
+  }
+  EXPECT_EQ(state_only.busiest_device(), 3u);
+  EXPECT_EQ(Snapshot{}.busiest_device(), 0u);
+}
+
 }  // namespace
 }  // namespace fragscope::snapshot::test
