@@ -4,14 +4,13 @@
 // capture list are consistent, and every stat that can be recounted from the blocks agrees.
 #include <algorithm>
 #include <array>
-#include <cinttypes>
-#include <cstdio>
 #include <map>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 
 #include "engine/allocator/allocator_state.h"
+#include "engine/core/hex.h"
 
 namespace fragscope::alloc::detail {
 namespace {
@@ -22,12 +21,6 @@ StatType stat_type(PoolKind pool) {
 
 std::int64_t to_signed(Bytes bytes) {
   return static_cast<std::int64_t>(bytes);
-}
-
-std::string hex_address(std::uint64_t address) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, address);
-  return buffer;
 }
 
 bool fail(std::string* why, std::string message) {

@@ -4,8 +4,6 @@
 // allocator_seed.cpp the mid-run seeding, allocator_invariants.cpp the checker.
 #include <algorithm>
 #include <array>
-#include <cinttypes>
-#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory_resource>
@@ -17,6 +15,7 @@
 #include "engine/allocator/allocator_state.h"
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/summary.h"
+#include "engine/core/hex.h"
 
 namespace fragscope::alloc {
 namespace detail {
@@ -37,12 +36,6 @@ inline void decrease(StatArray& stat, PoolKind pool, std::int64_t amount) {
 
 inline std::int64_t to_signed(Bytes bytes) {
   return static_cast<std::int64_t>(bytes);
-}
-
-inline std::string hex_address(std::uint64_t address) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, address);
-  return buffer;
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/hex.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/environment.h"
 
@@ -34,16 +35,6 @@ CUmemAllocationProp pinned_on(int device) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   return prop;
-}
-
-std::string hex(std::uint64_t value) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string text;
-  do {
-    text.insert(text.begin(), kDigits[value & 15]);
-    value >>= 4;
-  } while (value != 0);
-  return "0x" + text;
 }
 
 }  // namespace
@@ -100,12 +91,12 @@ std::optional<std::uint64_t> CudaDevice::do_allocate_segment(Bytes bytes) {
 void CudaDevice::do_free_segment(std::uint64_t address, Bytes bytes) {
   auto it = segments_.find(address);
   if (it == segments_.end() || it->second != bytes)
-    throw CudaError("cudaFree(" + hex(address) + ", " + std::to_string(bytes) +
+    throw CudaError("cudaFree(" + hex_address(address) + ", " + std::to_string(bytes) +
                     "): not a segment this device allocated with that size");
   const CallTimer timer;
   const cudaError_t status = cudaFree(reinterpret_cast<void*>(address));
   stats_.cuda_free.add(timer.elapsed_ns());
-  detail::check(status, "cudaFree(" + hex(address) + ")");
+  detail::check(status, "cudaFree(" + hex_address(address) + ")");
   segments_.erase(it);
   in_use_ -= bytes;
 }
@@ -133,15 +124,15 @@ std::optional<std::uint64_t> CudaDevice::do_reserve_address_space(Bytes bytes, B
 void CudaDevice::do_release_address_space(std::uint64_t address, Bytes bytes) {
   auto it = reservations_.find(address);
   if (it == reservations_.end() || it->second.size != bytes)
-    throw CudaError("cuMemAddressFree(" + hex(address) + ", " + std::to_string(bytes) +
+    throw CudaError("cuMemAddressFree(" + hex_address(address) + ", " + std::to_string(bytes) +
                     "): not a reservation of this device with that size");
   if (!it->second.pages.empty())
-    throw CudaError("cuMemAddressFree(" + hex(address) +
+    throw CudaError("cuMemAddressFree(" + hex_address(address) +
                     "): " + std::to_string(it->second.pages.size()) + " pages are still mapped");
   const CallTimer timer;
   const CUresult status = detail::driver().mem_address_free(address, bytes);
   stats_.address_free.add(timer.elapsed_ns());
-  detail::check(status, "cuMemAddressFree(" + hex(address) + ")");
+  detail::check(status, "cuMemAddressFree(" + hex_address(address) + ")");
   reservations_.erase(it);
 }
 
@@ -155,7 +146,7 @@ CudaDevice::Reservation& CudaDevice::reservation_of(std::uint64_t address, Bytes
     if (offset + bytes <= r.size && offset % r.page == 0 && bytes % r.page == 0)
       return r;
   }
-  throw CudaError(std::string(what) + "(" + hex(address) + ", " + std::to_string(bytes) +
+  throw CudaError(std::string(what) + "(" + hex_address(address) + ", " + std::to_string(bytes) +
                   "): not a page-aligned range inside a reservation of this device");
 }
 
@@ -170,7 +161,8 @@ bool CudaDevice::do_map_pages(std::uint64_t address, Bytes bytes) {
   std::vector<std::uint64_t> mapped;
   for (std::uint64_t page = address; page < address + bytes; page += r.page) {
     if (r.pages.count(page) != 0)
-      throw CudaError("map_pages(" + hex(address) + "): page " + hex(page) + " is already mapped");
+      throw CudaError("map_pages(" + hex_address(address) + "): page " + hex_address(page) +
+                      " is already mapped");
     CUmemGenericAllocationHandle handle = 0;
     const CUresult created = api.mem_create(&handle, r.page, &prop, 0);
     if (created == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -185,14 +177,14 @@ bool CudaDevice::do_map_pages(std::uint64_t address, Bytes bytes) {
     const CUresult mapped_status = api.mem_map(page, r.page, 0, handle, 0);
     if (mapped_status != CUDA_SUCCESS) {
       api.mem_release(handle);
-      detail::check(mapped_status, "cuMemMap(" + hex(page) + ")");
+      detail::check(mapped_status, "cuMemMap(" + hex_address(page) + ")");
     }
     r.pages.emplace(page, handle);
     mapped.push_back(page);
     in_use_ += r.page;
   }
   detail::check(api.mem_set_access(address, bytes, &access, 1),
-                "cuMemSetAccess(" + hex(address) + ", " + std::to_string(bytes) + ")");
+                "cuMemSetAccess(" + hex_address(address) + ", " + std::to_string(bytes) + ")");
   stats_.map.add(timer.elapsed_ns());
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   return true;
@@ -201,9 +193,10 @@ bool CudaDevice::do_map_pages(std::uint64_t address, Bytes bytes) {
 void CudaDevice::unmap_page(Reservation& r, std::uint64_t page_address) {
   auto it = r.pages.find(page_address);
   if (it == r.pages.end())
-    throw CudaError("unmap_pages: page " + hex(page_address) + " is not mapped");
+    throw CudaError("unmap_pages: page " + hex_address(page_address) + " is not mapped");
   const detail::DriverApi& api = detail::driver();
-  detail::check(api.mem_unmap(page_address, r.page), "cuMemUnmap(" + hex(page_address) + ")");
+  detail::check(api.mem_unmap(page_address, r.page),
+                "cuMemUnmap(" + hex_address(page_address) + ")");
   detail::check(api.mem_release(it->second), "cuMemRelease");
   r.pages.erase(it);
   in_use_ -= r.page;

@@ -7,6 +7,7 @@
 #include "engine/allocator/config.h"
 #include "engine/allocator/sizes.h"
 #include "engine/core/error.h"
+#include "engine/core/hex.h"
 
 namespace fragscope::snapshot {
 namespace {
@@ -17,11 +18,6 @@ bool fits_address_space(std::uint64_t address, Bytes size) {
   return size <= std::numeric_limits<std::uint64_t>::max() - address;
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 }  // namespace
 
 // ---- LayoutRules ------------------------------------------------------------------------------
@@ -102,7 +98,7 @@ bool LayoutRules::should_split(Bytes block_size, Bytes rounded) const {
 SegmentState::SegmentState(LayoutRules rules) : rules_(rules) {}
 
 void SegmentState::fail(const TraceEvent& e, const std::string& what) const {
-  throw InputError(std::string(to_string(e.action)) + " at " + hex(e.addr) + " (size " +
+  throw InputError(std::string(to_string(e.action)) + " at " + hex_address(e.addr) + " (size " +
                    std::to_string(e.size) + "): " + what);
 }
 
@@ -386,12 +382,12 @@ void SegmentState::on_segment_unmap(const TraceEvent& e) {
 
 void SegmentState::add_segment(std::uint64_t address, const SegmentInfo& info) {
   if (info.size == 0 || !fits_address_space(address, info.size))
-    throw InputError("segment at " + hex(address) + " of " + std::to_string(info.size) +
+    throw InputError("segment at " + hex_address(address) + " of " + std::to_string(info.size) +
                      " bytes is empty or reaches past the end of the 64-bit address space");
   auto after = segments_.lower_bound(address);
   if (segment_containing(address) != segments_.end() ||
       (after != segments_.end() && after->first < address + info.size))
-    throw InputError("segment at " + hex(address) + " overlaps another segment");
+    throw InputError("segment at " + hex_address(address) + " overlaps another segment");
   SegmentInfo s = info;
   s.block_count = 0;
   s.free_bytes = 0;
@@ -407,16 +403,16 @@ void SegmentState::add_segment(std::uint64_t address, const SegmentInfo& info) {
 void SegmentState::place_block(std::uint64_t address, const BlockInfo& info) {
   auto seg = segment_containing(address);
   if (seg == segments_.end())
-    throw InputError("block at " + hex(address) + " lies outside every segment");
+    throw InputError("block at " + hex_address(address) + " lies outside every segment");
   if (info.size == 0 || !fits_address_space(address, info.size))
-    throw InputError("block at " + hex(address) + " of " + std::to_string(info.size) +
+    throw InputError("block at " + hex_address(address) + " of " + std::to_string(info.size) +
                      " bytes is empty or reaches past the end of the 64-bit address space");
   auto it = blocks_.upper_bound(address);
   --it;
   std::uint64_t free_start = it->first;
   Bytes free_size = it->second.size;
   if (it->second.state != BlockState::inactive || address + info.size > free_start + free_size)
-    throw InputError("block at " + hex(address) + " of " + std::to_string(info.size) +
+    throw InputError("block at " + hex_address(address) + " of " + std::to_string(info.size) +
                      " bytes overlaps another block");
   Bytes before = split_contribution(seg->second);
   remove_free(it, seg->second);

@@ -85,8 +85,8 @@ std::size_t Snapshot::busiest_device() const {
   std::vector<std::size_t> segment_counts(device_count(), 0);
   for (const Segment& segment : segments)
     ++segment_counts[static_cast<std::size_t>(segment.device)];
-  return static_cast<std::size_t>(
-      std::max_element(segment_counts.begin(), segment_counts.end()) - segment_counts.begin());
+  return static_cast<std::size_t>(std::max_element(segment_counts.begin(), segment_counts.end()) -
+                                  segment_counts.begin());
 }
 
 std::size_t Snapshot::trace_entry_count() const {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/core/hex.h"
 #include "engine/core/request.h"
 #include "engine/core/units.h"
 
@@ -30,6 +31,12 @@ TEST(ByteLiterals, MatchPowersOfTwo) {
 TEST(Category, HasStableNames) {
   EXPECT_EQ(to_string(Category::optimizer_state), "optimizer_state");
   EXPECT_EQ(to_string(Category::activation), "activation");
+}
+
+TEST(HexAddress, IsLowerCaseHexWithThePrefix) {
+  EXPECT_EQ(hex_address(0), "0x0");
+  EXPECT_EQ(hex_address(0x7f00000a2c00), "0x7f00000a2c00");
+  EXPECT_EQ(hex_address(~std::uint64_t{0}), "0xffffffffffffffff");
 }
 
 }  // namespace
