@@ -61,8 +61,8 @@ std::vector<SegmentView> segmentViews(const storage::SegmentMap& map) {
       const storage::LiveBlock& block = it->second;
       const std::uint64_t blockEnd = std::min(end, block.addr + std::max<Bytes>(block.size, 1));
       live.push_back({block.addr, blockEnd - block.addr,
-                      block.state == storage::BlockState::pending_free ? PieceKind::pendingFree
-                                                                       : PieceKind::allocated,
+                      block.state == BlockState::active_pending_free ? PieceKind::pendingFree
+                                                                     : PieceKind::allocated,
                       block.frames});
     }
     const PieceKind freeKind =

@@ -49,12 +49,7 @@ std::pair<storage::SegmentMap, storage::SeriesPoint> start_of(
       if (block.state == BlockState::inactive)
         continue;
       const bool allocated = block.state == BlockState::active_allocated;
-      state.add_block(
-          {block.address,
-           block.requested_size,
-           segment.stream,
-           allocated ? storage::BlockState::allocated : storage::BlockState::pending_free,
-           {}});
+      state.add_block({block.address, block.requested_size, segment.stream, block.state, {}});
       point.active += static_cast<std::int64_t>(block.size);
       point.requested += static_cast<std::int64_t>(block.requested_size);
       if (allocated)

@@ -10,12 +10,12 @@ constexpr std::uint8_t kKeyframeFormat = 1;
 void SegmentMap::apply(const TraceEvent& event) {
   switch (event.action) {
     case TraceAction::alloc:
-      blocks_[event.addr] =
-          LiveBlock{event.addr, event.size, event.stream, BlockState::allocated, event.frames};
+      blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
+                                      BlockState::active_allocated, event.frames};
       break;
     case TraceAction::free_requested:
       if (auto it = blocks_.find(event.addr); it != blocks_.end())
-        it->second.state = BlockState::pending_free;
+        it->second.state = BlockState::active_pending_free;
       else
         ++unmatched_;
       break;
@@ -49,15 +49,15 @@ void SegmentMap::unapply(const TraceEvent& event) {
       break;
     case TraceAction::free_requested:
       if (auto it = blocks_.find(event.addr); it != blocks_.end())
-        it->second.state = BlockState::allocated;
+        it->second.state = BlockState::active_allocated;
       else
-        blocks_[event.addr] =
-            LiveBlock{event.addr, event.size, event.stream, BlockState::allocated, FrameStackId{}};
+        blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
+                                        BlockState::active_allocated, FrameStackId{}};
       break;
     case TraceAction::free_completed:
       // The stack of a free event is the free's, not the allocation's: unknown here.
-      blocks_[event.addr] =
-          LiveBlock{event.addr, event.size, event.stream, BlockState::pending_free, FrameStackId{}};
+      blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
+                                      BlockState::active_pending_free, FrameStackId{}};
       break;
     case TraceAction::segment_alloc:
       segments_.erase(event.addr);
@@ -204,7 +204,7 @@ SegmentMap SegmentMap::deserialize(std::span<const std::uint8_t> blob, const std
     block.size = in.varint();
     block.stream = StreamId{in.varint()};
     const std::uint8_t state = in.byte();
-    if (state > static_cast<std::uint8_t>(BlockState::pending_free))
+    if (state > static_cast<std::uint8_t>(BlockState::active_pending_free))
       in.fail("unknown block state " + std::to_string(state));
     block.state = static_cast<BlockState>(state);
     block.frames = FrameStackId{static_cast<std::uint32_t>(in.varint())};

@@ -12,17 +12,19 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/block_state.h"
 #include "engine/core/trace.h"
 
 namespace fragscope::storage {
 
-enum class BlockState : std::uint8_t { allocated, pending_free };
+// A live block is active_allocated or active_pending_free (engine/core/block_state.h); the map
+// holds no inactive blocks.
 
 struct LiveBlock {
   std::uint64_t addr = 0;
   Bytes size = 0;  // the request size from the alloc event
   StreamId stream{};
-  BlockState state = BlockState::allocated;
+  BlockState state = BlockState::active_allocated;
   FrameStackId frames{};
   friend bool operator==(const LiveBlock&, const LiveBlock&) = default;
 };

@@ -36,11 +36,6 @@ void apply_segment_pools(const nlohmann::json& summary, std::vector<snapshot::Se
   }
 }
 
-snapshot::BlockState block_state(BlockState state) {
-  return state == BlockState::allocated ? snapshot::BlockState::active_allocated
-                                        : snapshot::BlockState::active_pending_free;
-}
-
 // The state before the first event, in the layout model. Sizes of blocks that were live before
 // the events began are not recorded anywhere; they get the 512-byte rounding of their request.
 snapshot::SegmentState initial_layout(const SegmentMap& initial,
@@ -59,7 +54,7 @@ snapshot::SegmentState initial_layout(const SegmentMap& initial,
     snapshot::SegmentState::BlockInfo info;
     info.size = round_up(block.size, kMinBlockSize);
     info.requested = block.size;
-    info.state = block_state(block.state);
+    info.state = block.state;
     info.frames = block.frames;
     info.predates_trace = true;
     state.place_block(addr, info);
@@ -92,10 +87,10 @@ std::vector<snapshot::Segment> approximate_segments(const SegmentMap& map) {
       const std::uint64_t limit =
           next != map.blocks().end() && next->first < end ? next->first : end;
       const Bytes size = std::min<Bytes>(round_up(live.size, kMinBlockSize), limit - live.addr);
-      segment.blocks.push_back({live.addr, size, live.size, block_state(live.state), live.frames});
+      segment.blocks.push_back({live.addr, size, live.size, live.state, live.frames});
       segment.active_size += size;
       segment.requested_size += live.size;
-      if (live.state == BlockState::allocated)
+      if (live.state == BlockState::active_allocated)
         segment.allocated_size += size;
       cursor = live.addr + size;
     }

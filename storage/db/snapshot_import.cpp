@@ -29,7 +29,7 @@ SeriesPoint series_of(const SegmentMap& state) {
     const auto size = static_cast<std::int64_t>(block.size);
     point.active += size;
     point.requested += size;
-    if (block.state == BlockState::allocated)
+    if (block.state == BlockState::active_allocated)
       point.allocated += size;
   }
   return point;
@@ -52,10 +52,7 @@ SegmentMap segment_map_of(const snapshot::Snapshot& snapshot, std::size_t device
     for (const auto& block : segment.blocks) {
       if (block.state == snapshot::BlockState::inactive)
         continue;
-      map.add_block(LiveBlock{block.address, block.requested_size, segment.stream,
-                              block.state == snapshot::BlockState::active_allocated
-                                  ? BlockState::allocated
-                                  : BlockState::pending_free,
+      map.add_block(LiveBlock{block.address, block.requested_size, segment.stream, block.state,
                               block.frames});
     }
   }

@@ -155,9 +155,7 @@ RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t>
         end = next->first;
       snapshot::SegmentState::BlockInfo block;
       block.requested = it->second.size;
-      block.state = it->second.state == BlockState::pending_free
-                        ? fragscope::BlockState::active_pending_free
-                        : fragscope::BlockState::active_allocated;
+      block.state = it->second.state;
       block.frames = it->second.frames;
       block.predates_trace = true;
       const Bytes rounded = rules.round_size(block.requested);

@@ -27,7 +27,7 @@ class TestRunViews : public QObject {
   void allocationLifetimesFollowAllocAndFreeCompleted() {
     storage::SegmentMap initial;
     initial.add_segment({0x1000, 8 * kMiB, StreamId{0}, false});
-    initial.add_block({0x1000, 1 * kMiB, StreamId{0}, storage::BlockState::allocated, {}});
+    initial.add_block({0x1000, 1 * kMiB, StreamId{0}, BlockState::active_allocated, {}});
     LifetimeBuilder builder(LifetimeKind::allocations, initial);
     const std::vector<TraceEvent> events{
         ev(TraceAction::alloc, 0x200000, 2 * kMiB, 7),        // 0

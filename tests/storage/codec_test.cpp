@@ -109,7 +109,7 @@ TEST(SegmentMap, TracksSegmentsBlocksAndPendingFrees) {
   map.apply({TraceAction::alloc, 0x1200, 100, StreamId{}, 0, FrameStackId{}});
   map.apply({TraceAction::free_requested, 0x1000, 512, StreamId{}, 0, FrameStackId{}});
   ASSERT_EQ(map.blocks().size(), 2u);
-  EXPECT_EQ(map.blocks().at(0x1000).state, BlockState::pending_free);
+  EXPECT_EQ(map.blocks().at(0x1000).state, BlockState::active_pending_free);
   EXPECT_EQ(map.blocks().at(0x1000).frames, FrameStackId{4});
   map.apply({TraceAction::free_completed, 0x1000, 512, StreamId{}, 0, FrameStackId{}});
   EXPECT_EQ(map.blocks().size(), 1u);

@@ -181,7 +181,7 @@ TEST(RunStore, InitialSegmentStateIsKept) {
   RunStore store(":memory:");
   SegmentMap initial;
   initial.add_segment({0x1000, 2 << 20, StreamId{}, false});
-  initial.add_block({0x1000, 4096, StreamId{}, BlockState::allocated, FrameStackId{}});
+  initial.add_block({0x1000, 4096, StreamId{}, BlockState::active_allocated, FrameStackId{}});
   const RunId id =
       store.begin_run(simulated_run("truncated"), initial, {4096, 2 << 20, 4096, 4096});
   const std::vector<TraceEvent> events = {
