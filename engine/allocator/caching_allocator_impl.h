@@ -726,7 +726,7 @@ struct CachingAllocator::Impl : AllocatorState {
       emit(TraceAction::oom, oom.device_free, size, stream);
       ++stats.num_ooms;
       OomMessageInputs text;
-      text.device = 0;
+      text.device = device.ordinal();
       text.tried_to_allocate = alloc_size;
       text.total_capacity = oom.device_total;
       text.device_free = oom.device_free;

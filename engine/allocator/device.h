@@ -56,6 +56,11 @@ class Device {
 
   const DeviceCallCounts& calls() const { return calls_; }
 
+  // The CUDA device index: "GPU d" in the OOM text. A replay of device d's trace sets it on the
+  // device the allocator is given.
+  int ordinal() const { return ordinal_; }
+  void set_ordinal(int ordinal) { ordinal_ = ordinal; }
+
  private:
   virtual std::optional<std::uint64_t> do_allocate_segment(Bytes bytes) = 0;
   virtual void do_free_segment(std::uint64_t address, Bytes bytes) = 0;
@@ -65,6 +70,7 @@ class Device {
   virtual void do_unmap_pages(std::uint64_t address, Bytes bytes) = 0;
 
   DeviceCallCounts calls_;
+  int ordinal_ = 0;
 };
 
 // A GPU of fixed capacity with deterministic addresses.

@@ -298,6 +298,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                                    options.total_memory);
   alloc::RecordedAddressDevice device(options.segment_addresses.value_or(requests.segments),
                                       simulated);
+  device.set_ordinal(options.device);
   std::vector<Bytes> free_at_ooms;
   for (const RecordedOom& oom : requests.ooms)
     free_at_ooms.push_back(oom.device_free);
@@ -324,6 +325,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                                          options.total_memory);
     alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
                                             dry_simulated);
+    dry_device.set_ordinal(options.device);
     const auto dry =
         alloc::run_requests(requests.requests, config, dry_device, nullptr, run_options);
     const std::int64_t missing =
@@ -410,6 +412,7 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments(
 ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOptions& given,
                              std::size_t device) {
   ReplayOptions options = given;
+  options.device = static_cast<int>(device);
   if (!options.torch_version)
     options.torch_version = snapshot.torch_version.profile();
   if (options.final_segments.empty()) {

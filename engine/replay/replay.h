@@ -114,6 +114,9 @@ struct ReplayOptions {
   // The release whose allocator rules the model follows (torch-allocator-spec §14): nullopt =
   // the snapshot's (replay_snapshot: its format's guess or --torch-version), else 2.11.
   std::optional<TorchVersion> torch_version;
+  // The CUDA device the trace was recorded on ("GPU d" in the model's OOM text); replay_snapshot
+  // sets it from its `device`.
+  int device = 0;
 };
 
 struct Divergence {

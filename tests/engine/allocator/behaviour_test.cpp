@@ -169,6 +169,20 @@ TEST(Run, OomStopsTheRunLikeAnExceptionUnlessToldOtherwise) {
   EXPECT_THROW(run_requests(bad, AllocatorConfig{}, device3), InputError);
 }
 
+// The OOM text names the device the allocator runs on, not always GPU 0.
+TEST(Run, TheOomTextNamesTheDevice) {
+  RequestStream stream;
+  stream.requests.push_back(Request{RequestOp::malloc, TensorId{1}, 200_MiB, StreamId{0}, {}});
+  RunOptions options;
+  options.allowed_memory = 100_MiB;
+  SimulatedDevice device(1_GiB);
+  device.set_ordinal(3);
+  const RunResult result = run_requests(stream, AllocatorConfig{}, device, nullptr, options);
+  ASSERT_EQ(result.ooms.size(), 1u);
+  EXPECT_NE(result.ooms[0].oom.message.find("GPU 3 has a total capacity"), std::string::npos)
+      << result.ooms[0].oom.message;
+}
+
 // --- the same randomized workload under several policies --------------------------------------
 
 struct DefaultPolicy {
