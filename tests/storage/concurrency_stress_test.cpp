@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "storage/db/run_store.h"
@@ -33,8 +34,11 @@ bool stop_requested(const std::string& stop_file) {
 
 // What each reader process does until the stop file appears. Busy/locked errors are expected
 // (a vacuum waits for the importer's write lock and may time out); anything else fails it.
-int reader_loop(int role, const std::string& path, const std::string& stop_file) {
+// Its number of completed rounds goes to rounds_file, for the summary the test prints.
+int reader_loop(int role, const std::string& path, const std::string& stop_file,
+                const std::string& rounds_file) {
   std::size_t rounds = 0;
+  std::size_t attempts = 0;
   while (!stop_requested(stop_file)) {
     try {
       switch (role) {
@@ -67,6 +71,7 @@ int reader_loop(int role, const std::string& path, const std::string& stop_file)
           break;
         }
       }
+      ++rounds;  // only rounds that completed: a busy or locked one is not counted
     } catch (const DatabaseError& e) {
       const std::string what = e.what();
       if (what.find("locked") == std::string::npos && what.find("busy") == std::string::npos) {
@@ -74,10 +79,11 @@ int reader_loop(int role, const std::string& path, const std::string& stop_file)
         return 3;
       }
     }
-    ++rounds;
+    ++attempts;
     usleep(2000);
   }
-  return rounds > 0 ? 0 : 4;
+  test::write_file(rounds_file, std::to_string(rounds));
+  return attempts > 0 ? 0 : 4;
 }
 
 TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
@@ -93,7 +99,7 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0)
-      _exit(reader_loop(role, path, stop_file));
+      _exit(reader_loop(role, path, stop_file, dir.file("rounds-" + std::to_string(role))));
     readers.push_back(child);
   }
   // The GUI's pages open and close their own readers in the importing process.
@@ -129,6 +135,7 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
   // waited its 5 s for it fails with "locked" (a clear error, nothing written) and is retried.
   std::size_t locked_retries = 0;
   std::size_t committed = 0;
+  std::size_t integrity_ok = 0;
   for (std::size_t i = 0; i < imports && locked_retries < 20 * imports; ++i) {
     const auto trace = test::synthetic_trace(events, static_cast<std::uint32_t>(100 + i));
     try {
@@ -153,6 +160,7 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
     auto integrity = check.database().prepare("PRAGMA integrity_check");
     EXPECT_TRUE(integrity.step());
     EXPECT_EQ(integrity.column_text(0), "ok") << "after import " << i;
+    integrity_ok += integrity.column_text(0) == "ok" ? 1 : 0;
     const auto runs = check.list_runs();
     EXPECT_EQ(runs.size(), committed) << "after import " << i;
     if (!runs.empty()) {
@@ -172,10 +180,17 @@ TEST(ConcurrencyStress, ImportsBesideReadersCheckpointsAndVacuums) {
         << "reader exit status " << WEXITSTATUS(status);
   }
   EXPECT_EQ(thread_failures.load(), 0);
+  std::size_t rounds[4] = {};
+  for (int role = 0; role < 4; ++role) {
+    std::ifstream in(dir.file("rounds-" + std::to_string(role)));
+    in >> rounds[role];
+  }
   std::printf(
       "stress: %zu imports of %zu events committed beside 4 reader processes and a reader "
-      "thread (%zu retried after waiting for a vacuum's lock)\n",
-      committed, events, locked_retries);
+      "thread (%zu retried after waiting for a vacuum's lock); integrity_check ok after %zu of "
+      "them; completed beside them: %zu reads, %zu checkpoint pairs (PASSIVE + TRUNCATE), %zu "
+      "vacuums, %zu mmap reads\n",
+      committed, events, locked_retries, integrity_ok, rounds[0], rounds[1], rounds[2], rounds[3]);
 }
 
 }  // namespace
