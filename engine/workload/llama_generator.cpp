@@ -53,6 +53,8 @@ class LlamaGenerator final : public StepGenerator {
     // and their gradients are fp32 there
     rot_ = std::max(d_.act, d_.param);
     casts_inputs_ = d_.autocast;
+    // a compiled Llama's graphs use plain mm (no biases): no cuBLASLt workspace
+    compiled_ = {CompiledModel::llama, a_, inter_, kvh_, false};
     build_params();
     finish_params();
   }
@@ -484,6 +486,10 @@ class LlamaGenerator final : public StepGenerator {
 
   // ---- one micro-batch ------------------------------------------------------------------------
   void micro_batch(const MicroBatch& shape) override {
+    if (t_.compile.whole_model()) {
+      compiled_micro_batch(shape);
+      return;
+    }
     begin_micro_batch(shape);
     const TensorId idx = b_.alloc(bt(8), Category::input, "input.tokens", -1);
     fsdp_pre_forward(0);

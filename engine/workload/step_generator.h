@@ -9,10 +9,12 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/core/request.h"
 #include "engine/core/units.h"
+#include "engine/workload/compiled_plan.h"
 #include "engine/workload/workload.h"
 
 namespace fragscope::workload::detail {
@@ -164,6 +166,37 @@ class StepGenerator {
   // ---- optimizer ----------------------------------------------------------------------------
   void optimizer_step(bool first);
   void zero_grad();
+  // ---- torch.compile(model) (compiled_step.cpp) ---------------------------------------------
+  // One micro-batch whose forward and backward are Inductor graphs from compiled_.model's plans.
+  // reduce-overhead: cudagraph trees run each graph in a private pool, eagerly at the first call
+  // (warm-up) and under capture at the second, clearing cuBLAS's workspaces before and after
+  // each; later calls replay the graphs in the pool's memory without asking the allocator.
+  void compiled_micro_batch(const MicroBatch& shape);
+  // One graph run from its plan. Forward: returns the logits and keeps what the backward saves
+  // (saved_). Backward: frees the saved tensors as it uses them, returns one gradient a parameter.
+  TensorId run_graph(CompiledGraph graph);
+  // The backward's outputs become the parameters' .grad (matched by size, in parameter order).
+  void compiled_gradients();
+  TensorId enter_graph_pool(Bytes static_input);
+  void exit_graph_pool();
+  // What the family's plans are sized by (set by its constructor).
+  struct CompiledShape {
+    CompiledModel model = CompiledModel::gpt;
+    std::int64_t heads = 0, ffn = 0, kv_heads = 0;
+    bool lt_matmuls = true;  // the graph's forward matmuls take cuBLASLt's workspace too
+  };
+  CompiledShape compiled_;
+  static constexpr MempoolId kCudaGraphPool{0, 1};  // cudagraph trees' pool, as 2.11 numbers it
+  struct SavedTensor {
+    Bytes size = 0;
+    int slot = 0;  // place in the forward's block pattern
+    TensorId id;
+  };
+  std::vector<SavedTensor> saved_;  // what the compiled forward kept
+  std::vector<std::pair<Bytes, TensorId>> backward_outputs_;
+  int compiled_calls_ = 0;
+  int forward_runs_ = 0, backward_runs_ = 0;
+  TensorId static_tokens_{}, static_gradient_{};  // a capture's copies of the graph inputs
 
   const Workload& w_;
   const Model& m_;

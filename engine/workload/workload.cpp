@@ -3,7 +3,7 @@
 #include <string>
 
 #include "engine/core/error.h"
-#include "engine/workload/compiled_gpt.h"
+#include "engine/workload/compiled_plan.h"
 #include "engine/workload/step_generator.h"
 #include "engine/workload/workload.h"
 
@@ -110,12 +110,21 @@ void validate(const Workload& w) {
   if (m.positions < 0)
     reject("model.positions", "must be >= 0");
   if (t.compile.whole_model()) {
-    // Inductor's plans were recorded for the recorder's GPT (compiled_gpt.h); what they do not
-    // cover is refused rather than guessed.
-    if (m.family != ModelFamily::gpt)
-      reject("training.compile.scope",
-             "\"model\" is modelled for the gpt family: a compiled Llama's attention runs cuDNN "
-             "kernels that allocate outside Inductor's wrapper, and no plan of them was recorded");
+    // Inductor's plans were recorded for the recorder's GPT and Llama (compiled_plan.h); what
+    // they do not cover is refused rather than guessed.
+    const bool llama = m.family == ModelFamily::llama;
+    if (llama && m.qkv_bias)
+      reject("model.qkv_bias",
+             "torch.compile of the whole model is modelled for the recorded Llama, whose "
+             "projections have no biases (Qwen2's q/k/v biases change Inductor's graphs)");
+    if (llama && m.tied_embeddings)
+      reject("model.tied_embeddings",
+             "torch.compile of the whole model is modelled for the recorded Llama, whose LM head "
+             "is untied (a tied head changes the backward's gradient outputs)");
+    if (llama && m.head_dim > 0 && m.head_dim * m.heads != m.hidden)
+      reject("model.head_dim",
+             "torch.compile of the whole model is modelled with head_dim = hidden / heads (the "
+             "recorded Llama's plans are sized by hidden and heads)");
     if (m.layers < detail::kCompiledMinLayers)
       reject("model.layers", "torch.compile of the whole model is modelled from " +
                                  std::to_string(detail::kCompiledMinLayers) + " blocks up");
@@ -123,8 +132,8 @@ void validate(const Workload& w) {
       reject("training.checkpointing",
              "not with torch.compile of the whole model (no recorded plan of a compiled "
              "checkpoint)");
-    if (m.attention != Attention::eager || !m.bias || m.tied_embeddings || m.positions > 0 ||
-        m.final_layernorm || m.residual_dropout || m.dropout <= 0)
+    if (!llama && (m.attention != Attention::eager || !m.bias || m.tied_embeddings ||
+                   m.positions > 0 || m.final_layernorm || m.residual_dropout || m.dropout <= 0))
       reject("training.compile.scope",
              "\"model\" is modelled for the recorder's GPT (eager attention with dropout, "
              "biases, no positions, no ln_f, untied head): the plans are Inductor's graphs of "

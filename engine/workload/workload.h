@@ -83,8 +83,8 @@ struct SeqLenSpec {
 // 16-bit output directly, a compiled MLP fuses the residual dropout, a compiled loss keeps only
 // the 16-bit logits and per-row statistics. scope model: torch.compile(model) — the whole forward
 // and backward are Inductor graphs (the loss and the optimizer stay eager), generated from the
-// recorded Inductor plans (compiled_gpt.h; the recorder's GPT family only, validate() refuses the
-// rest); mode reduce-overhead runs them under cudagraph trees: a warm-up and a capture in a
+// recorded Inductor plans (compiled_plan.h; the recorder's GPT and Llama only, validate() refuses
+// the rest); mode reduce-overhead runs them under cudagraph trees: a warm-up and a capture in a
 // private pool, then replays that ask the allocator for nothing.
 enum class CompileScope : std::uint8_t { parts, model };
 enum class CompileMode : std::uint8_t { default_mode, reduce_overhead };

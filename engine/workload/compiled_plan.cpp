@@ -1,4 +1,4 @@
-#include "engine/workload/compiled_gpt.h"
+#include "engine/workload/compiled_plan.h"
 
 #include <array>
 #include <cstddef>
@@ -9,13 +9,14 @@ namespace fragscope::workload::detail {
 namespace {
 
 // One event of a recorded plan; alloc and free_saved sizes are
-// num / den * B^e[0] T^e[1] H^e[2] V^e[3] heads^e[4] F^e[5] L^e[6] bytes (rounded up).
+// num / den * B^e[0] T^e[1] H^e[2] V^e[3] heads^e[4] F^e[5] L^e[6] kv_heads^e[7] bytes (rounded
+// up).
 struct PlanEvent {
   PlanOp op;
   int ref;
   std::int64_t num;
   std::int64_t den;
-  std::array<int, 7> e;
+  std::array<int, 8> e;
 };
 
 // The plan has `base` blocks; allocations [window, window + per_block) with the events before
@@ -39,13 +40,26 @@ struct AutotuneEvent {
   int ref;
   std::int64_t num;
   std::int64_t den;
-  std::array<int, 7> e;
+  std::array<int, 8> e;
 };
 
 #include "engine/workload/compiled_gpt_plan.inc"
+#include "engine/workload/compiled_llama_plan.inc"
+
+// cuDNN's fused attention (PyTorch 2.11, H200): the forward asks a 256-byte workspace; the
+// backward one of tokens·heads·(8·head_dim + 4) + 256 bytes (an fp32 dq accumulator, key/value
+// gradients expanded to every query head in 16 bits, fp32 row sums), as in eager SDPA
+// (llama_generator.cpp); both freed at once. Exact on every turn5 recording's steps.
+Bytes attention_workspace(bool backward, const PlanDims& d) {
+  if (!backward)
+    return 256;
+  const std::int64_t head_dim = d.hidden / d.heads;
+  return static_cast<Bytes>(d.batch * d.seq * d.heads * (8 * head_dim + 4) + 256);
+}
 
 Bytes size_of(const PlanEvent& ev, const PlanDims& d) {
-  const std::array<std::int64_t, 7> v{d.batch, d.seq, d.hidden, d.vocab, d.heads, d.ffn, d.layers};
+  const std::array<std::int64_t, 8> v{d.batch, d.seq, d.hidden, d.vocab,
+                                      d.heads, d.ffn, d.layers, d.kv_heads};
   std::int64_t num = ev.num, den = ev.den;
   for (std::size_t i = 0; i < v.size(); ++i) {
     for (int k = 0; k < ev.e[i]; ++k)
@@ -58,15 +72,25 @@ Bytes size_of(const PlanEvent& ev, const PlanDims& d) {
 
 }  // namespace
 
-std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dims, bool first_run) {
+std::vector<PlanStep> compiled_plan(CompiledModel model, CompiledGraph graph, const PlanDims& dims,
+                                    bool first_run) {
   const bool fw = graph == CompiledGraph::forward;
-  const std::span<const PlanTable> tables =
-      fw ? std::span<const PlanTable>(kForwardPlans) : std::span<const PlanTable>(kBackwardPlans);
-  const std::span<const AutotuneEvent> autotune =
-      fw ? std::span<const AutotuneEvent>(kAutotuneForward)
-         : std::span<const AutotuneEvent>(kAutotuneBackward);
+  const bool llama = model == CompiledModel::llama;
+  std::span<const PlanTable> tables;
+  std::span<const AutotuneEvent> autotune;
+  if (llama) {
+    tables = fw ? std::span<const PlanTable>(kLlamaForwardPlans)
+                : std::span<const PlanTable>(kLlamaBackwardPlans);
+    autotune = fw ? std::span<const AutotuneEvent>(kAutotuneLlamaForward)
+                  : std::span<const AutotuneEvent>(kAutotuneLlamaBackward);
+  } else {
+    tables =
+        fw ? std::span<const PlanTable>(kForwardPlans) : std::span<const PlanTable>(kBackwardPlans);
+    autotune = fw ? std::span<const AutotuneEvent>(kAutotuneForward)
+                  : std::span<const AutotuneEvent>(kAutotuneBackward);
+  }
   if (dims.layers < tables.front().shape.base)
-    throw std::invalid_argument("compiled_gpt_plan: fewer blocks than the recorded plans");
+    throw std::invalid_argument("compiled_plan: fewer blocks than the recorded plans");
   // the recorded plan of that depth, else the first one with its window repeated
   const PlanTable* table = &tables.front();
   for (const PlanTable& t : tables)
@@ -122,6 +146,8 @@ std::vector<PlanStep> compiled_gpt_plan(CompiledGraph graph, const PlanDims& dim
         s.ref = ((allocs++ - w) % k + k) % k;
       if (ev->op == PlanOp::alloc || ev->op == PlanOp::free_saved)
         s.size = size_of(*ev, dims);
+      if (ev->op == PlanOp::attention_workspace)
+        s.size = attention_workspace(ev->ref == 1, dims);
       out.push_back(s);
     }
   };
