@@ -32,70 +32,6 @@ bool differs(double baseline, double value) {
   return scale > 0 && std::fabs(value - baseline) / scale > kDifferenceTolerance;
 }
 
-// One run's reserved (solid) and allocated (dashed) curves on `axis`; returns the reserved graph,
-// or nullptr when the run cannot be placed on the axis.
-QCPGraph* plotRun(QCustomPlot* plot, const ComparedRun& run, const QColor& color, CompareAxis axis,
-                  const QString& name) {
-  const RunCurves curves = runCurves(run, axis);
-  if (curves.keys.isEmpty())
-    return nullptr;
-  QCPGraph* reservedGraph = plot->addGraph();
-  reservedGraph->setName(name);
-  reservedGraph->setPen(QPen(color, 1.8));
-  reservedGraph->setLineStyle(QCPGraph::lsStepLeft);
-  reservedGraph->setData(curves.keys, curves.reserved, true);
-  QCPGraph* allocatedGraph = plot->addGraph();
-  allocatedGraph->setName(name + QObject::tr(" · allocated"));
-  allocatedGraph->setPen(QPen(color, 1.2, Qt::DashLine));
-  allocatedGraph->setLineStyle(QCPGraph::lsStepLeft);
-  allocatedGraph->setData(curves.keys, curves.allocated, true);
-  allocatedGraph->removeFromLegend();
-  return reservedGraph;
-}
-
-// The OOMs of a run as crosses in its colour, on its reserved curve; nullptr without any.
-QCPGraph* plotOoms(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
-                   CompareAxis axis) {
-  const RunCurves curves = runCurves(run, axis);
-  if (curves.oomKeys.isEmpty())
-    return nullptr;
-  QCPGraph* graph = plot->addGraph();
-  graph->setName(QObject::tr("%1 · OOM").arg(QString::fromStdString(run.record.name)));
-  graph->setLineStyle(QCPGraph::lsNone);
-  graph->setScatterStyle(
-      QCPScatterStyle(QCPScatterStyle::ssCross, QPen(colors::oom, 2.4), color, 13));
-  graph->setData(curves.oomKeys, curves.oomValues, true);
-  graph->removeFromLegend();
-  return graph;
-}
-
-// What the plots' y axes must hold: the highest reserved peak, and a memory limit only when it is
-// near (a 39 GiB device under a 300 MiB run would flatten every curve).
-constexpr double kLimitNearPeak = 1.5;
-double peakOf(const ComparisonData& data) {
-  double top = 0;
-  for (const ComparedRun& run : data.runs) {
-    top = std::max(top, static_cast<double>(summaryPeak(run.record, "reserved")));
-    for (const auto& bucket : run.timeline)
-      top = std::max(top, static_cast<double>(bucket.max.reserved));
-  }
-  return top;
-}
-double topOf(const ComparisonData& data) {
-  const double peak = peakOf(data);
-  double top = peak;
-  for (const ComparedRun& run : data.runs)
-    if (const auto limit = storage::run_memory_limit(run.record);
-        limit && static_cast<double>(*limit) <= kLimitNearPeak * peak)
-      top = std::max(top, static_cast<double>(*limit));
-  return top;
-}
-
-QString runLabel(const ComparedRun& run) {
-  return QStringLiteral("#%1 %2")
-      .arg(run.record.id.value)
-      .arg(QString::fromStdString(run.record.name));
-}
 }  // namespace
 
 ComparisonData loadComparison(const QString& databasePath, const std::vector<storage::RunId>& runs,
@@ -320,7 +256,7 @@ void ComparisonModel::resetData(const ComparisonData& data) {
     // A run that did not stop at an OOM has more events: different, not worse.
     Metric events{tr("Events"), Unit::count, {}, false};
     for (const ComparedRun& run : data.runs) {
-      m_runNames.push_back(runLabel(run));
+      m_runNames.push_back(compareRunLabel(run));
       // Both counters read at the one event where reserved peaked; unknown without the events.
       const auto atPeak =
           run.profile ? usecases::reserved_unallocated_at_peak(*run.profile) : std::nullopt;
@@ -496,7 +432,7 @@ void ComparePage::showData(ComparisonData data) {
   m_settingsTable->horizontalHeader()->setSectionResizeMode(mode);
   QStringList names;
   for (const ComparedRun& run : m_data.runs)
-    names << runLabel(run).toHtmlEscaped();
+    names << compareRunLabel(run).toHtmlEscaped();
   QString header = tr("<b>Comparing %1 runs:</b> %2")
                        .arg(m_data.runs.size())
                        .arg(names.join(QStringLiteral(", ")));
@@ -533,15 +469,15 @@ void ComparePage::plotOverlay() {
   m_oomGraphs.clear();
   m_limitGraphs.clear();
   const auto axis = static_cast<CompareAxis>(m_overlayAxis->currentIndex());
-  const double top = topOf(m_data);
+  const double top = comparisonTop(m_data);
   double left = 0, right = 1;
   QStringList gaps;
   for (std::size_t i = 0; i < m_data.runs.size(); ++i) {
     const ComparedRun& run = m_data.runs[i];
     const QColor color = colors::run(static_cast<int>(i));
-    QCPGraph* reserved = plotRun(m_overlay, run, color, axis, runLabel(run));
+    QCPGraph* reserved = plotRunCurves(m_overlay, run, color, axis, compareRunLabel(run));
     m_reservedGraphs.push_back(reserved);
-    m_oomGraphs.push_back(reserved ? plotOoms(m_overlay, run, color, axis) : nullptr);
+    m_oomGraphs.push_back(reserved ? plotRunOoms(m_overlay, run, color, axis) : nullptr);
     if (!reserved) {
       gaps << axisGap(run, axis);
       continue;
@@ -553,30 +489,7 @@ void ComparePage::plotOverlay() {
       right = std::max(right, keys.upper);
     }
   }
-  // Memory limits: one dotted line for each distinct limit, named as PyTorch says it.
-  std::vector<Bytes> limits;
-  for (const ComparedRun& run : m_data.runs)
-    if (const auto limit = storage::run_memory_limit(run.record);
-        limit && std::find(limits.begin(), limits.end(), *limit) == limits.end())
-      limits.push_back(*limit);
-  for (const Bytes limit : limits) {
-    QStringList owners;
-    for (const ComparedRun& run : m_data.runs)
-      if (storage::run_memory_limit(run.record) == limit)
-        owners << QString::fromStdString(run.record.name);
-    QCPGraph* line = m_overlay->addGraph();
-    const auto y = static_cast<double>(limit);
-    line->setData({left, right}, {y, y}, true);
-    line->setPen(QPen(colors::oom, 1.4, Qt::DotLine));
-    QString name =
-        limits.size() == 1
-            ? tr("%1 allowed").arg(formatBytes(y))
-            : tr("%1 allowed (%2)").arg(formatBytes(y), owners.join(QStringLiteral(", ")));
-    if (y > top * 1.08)
-      name += tr(", above the plot");
-    line->setName(name);
-    m_limitGraphs.push_back(line);
-  }
+  m_limitGraphs = plotMemoryLimits(m_overlay, m_data, left, right, top);
   m_axisNote->setText(
       gaps.isEmpty()
           ? QString()
@@ -601,7 +514,7 @@ void ComparePage::plotOverlay() {
     setUpMemoryPlot(small);
     small->legend->setVisible(false);
     small->plotLayout()->insertRow(0);
-    auto* title = new QCPTextElement(small, runLabel(run));
+    auto* title = new QCPTextElement(small, compareRunLabel(run));
     title->setTextColor(palette().color(QPalette::Text));
     small->plotLayout()->addElement(0, 0, title);
     small->xAxis->setLabel(QString());
@@ -609,8 +522,8 @@ void ComparePage::plotOverlay() {
                                 ? QSharedPointer<QCPAxisTicker>(new EventTicker)
                                 : QSharedPointer<QCPAxisTicker>::create());
     const QColor color = colors::run(static_cast<int>(i));
-    if (QCPGraph* reserved = plotRun(small, run, color, axis, runLabel(run))) {
-      plotOoms(small, run, color, axis);
+    if (QCPGraph* reserved = plotRunCurves(small, run, color, axis, compareRunLabel(run))) {
+      plotRunOoms(small, run, color, axis);
       bool found = false;
       const QCPRange keys = reserved->getKeyRange(found);
       small->xAxis->setRange(found ? keys : QCPRange(0, 1));
@@ -645,7 +558,8 @@ void ComparePage::showPeakMaps() {
       title->setText(tr("<b style='color:%1'>%2</b><br>after event %3: %4 reserved in %5 "
                         "segments, %6 live, largest free %7")
                          .arg(colors::run(static_cast<int>(i)).name(),
-                              runLabel(run).toHtmlEscaped(), formatCount(run.atPeak->eventIndex),
+                              compareRunLabel(run).toHtmlEscaped(),
+                              formatCount(run.atPeak->eventIndex),
                               formatBytes(static_cast<double>(summary.reserved)))
                          .arg(summary.segments)
                          .arg(formatBytes(static_cast<double>(summary.live)),
@@ -657,7 +571,7 @@ void ComparePage::showPeakMaps() {
     } else {
       title->setText(tr("<b>%1</b><br><i>The segment layout could not be rebuilt from this run's "
                         "events (a truncated trace).</i>")
-                         .arg(runLabel(run).toHtmlEscaped()));
+                         .arg(compareRunLabel(run).toHtmlEscaped()));
     }
     m_peakMaps.push_back(map);
     m_peakLayout->addWidget(cell, static_cast<int>(i) / columns, static_cast<int>(i) % columns);

@@ -11,6 +11,8 @@
 
 #include "gui/format.h"
 #include "gui/job_page.h"
+#include "gui/plot_style.h"
+#include "gui/runs_model.h"
 #include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
@@ -27,6 +29,94 @@ QString axisLabel(CompareAxis axis) {
       return QObject::tr("seconds since each run's first event");
   }
   return {};
+}
+
+QString compareRunLabel(const ComparedRun& run) {
+  return QStringLiteral("#%1 %2")
+      .arg(run.record.id.value)
+      .arg(QString::fromStdString(run.record.name));
+}
+
+QCPGraph* plotRunCurves(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
+                        CompareAxis axis, const QString& name) {
+  const RunCurves curves = runCurves(run, axis);
+  if (curves.keys.isEmpty())
+    return nullptr;
+  QCPGraph* reservedGraph = plot->addGraph();
+  reservedGraph->setName(name);
+  reservedGraph->setPen(QPen(color, 1.8));
+  reservedGraph->setLineStyle(QCPGraph::lsStepLeft);
+  reservedGraph->setData(curves.keys, curves.reserved, true);
+  QCPGraph* allocatedGraph = plot->addGraph();
+  allocatedGraph->setName(name + QObject::tr(" · allocated"));
+  allocatedGraph->setPen(QPen(color, 1.2, Qt::DashLine));
+  allocatedGraph->setLineStyle(QCPGraph::lsStepLeft);
+  allocatedGraph->setData(curves.keys, curves.allocated, true);
+  allocatedGraph->removeFromLegend();
+  return reservedGraph;
+}
+
+QCPGraph* plotRunOoms(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
+                      CompareAxis axis) {
+  const RunCurves curves = runCurves(run, axis);
+  if (curves.oomKeys.isEmpty())
+    return nullptr;
+  QCPGraph* graph = plot->addGraph();
+  graph->setName(QObject::tr("%1 · OOM").arg(QString::fromStdString(run.record.name)));
+  graph->setLineStyle(QCPGraph::lsNone);
+  graph->setScatterStyle(
+      QCPScatterStyle(QCPScatterStyle::ssCross, QPen(colors::oom, 2.4), color, 13));
+  graph->setData(curves.oomKeys, curves.oomValues, true);
+  graph->removeFromLegend();
+  return graph;
+}
+
+namespace {
+constexpr double kLimitNearPeak = 1.5;
+}  // namespace
+
+double comparisonTop(const ComparisonData& data) {
+  double peak = 0;
+  for (const ComparedRun& run : data.runs) {
+    peak = std::max(peak, static_cast<double>(summaryPeak(run.record, "reserved")));
+    for (const auto& bucket : run.timeline)
+      peak = std::max(peak, static_cast<double>(bucket.max.reserved));
+  }
+  double top = peak;
+  for (const ComparedRun& run : data.runs)
+    if (const auto limit = storage::run_memory_limit(run.record);
+        limit && static_cast<double>(*limit) <= kLimitNearPeak * peak)
+      top = std::max(top, static_cast<double>(*limit));
+  return top;
+}
+
+std::vector<QCPGraph*> plotMemoryLimits(QCustomPlot* plot, const ComparisonData& data, double left,
+                                        double right, double top) {
+  std::vector<Bytes> limits;
+  for (const ComparedRun& run : data.runs)
+    if (const auto limit = storage::run_memory_limit(run.record);
+        limit && std::find(limits.begin(), limits.end(), *limit) == limits.end())
+      limits.push_back(*limit);
+  std::vector<QCPGraph*> lines;
+  for (const Bytes limit : limits) {
+    QStringList owners;
+    for (const ComparedRun& run : data.runs)
+      if (storage::run_memory_limit(run.record) == limit)
+        owners << QString::fromStdString(run.record.name);
+    QCPGraph* line = plot->addGraph();
+    const auto y = static_cast<double>(limit);
+    line->setData({left, right}, {y, y}, true);
+    line->setPen(QPen(colors::oom, 1.4, Qt::DotLine));
+    QString name =
+        limits.size() == 1
+            ? QObject::tr("%1 allowed").arg(formatBytes(y))
+            : QObject::tr("%1 allowed (%2)").arg(formatBytes(y), owners.join(QStringLiteral(", ")));
+    if (y > top * 1.08)
+      name += QObject::tr(", above the plot");
+    line->setName(name);
+    lines.push_back(line);
+  }
+  return lines;
 }
 
 namespace {

@@ -12,6 +12,10 @@
 
 #include "gui/compare_page.h"
 
+class QCPGraph;
+class QCustomPlot;
+class QColor;
+
 namespace fragscope::gui {
 
 enum class CompareAxis { events, share, steps, time };
@@ -39,6 +43,24 @@ struct RunCurves {
 };
 // Empty keys when the run cannot be drawn on `axis`.
 RunCurves runCurves(const ComparedRun& run, CompareAxis axis);
+
+// "#3 mitigated": every header, legend and title names a run by id and name (names repeat).
+QString compareRunLabel(const ComparedRun& run);
+// One run's reserved (solid) and allocated (dashed, not in the legend) curves on `axis` in
+// `color`; returns the reserved graph, or nullptr when the run cannot be placed on the axis.
+QCPGraph* plotRunCurves(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
+                        CompareAxis axis, const QString& name);
+// The run's OOMs as red crosses on its reserved curve; nullptr for a run without OOM on `axis`.
+QCPGraph* plotRunOoms(QCustomPlot* plot, const ComparedRun& run, const QColor& color,
+                      CompareAxis axis);
+// What the plots' y axes must hold: the highest reserved peak, and a memory limit only when it is
+// near (a 39 GiB device under a 300 MiB run would flatten every curve).
+double comparisonTop(const ComparisonData& data);
+// One dotted line from `left` to `right` per distinct memory limit of the runs, named as PyTorch
+// says it ("6.00 GiB allowed", with the runs' names when the limits differ, ", above the plot"
+// when it is over `top`).
+std::vector<QCPGraph*> plotMemoryLimits(QCustomPlot* plot, const ComparisonData& data, double left,
+                                        double right, double top);
 
 // One setting of the runs side by side ("Micro-batch": 16, 8, ...).
 struct SettingRow {

@@ -776,16 +776,30 @@ void MainWindow::renameRun(storage::RunId run, const QString& name) {
   }
 }
 
-std::vector<storage::RunId> MainWindow::reportRuns() const {
-  auto runs = m_browser->selectedRuns();
-  if (runs.empty() && m_currentRun)
-    runs.push_back(*m_currentRun);
-  return runs;
+ReportScope MainWindow::reportScope() const {
+  ReportScope scope;
+  if (m_pages->currentWidget() == m_compare && !m_compare->data().runs.empty()) {
+    for (const ComparedRun& run : m_compare->data().runs)
+      scope.runs.push_back(run.record.id);
+    scope.axis = static_cast<CompareAxis>(m_compare->overlayAxis());
+    if (m_compare->storyLabel()->isVisibleTo(m_compare))
+      scope.story = m_compare->storyLabel()->text();
+    return scope;
+  }
+  if (m_pages->currentWidget() == m_jobs && !m_jobs->data().ranks.empty()) {
+    for (const JobRankView& rank : m_jobs->data().ranks)
+      scope.runs.push_back(rank.record.id);
+    return scope;
+  }
+  scope.runs = m_browser->selectedRuns();
+  if (scope.runs.empty() && m_currentRun)
+    scope.runs.push_back(*m_currentRun);
+  return scope;
 }
 
 void MainWindow::exportReportDialog(const QString& suffix) {
-  const auto runs = reportRuns();
-  if (runs.empty()) {
+  const ReportScope scope = reportScope();
+  if (scope.runs.empty()) {
     m_statusLabel->setText(tr("Select the runs to report on first."));
     return;
   }
@@ -799,7 +813,12 @@ void MainWindow::exportReportDialog(const QString& suffix) {
   const QString database = m_databasePath;
   setProgress(tr("Building report…"), 0.1);
   m_exportJob.start(
-      [database, runs](const JobContext& job) { return loadReportData(database, runs, &job); },
+      [database, scope](const JobContext& job) {
+        ReportData data = loadReportData(database, scope.runs, &job);
+        data.axis = scope.axis.value_or(data.axis);
+        data.story = scope.story;
+        return data;
+      },
       [this, path](ReportData data) {
         QString error;
         const auto format = reportFormatFor(path);

@@ -16,6 +16,7 @@
 
 #include "gui/job_tracker.h"
 #include "gui/metatypes.h"
+#include "gui/report.h"
 #include "storage/db/run_store.h"
 
 class QDockWidget;
@@ -74,6 +75,9 @@ class MainWindow : public QMainWindow {
   // The four runs of the two stories in the newest stored copy; empty when any is missing.
   std::vector<storage::RunId> caseStudyRuns() const;
   static QString caseStudyStory();
+  // What Export ▸ Report writes: what is on screen. The Compare page's runs with its axis and
+  // story, the Jobs page's ranks, else the runs selected in the browser or the run shown.
+  ReportScope reportScope() const;
   void compareRuns(const std::vector<storage::RunId>& runs);
   void showPage(Page page);
   // "timeline", "segments", "summary", "compare"; false for an unknown name.
@@ -137,7 +141,6 @@ class MainWindow : public QMainWindow {
   void exportCsvDialog();
   void openSnapshotDialog();
   void openDatabaseDialog();
-  std::vector<storage::RunId> reportRuns() const;
 
   QString m_databasePath;
   std::unique_ptr<storage::RunStore> m_store;

@@ -18,14 +18,16 @@
 #include "gui/run_data.h"
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
+#include "gui/segment_map_page.h"
 #include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
 namespace {
 constexpr std::size_t kMaxOomsPerRun = 5;
-constexpr int kPlotWidth = 1200;
-constexpr int kPlotHeight = 420;
+// Every image is shown this wide in the HTML; the PDF's narrower page scales them all alike.
+constexpr int kHtmlImageWidth = 900;
+constexpr int kPdfImageWidth = 760;
 
 QString esc(const std::string& text) {
   return QString::fromStdString(text).toHtmlEscaped();
@@ -34,70 +36,35 @@ QString bytes(double value) {
   return formatBytes(value);
 }
 
-QImage renderPlot(const std::vector<const ComparedRun*>& runs, const QString& title) {
-  QCustomPlot plot;
-  plot.resize(kPlotWidth, kPlotHeight);
-  QPalette light;
-  light.setColor(QPalette::Base, Qt::white);
-  light.setColor(QPalette::Text, QColor(0x20, 0x20, 0x20));
-  setUpMemoryPlot(&plot);
-  applyPlotPalette(&plot, light);
-  plot.plotLayout()->insertRow(0);
-  plot.plotLayout()->addElement(
-      0, 0, new QCPTextElement(&plot, title, QFont(QString(), 11, QFont::Bold)));
-  double top = 0;
-  std::uint64_t longest = 1;
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const ComparedRun& run = *runs[i];
-    const bool single = runs.size() == 1;
-    QVector<double> keys, reservedMax, allocatedMax, allocatedMin;
-    for (const auto& b : run.timeline) {
-      keys.push_back(static_cast<double>(b.first_event));
-      reservedMax.push_back(static_cast<double>(b.max.reserved));
-      allocatedMax.push_back(static_cast<double>(b.max.allocated));
-      allocatedMin.push_back(static_cast<double>(b.min.allocated));
-      top = std::max(top, static_cast<double>(b.max.reserved));
-    }
-    if (!run.timeline.empty()) {
-      keys.push_back(static_cast<double>(run.timeline.back().end_event));
-      reservedMax.push_back(reservedMax.back());
-      allocatedMax.push_back(allocatedMax.back());
-      allocatedMin.push_back(allocatedMin.back());
-    }
-    longest = std::max(longest, run.record.event_count);
-    const QString prefix =
-        single ? QString() : QString::fromStdString(run.record.name) + QStringLiteral(" · ");
-    QCPGraph* reserved = plot.addGraph();
-    reserved->setName(prefix + QObject::tr("reserved"));
-    reserved->setPen(QPen(single ? colors::reserved : colors::run(static_cast<int>(i)), 1.6));
-    reserved->setLineStyle(QCPGraph::lsStepLeft);
-    reserved->setData(keys, reservedMax, true);
-    if (single) {
-      QCPGraph* allocated = addBandSeries(&plot, QObject::tr("allocated"), colors::allocated);
-      allocated->setData(keys, allocatedMax, true);
-      allocated->channelFillGraph()->setData(keys, allocatedMin, true);
-    } else {
-      QCPGraph* allocated = plot.addGraph();
-      allocated->setName(prefix + QObject::tr("allocated"));
-      allocated->setPen(QPen(colors::run(static_cast<int>(i)), 1.2, Qt::DashLine));
-      allocated->setLineStyle(QCPGraph::lsStepLeft);
-      allocated->setData(keys, allocatedMax, true);
-    }
-  }
-  plot.xAxis->setRange(0, static_cast<double>(longest));
-  plot.yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
-  plot.replot();
-  return plot.toPixmap(kPlotWidth, kPlotHeight).toImage();
-}
-
-QString imageSource(const QImage& image, int index, bool embed) {
+// The image as a data URI, or as the resource NAME the PDF's document holds.
+QString imageSource(const QImage& image, const QString& name, bool embed) {
   if (!embed)
-    return QStringLiteral("plot%1.png").arg(index);
+    return name;
   QByteArray png;
   QBuffer buffer(&png);
   buffer.open(QIODevice::WriteOnly);
   image.save(&buffer, "PNG");
   return QStringLiteral("data:image/png;base64,") + QString::fromLatin1(png.toBase64());
+}
+
+QString imageTag(const QImage& image, const QString& name, bool embed, const QString& alt) {
+  return QStringLiteral("<p><img src=\"%1\" width=\"%2\" alt=\"%3\"></p>\n")
+      .arg(imageSource(image, name, embed))
+      .arg(kHtmlImageWidth)
+      .arg(alt.toHtmlEscaped());
+}
+
+// Every image of the report with the name the HTML gives it when not embedded.
+std::vector<std::pair<QString, const QImage*>> namedImages(const ReportPlots& plots) {
+  std::vector<std::pair<QString, const QImage*>> images;
+  for (std::size_t i = 0; i < plots.runs.size(); ++i)
+    images.emplace_back(QStringLiteral("run%1.png").arg(i), &plots.runs[i]);
+  for (std::size_t i = 0; i < plots.peakMaps.size(); ++i)
+    images.emplace_back(QStringLiteral("map%1.png").arg(i), &plots.peakMaps[i]);
+  images.emplace_back(QStringLiteral("overlay.png"), &plots.overlay);
+  for (std::size_t i = 0; i < plots.jobs.size(); ++i)
+    images.emplace_back(QStringLiteral("job%1.png").arg(i), &plots.jobs[i]);
+  return images;
 }
 }  // namespace
 
@@ -115,6 +82,7 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
   ReportData data;
   data.databasePath = databasePath;
   data.comparison = loadComparison(databasePath, runs, 1200, job);
+  data.axis = preferredAxis(data.comparison);
   {
     // A rank's run brings its job's imbalance table, once per job.
     auto store =
@@ -159,22 +127,6 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
     data.runs.push_back(std::move(run));
   }
   return data;
-}
-
-std::vector<QImage> renderReportPlots(const ReportData& data) {
-  std::vector<QImage> plots;
-  for (const ReportRun& run : data.runs)
-    plots.push_back(renderPlot({&run.run}, QString::fromStdString(run.run.record.name)));
-  if (data.runs.size() >= 2) {
-    std::vector<const ComparedRun*> all;
-    for (const ReportRun& run : data.runs)
-      all.push_back(&run.run);
-    plots.push_back(
-        renderPlot(all, QObject::tr("All runs: reserved (solid) and allocated (dashed)")));
-  }
-  for (const JobViewData& job : data.jobViews)
-    plots.push_back(renderJobMultiples(job, JobAlignment::time, 1200));
-  return plots;
 }
 
 namespace {
@@ -238,28 +190,13 @@ QString postMortemHtml(const PostMortemData& data) {
 
 }  // namespace
 
-QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, bool embedImages) {
-  QString html;
-  html += QStringLiteral(
-      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>FragScope report</title>\n"
-      "<style>body{font-family:sans-serif;max-width:1250px;margin:24px auto;color:#202020}"
-      "table{border-collapse:collapse;margin:8px 0 18px 0}td,th{border:1px solid #c8cdd2;"
-      "padding:4px 8px}th{background:#eef1f4;text-align:left}td.num{text-align:right}"
-      "td.diff{background:#fbe3c9}.warn{background:#fdf3d6;border:1px solid #c9a13a;padding:6px}"
-      "img{max-width:100%}h2{border-bottom:2px solid #2b7bd6;padding-bottom:2px}</style>"
-      "</head><body>\n");
-  html +=
-      QStringLiteral(
-          "<h1>FragScope report</h1>\n<p>Generated %1 by FragScope %2 (%3) from "
-          "<code>%4</code>.</p>\n")
-          .arg(QDateTime::currentDateTimeUtc().toString(Qt::ISODate), QString::fromLatin1(kVersion),
-               QString::fromLatin1(kGitRevision), data.databasePath.toHtmlEscaped());
+namespace {
 
-  // Aligned metrics, one column per run.
+// The aligned metrics, one column per run, as the Compare page's table.
+QString metricsHtml(const ComparisonData& comparison) {
   ComparisonModel model;
-  model.resetData(data.comparison);
-  html += QStringLiteral("<h2>%1</h2>\n<table><tr><th>%2</th>")
-              .arg(QObject::tr("Summary"), QObject::tr("Metric"));
+  model.resetData(comparison);
+  QString html = QStringLiteral("<table><tr><th>%1</th>").arg(QObject::tr("Metric"));
   for (int c = 0; c < model.columnCount(); ++c)
     html += QStringLiteral("<th>%1</th>")
                 .arg(model.headerData(c, Qt::Horizontal).toString().toHtmlEscaped());
@@ -277,112 +214,101 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
     }
     html += QStringLiteral("</tr>\n");
   }
-  html += QStringLiteral("</table>\n");
-  const QStringList warnings = comparisonWarnings(data.comparison);
-  if (!warnings.isEmpty()) {
-    html += QStringLiteral("<p class=\"warn\"><b>%1</b><br>")
-                .arg(QObject::tr("The runs differ in more than the workload:"));
-    for (const QString& warning : warnings)
-      html += warning.toHtmlEscaped() + QStringLiteral("<br>");
-    html += QStringLiteral("</p>\n");
-  }
-  // plots: one per run, the overlay when there are two or more runs, then one per job
-  const std::size_t overlayPlot = data.runs.size();
-  const std::size_t firstJobPlot = overlayPlot + (data.runs.size() >= 2 ? 1 : 0);
-  for (std::size_t j = 0; j < data.jobs.size(); ++j) {
-    const analysis::JobBalance& balance = data.jobs[j];
-    // The Jobs page's imbalance table, the worst rank in bold.
-    JobBalanceModel jobModel;
-    jobModel.resetData(balance);
-    html += QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n<table><tr>")
-                .arg(QObject::tr("Job %1").arg(QString::fromStdString(balance.job).toHtmlEscaped()),
-                     QObject::tr("Reserved imbalance %1×, allocated imbalance %2× (highest over "
-                                 "mean peak).")
-                         .arg(balance.reserved_imbalance, 0, 'f', 3)
-                         .arg(balance.allocated_imbalance, 0, 'f', 3));
-    for (int c = 0; c < jobModel.columnCount(); ++c)
-      html += QStringLiteral("<th>%1</th>")
-                  .arg(jobModel.headerData(c, Qt::Horizontal).toString().toHtmlEscaped());
+  return html + QStringLiteral("</table>\n");
+}
+
+// The Compare page's "What differs" tab: workload, allocator and device settings side by side.
+QString settingsHtml(const ComparisonData& comparison) {
+  const std::vector<SettingRow> rows = settingRows(comparison);
+  if (rows.empty())
+    return {};
+  QString html =
+      QStringLiteral("<h3>%1</h3>\n<table><tr><th>%2</th><th>%3</th>")
+          .arg(QObject::tr("What differs"), QObject::tr("Group"), QObject::tr("Setting"));
+  for (const ComparedRun& run : comparison.runs)
+    html += QStringLiteral("<th>%1</th>").arg(compareRunLabel(run).toHtmlEscaped());
+  html += QStringLiteral("</tr>\n");
+  for (const SettingRow& row : rows) {
+    html += QStringLiteral("<tr><td>%1</td><td>%2</td>")
+                .arg(row.group.toHtmlEscaped(), row.setting.toHtmlEscaped());
+    for (const QString& value : row.values)
+      html += QStringLiteral("<td class=\"%1\">%2</td>")
+                  .arg(row.differs ? QStringLiteral("diff") : QString(), value.toHtmlEscaped());
     html += QStringLiteral("</tr>\n");
-    for (int r = 0; r < jobModel.rowCount(); ++r) {
-      const bool worst = r == jobModel.worstRow();
-      html += QStringLiteral("<tr>");
-      for (int c = 0; c < jobModel.columnCount(); ++c)
-        html += QStringLiteral("<td class=\"%1\">%2%3%4</td>")
-                    .arg(worst ? QStringLiteral("num diff") : QStringLiteral("num"),
-                         worst ? QStringLiteral("<b>") : QString(),
-                         jobModel.index(r, c).data().toString().toHtmlEscaped(),
-                         worst ? QStringLiteral("</b>") : QString());
-      html += QStringLiteral("</tr>\n");
-    }
-    html += QStringLiteral("</table>\n");
-    if (firstJobPlot + j < plots.size())
-      html += QStringLiteral("<p><img src=\"%1\" width=\"1200\" alt=\"%2\"></p>\n")
-                  .arg(imageSource(plots[firstJobPlot + j], static_cast<int>(firstJobPlot + j),
-                                   embedImages),
-                       QObject::tr("every rank's allocated and reserved, one scale"));
   }
-  if (data.runs.size() >= 2 && overlayPlot < plots.size())
-    html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")
-                .arg(imageSource(plots[overlayPlot], static_cast<int>(overlayPlot), embedImages));
+  return html + QStringLiteral("</table>\n");
+}
 
-  for (std::size_t i = 0; i < data.runs.size(); ++i) {
-    const ReportRun& run = data.runs[i];
-    const storage::RunRecord& r = run.run.record;
-    html += QStringLiteral("<h2>%1 %2: %3</h2>\n")
-                .arg(QObject::tr("Run"))
-                .arg(r.id.value)
-                .arg(esc(r.name));
-    if (runStartsMidRun(r))
-      html += QStringLiteral("<p class=\"warn\">%1</p>\n")
-                  .arg(QObject::tr("Mid-run trace: it began after memory was already allocated "
-                                   "(or was truncated to its newest events). The state at its "
-                                   "first event is rebuilt from the final snapshot and every "
-                                   "figure starts from it; what happened before is not in the "
-                                   "trace.")
-                           .toHtmlEscaped());
-    if (i < plots.size())
-      html += QStringLiteral("<p><img src=\"%1\" width=\"1200\"></p>\n")
-                  .arg(imageSource(plots[i], static_cast<int>(i), embedImages));
-    html += QStringLiteral("<table>");
-    const auto field = [&html](const QString& name, const QString& value) {
-      if (!value.isEmpty())
-        html += QStringLiteral("<tr><th>%1</th><td>%2</td></tr>").arg(name, value.toHtmlEscaped());
-    };
-    field(QObject::tr("Peak allocated"), bytes(static_cast<double>(summaryPeak(r, "allocated"))));
-    field(QObject::tr("Peak reserved"), bytes(static_cast<double>(summaryPeak(r, "reserved"))));
-    field(QObject::tr("Peak active"), bytes(static_cast<double>(summaryPeak(r, "active"))));
-    field(QObject::tr("Events"), formatCount(r.event_count));
-    field(QObject::tr("Outcome"), outcomeText(r));
-    field(QObject::tr("Source"), QString::fromLatin1(to_string(r.source)));
-    field(QObject::tr("Allocator config"), r.alloc_config.empty()
-                                               ? QObject::tr("(default)")
-                                               : QString::fromStdString(r.alloc_config));
-    field(QObject::tr("Device"), QString::fromStdString(r.device_name));
-    if (r.capacity)
-      field(QObject::tr("Capacity"), bytes(static_cast<double>(r.capacity)));
-    field(QObject::tr("PyTorch"), QString::fromStdString(r.environment.torch_version));
-    field(QObject::tr("Allocator rules"),
-          QString::fromStdString(storage::profile_choice_of(r).describe()));
-    field(QObject::tr("CUDA"), QString::fromStdString(r.environment.cuda_version));
-    field(QObject::tr("Driver"), QString::fromStdString(r.environment.driver_version));
-    field(QObject::tr("GPU"), QString::fromStdString(r.environment.gpu_name));
-    field(QObject::tr("FragScope"), QString::fromStdString(r.environment.fragscope_version));
-    field(QObject::tr("Host"), QString::fromStdString(r.environment.host));
-    field(QObject::tr("Created"), QString::fromStdString(r.created_at));
-    html += QStringLiteral("</table>\n");
+QString jobHtml(const analysis::JobBalance& balance) {
+  // The Jobs page's imbalance table, the worst rank in bold.
+  JobBalanceModel jobModel;
+  jobModel.resetData(balance);
+  QString html = QStringLiteral("<h2>%1</h2>\n<p>%2</p>\n<table><tr>")
+                     .arg(QObject::tr("Job %1").arg(esc(balance.job)),
+                          QObject::tr("Reserved imbalance %1×, allocated imbalance %2× (highest "
+                                      "over mean peak).")
+                              .arg(balance.reserved_imbalance, 0, 'f', 3)
+                              .arg(balance.allocated_imbalance, 0, 'f', 3));
+  for (int c = 0; c < jobModel.columnCount(); ++c)
+    html += QStringLiteral("<th>%1</th>")
+                .arg(jobModel.headerData(c, Qt::Horizontal).toString().toHtmlEscaped());
+  html += QStringLiteral("</tr>\n");
+  for (int r = 0; r < jobModel.rowCount(); ++r) {
+    const bool worst = r == jobModel.worstRow();
+    html += QStringLiteral("<tr>");
+    for (int c = 0; c < jobModel.columnCount(); ++c)
+      html += QStringLiteral("<td class=\"%1\">%2%3%4</td>")
+                  .arg(worst ? QStringLiteral("num diff") : QStringLiteral("num"),
+                       worst ? QStringLiteral("<b>") : QString(),
+                       jobModel.index(r, c).data().toString().toHtmlEscaped(),
+                       worst ? QStringLiteral("</b>") : QString());
+    html += QStringLiteral("</tr>\n");
+  }
+  return html + QStringLiteral("</table>\n");
+}
 
-    if (!run.ooms.empty()) {
-      html += QStringLiteral(
-                  "<h3>%1</h3>\n<table><tr><th>%2</th><th>%3</th><th>%4</th><th>%5</th>"
-                  "<th>%6</th><th>%7</th><th>%8</th></tr>\n")
-                  .arg(QObject::tr("Out-of-memory post-mortem"), QObject::tr("Event"),
-                       QObject::tr("Request"), QObject::tr("Device free"), QObject::tr("Reserved"),
-                       QObject::tr("Live"), QObject::tr("Free cached"),
-                       QObject::tr("Largest free block"));
-      for (const OomFinding& oom : run.ooms) {
-        html +=
-            QStringLiteral(
+QString runFieldsHtml(const storage::RunRecord& r) {
+  QString html = QStringLiteral("<table>");
+  const auto field = [&html](const QString& name, const QString& value) {
+    if (!value.isEmpty())
+      html += QStringLiteral("<tr><th>%1</th><td>%2</td></tr>").arg(name, value.toHtmlEscaped());
+  };
+  field(QObject::tr("Peak allocated"), bytes(static_cast<double>(summaryPeak(r, "allocated"))));
+  field(QObject::tr("Peak reserved"), bytes(static_cast<double>(summaryPeak(r, "reserved"))));
+  field(QObject::tr("Peak active"), bytes(static_cast<double>(summaryPeak(r, "active"))));
+  field(QObject::tr("Events"), formatCount(r.event_count));
+  field(QObject::tr("Outcome"), outcomeText(r));
+  field(QObject::tr("Source"), QString::fromLatin1(to_string(r.source)));
+  field(QObject::tr("Allocator config"),
+        r.alloc_config.empty() ? QObject::tr("(default)") : QString::fromStdString(r.alloc_config));
+  field(QObject::tr("Device"), QString::fromStdString(r.device_name));
+  if (r.capacity)
+    field(QObject::tr("Capacity"), bytes(static_cast<double>(r.capacity)));
+  if (const auto limit = storage::run_memory_limit(r); limit && *limit != r.capacity)
+    field(QObject::tr("Memory limit"),
+          QObject::tr("%1 allowed").arg(bytes(static_cast<double>(*limit))));
+  field(QObject::tr("PyTorch"), QString::fromStdString(r.environment.torch_version));
+  field(QObject::tr("Allocator rules"),
+        QString::fromStdString(storage::profile_choice_of(r).describe()));
+  field(QObject::tr("CUDA"), QString::fromStdString(r.environment.cuda_version));
+  field(QObject::tr("Driver"), QString::fromStdString(r.environment.driver_version));
+  field(QObject::tr("GPU"), QString::fromStdString(r.environment.gpu_name));
+  field(QObject::tr("FragScope"), QString::fromStdString(r.environment.fragscope_version));
+  field(QObject::tr("Host"), QString::fromStdString(r.environment.host));
+  field(QObject::tr("Created"), QString::fromStdString(r.created_at));
+  return html + QStringLiteral("</table>\n");
+}
+
+QString oomTableHtml(const ReportRun& run) {
+  QString html =
+      QStringLiteral(
+          "<h3>%1</h3>\n<table><tr><th>%2</th><th>%3</th><th>%4</th><th>%5</th>"
+          "<th>%6</th><th>%7</th><th>%8</th></tr>\n")
+          .arg(QObject::tr("Out-of-memory post-mortem"), QObject::tr("Event"),
+               QObject::tr("Request"), QObject::tr("Device free"), QObject::tr("Reserved"),
+               QObject::tr("Live"), QObject::tr("Free cached"), QObject::tr("Largest free block"));
+  for (const OomFinding& oom : run.ooms)
+    html += QStringLiteral(
                 "<tr><td class=num>%1</td><td class=num>%2</td><td class=num>%3</td>"
                 "<td class=num>%4</td><td class=num>%5</td><td class=num>%6</td>"
                 "<td class=num>%7</td></tr>\n")
@@ -391,22 +317,152 @@ QString reportHtml(const ReportData& data, const std::vector<QImage>& plots, boo
                      bytes(static_cast<double>(oom.reserved)), bytes(static_cast<double>(oom.live)),
                      bytes(static_cast<double>(oom.freeCached)),
                      bytes(static_cast<double>(oom.largestFree)));
-      }
-      html += QStringLiteral("</table>\n");
-      if (run.postMortem)
-        html += postMortemHtml(*run.postMortem);
-      else if (!run.postMortemError.isEmpty())
-        html += QStringLiteral("<p>%1</p>\n")
-                    .arg(QObject::tr("The engine could not analyse this run's OOM: %1")
-                             .arg(run.postMortemError.toHtmlEscaped()));
-    }
+  html += QStringLiteral("</table>\n");
+  if (run.postMortem)
+    html += postMortemHtml(*run.postMortem);
+  else if (!run.postMortemError.isEmpty())
+    html += QStringLiteral("<p>%1</p>\n")
+                .arg(QObject::tr("The engine could not analyse this run's OOM: %1")
+                         .arg(run.postMortemError.toHtmlEscaped()));
+  return html;
+}
+
+// The segment map's colours, as the Segments page's legend names them.
+QString mapLegendHtml() {
+  QString legend;
+  for (PieceKind kind : {PieceKind::allocated, PieceKind::pendingFree,
+                         PieceKind::freeInSplitSegment, PieceKind::freeWholeSegment})
+    legend += QStringLiteral(
+                  "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2"
+                  "&nbsp;&nbsp;&nbsp;")
+                  .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
+  return legend;
+}
+
+QString peakMapHtml(const ComparedRun& run, const QImage& map, std::size_t index, bool embed) {
+  if (!run.atPeak || map.isNull())
+    return QStringLiteral("<p><i>%1</i></p>\n")
+        .arg(QObject::tr("The segment layout could not be rebuilt from this run's events (a "
+                         "truncated trace)."));
+  const SegmentMapSummary& summary = run.atPeak->summary;
+  return QStringLiteral("<p class=\"caption\">%1<br>%2</p>\n")
+             .arg(QObject::tr("Segment map at the reserved peak, after event %1: %2 reserved in %3 "
+                              "segments, %4 live, largest free block %5.")
+                      .arg(formatCount(run.atPeak->eventIndex),
+                           bytes(static_cast<double>(summary.reserved)))
+                      .arg(summary.segments)
+                      .arg(bytes(static_cast<double>(summary.live)),
+                           bytes(static_cast<double>(summary.largestFree))),
+                  mapLegendHtml()) +
+         imageTag(map, QStringLiteral("map%1.png").arg(index), embed,
+                  QObject::tr("segment map of %1 at its reserved peak").arg(compareRunLabel(run)));
+}
+
+}  // namespace
+
+QString reportHtml(const ReportData& data, const ReportPlots& plots, bool embedImages) {
+  const QString family = reportFont(10).family().toHtmlEscaped();
+  QString html;
+  html += QStringLiteral(
+              "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>FragScope report"
+              "</title>\n<style>body{font-family:'%1',sans-serif;font-size:10pt;max-width:960px;"
+              "margin:24px auto;color:#202020}table{border-collapse:collapse;margin:8px 0 18px 0}"
+              "td,th{border:1px solid #c8cdd2;padding:3px 6px}th{background-color:#eef1f4;"
+              "text-align:left}td.num{text-align:right}td.diff{background-color:#fbe3c9}"
+              ".warn{background-color:#fdf3d6;border:1px solid #c9a13a;padding:6px}"
+              ".story{background-color:#eef4fb;border:1px solid #2b7bd6;padding:6px}"
+              ".caption{color:#404040}img{max-width:100%}h1,h2,h3{font-family:'%1',sans-serif}"
+              "h2{border-bottom:2px solid #2b7bd6;padding-bottom:2px}"
+              "h2.run{page-break-before:always}</style>"
+              "</head><body>\n")
+              .arg(family);
+  html +=
+      QStringLiteral(
+          "<h1>FragScope report</h1>\n<p>Generated %1 by FragScope %2 (%3) from "
+          "<code>%4</code>.</p>\n")
+          .arg(QDateTime::currentDateTimeUtc().toString(Qt::ISODate), QString::fromLatin1(kVersion),
+               QString::fromLatin1(kGitRevision), data.databasePath.toHtmlEscaped());
+  if (!data.story.isEmpty())
+    html += QStringLiteral("<p class=\"story\">%1</p>\n").arg(data.story);
+
+  html += QStringLiteral("<h2>%1</h2>\n").arg(QObject::tr("Summary"));
+  html += metricsHtml(data.comparison);
+  const QStringList warnings = comparisonWarnings(data.comparison);
+  if (!warnings.isEmpty()) {
+    html += QStringLiteral("<p class=\"warn\"><b>%1</b><br>")
+                .arg(QObject::tr("The runs differ in more than the workload:"));
+    for (const QString& warning : warnings)
+      html += warning.toHtmlEscaped() + QStringLiteral("<br>");
+    html += QStringLiteral("</p>\n");
+  }
+  if (data.runs.size() >= 2)
+    html += settingsHtml(data.comparison);
+  if (!plots.overlay.isNull()) {
+    html += imageTag(plots.overlay, QStringLiteral("overlay.png"), embedImages,
+                     QObject::tr("every run's reserved and allocated memory"));
+    QStringList gaps;
+    for (const ComparedRun& run : data.comparison.runs)
+      if (const QString gap = axisGap(run, data.axis); !gap.isEmpty())
+        gaps << gap;
+    if (!gaps.isEmpty())
+      html += QStringLiteral("<p class=\"caption\"><i>%1</i></p>\n")
+                  .arg(QObject::tr("Not on this axis: %1")
+                           .arg(gaps.join(QStringLiteral("; ")).toHtmlEscaped()));
+  }
+  for (std::size_t j = 0; j < data.jobs.size(); ++j) {
+    html += jobHtml(data.jobs[j]);
+    if (j < plots.jobs.size())
+      html += imageTag(plots.jobs[j], QStringLiteral("job%1.png").arg(j), embedImages,
+                       QObject::tr("every rank's allocated and reserved, one scale"));
+  }
+
+  for (std::size_t i = 0; i < data.runs.size(); ++i) {
+    const ReportRun& run = data.runs[i];
+    const storage::RunRecord& r = run.run.record;
+    // The run's colour, as on the Compare page and in every plot of this report.
+    html +=
+        QStringLiteral("<h2 class=\"run\"><span style=\"color:%1\">&#9632;</span> %2 %3: %4</h2>\n")
+            .arg(colors::run(static_cast<int>(i)).name(), QObject::tr("Run"))
+            .arg(r.id.value)
+            .arg(esc(r.name));
+    if (runStartsMidRun(r))
+      html += QStringLiteral("<p class=\"warn\">%1</p>\n")
+                  .arg(QObject::tr("Mid-run trace: it began after memory was already allocated "
+                                   "(or was truncated to its newest events). The state at its "
+                                   "first event is rebuilt from the final snapshot and every "
+                                   "figure starts from it; what happened before is not in the "
+                                   "trace.")
+                           .toHtmlEscaped());
+    if (i < plots.runs.size())
+      html += imageTag(plots.runs[i], QStringLiteral("run%1.png").arg(i), embedImages,
+                       QObject::tr("%1's memory over time").arg(compareRunLabel(run.run)));
+    if (i < plots.peakMaps.size())
+      html += peakMapHtml(run.run, plots.peakMaps[i], i, embedImages);
+    html += runFieldsHtml(r);
+    if (!run.ooms.empty())
+      html += oomTableHtml(run);
   }
   html += QStringLiteral("</body></html>\n");
   return html;
 }
 
+std::unique_ptr<QTextDocument> reportDocument(const ReportData& data, const ReportPlots& plots,
+                                              const QSizeF& pageSize) {
+  auto document = std::make_unique<QTextDocument>();
+  document->setDefaultFont(reportFont(9));
+  for (const auto& [name, image] : namedImages(plots))
+    if (!image->isNull())
+      document->addResource(QTextDocument::ImageResource, QUrl(name), *image);
+  QString html = reportHtml(data, plots, false);
+  html.replace(QStringLiteral("width=\"%1\"").arg(kHtmlImageWidth),
+               QStringLiteral("width=\"%1\"").arg(kPdfImageWidth));
+  document->setHtml(html);
+  document->setPageSize(pageSize);
+  return document;
+}
+
 bool writeReport(const QString& path, ReportFormat format, const ReportData& data,
-                 const std::vector<QImage>& plots, QString* error) {
+                 const ReportPlots& plots, QString* error) {
   if (format == ReportFormat::html) {
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
@@ -427,15 +483,7 @@ bool writeReport(const QString& path, ReportFormat format, const ReportData& dat
   writer.setResolution(110);
   writer.setTitle(QObject::tr("FragScope report"));
   writer.setCreator(QStringLiteral("FragScope ") + QString::fromLatin1(kVersion));
-  QTextDocument document;
-  for (std::size_t i = 0; i < plots.size(); ++i)
-    document.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("plot%1.png").arg(i)),
-                         plots[i].scaledToWidth(760, Qt::SmoothTransformation));
-  QString html = reportHtml(data, plots, false);
-  html.replace(QStringLiteral("width=\"1200\""), QStringLiteral("width=\"760\""));
-  document.setHtml(html);
-  document.setPageSize(QSizeF(writer.width(), writer.height()));
-  document.print(&writer);
+  reportDocument(data, plots, QSizeF(writer.width(), writer.height()))->print(&writer);
   if (!QFileInfo(path).exists() || QFileInfo(path).size() == 0) {
     if (error)
       *error = QObject::tr("Cannot write %1").arg(path);

@@ -12,6 +12,8 @@ constexpr double kSegmentGap = 3;
 constexpr double kRowGap = 4;
 constexpr double kMinRowHeight = 10;
 constexpr double kMaxRowHeight = 44;
+// Placements tried before giving up on fitting every piece into the rows (each 6 % denser).
+constexpr int kLayoutAttempts = 40;
 }  // namespace
 
 const char* pieceKindName(PieceKind kind) {
@@ -150,44 +152,53 @@ SegmentLayout layoutSegments(const std::vector<SegmentView>& views, QSizeF area)
   layout.rowHeight =
       std::min(kMaxRowHeight, (area.height() - kRowGap * (rows - 1)) / static_cast<double>(rows));
   const double usableWidth = std::max(1.0, width - gapsPerRow * kSegmentGap);
-  layout.bytesPerPixel = static_cast<double>(total) / (usableWidth * rows);
-
-  double x = 0;
-  int row = 0;
-  auto rowTop = [&](int r) { return r * (layout.rowHeight + kRowGap); };
-  for (std::size_t s = 0; s < views.size(); ++s) {
-    const SegmentView& view = views[s];
-    if (x > 0 && x + kSegmentGap < width)
-      x += kSegmentGap;
-    if (x >= width - 1) {
-      x = 0;
-      ++row;
-    }
-    double outlineStart = x;
-    for (std::size_t p = 0; p < view.pieces.size(); ++p) {
-      // At least a pixel, so a small block never disappears.
-      double remaining =
-          std::max(1.0, static_cast<double>(view.pieces[p].size) / layout.bytesPerPixel);
-      while (remaining > 0) {
-        const double room = width - x;
-        if (room < 0.5) {
-          layout.segmentOutlines.push_back(
-              {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
-          x = 0;
-          outlineStart = 0;
-          ++row;
-          continue;
-        }
-        const double take = std::min(room, remaining);
-        layout.placed.push_back({QRectF(x, rowTop(row), take, layout.rowHeight), s, p});
-        x += take;
-        remaining -= take;
+  const int rowsFit = rows;
+  const SegmentLayout sized = layout;
+  // Gaps between segments and the pixel every small block gets cost width the byte scale does
+  // not know of: when the pieces run past the last row, shrink the scale and place them again.
+  double bytesPerPixel = static_cast<double>(total) / (usableWidth * rows);
+  for (int attempt = 0; attempt < kLayoutAttempts; ++attempt, bytesPerPixel *= 1.06) {
+    layout = sized;
+    layout.bytesPerPixel = bytesPerPixel;
+    double x = 0;
+    int row = 0;
+    auto rowTop = [&](int r) { return r * (layout.rowHeight + kRowGap); };
+    for (std::size_t s = 0; s < views.size(); ++s) {
+      const SegmentView& view = views[s];
+      if (x > 0 && x + kSegmentGap < width)
+        x += kSegmentGap;
+      if (x >= width - 1) {
+        x = 0;
+        ++row;
       }
+      double outlineStart = x;
+      for (std::size_t p = 0; p < view.pieces.size(); ++p) {
+        // At least a pixel, so a small block never disappears.
+        double remaining =
+            std::max(1.0, static_cast<double>(view.pieces[p].size) / layout.bytesPerPixel);
+        while (remaining > 0) {
+          const double room = width - x;
+          if (room < 0.5) {
+            layout.segmentOutlines.push_back(
+                {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
+            x = 0;
+            outlineStart = 0;
+            ++row;
+            continue;
+          }
+          const double take = std::min(room, remaining);
+          layout.placed.push_back({QRectF(x, rowTop(row), take, layout.rowHeight), s, p});
+          x += take;
+          remaining -= take;
+        }
+      }
+      layout.segmentOutlines.push_back(
+          {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
     }
-    layout.segmentOutlines.push_back(
-        {QRectF(outlineStart, rowTop(row), x - outlineStart, layout.rowHeight), s});
+    layout.rows = row + 1;
+    if (layout.rows <= rowsFit)
+      break;
   }
-  layout.rows = row + 1;
   return layout;
 }
 

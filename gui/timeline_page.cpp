@@ -119,6 +119,13 @@ TimelinePage::TimelinePage(QWidget* parent)
   // A narrower or wider plot asks for one bucket per pixel again (the layout settles after the
   // first query, and users resize the window).
   m_plot->installEventFilter(this);
+  // The axis rect also narrows while the plot keeps its size (wider tick labels once the data
+  // arrives): ask again when the last query's bucket count no longer matches its width.
+  connect(m_plot, &QCustomPlot::afterLayout, this, [this] {
+    if (m_run && m_overview && m_requestedBuckets != 0 && !m_timelineJob.busy() &&
+        bucketsOnScreen() != m_requestedBuckets)
+      m_requery.start();
+  });
   m_categoryRequery.setSingleShot(true);
   m_categoryRequery.setInterval(250);
   connect(&m_categoryRequery, &QTimer::timeout, this, &TimelinePage::requestCategories);
@@ -276,11 +283,16 @@ bool TimelinePage::eventFilter(QObject* watched, QEvent* event) {
   return QWidget::eventFilter(watched, event);
 }
 
+std::size_t TimelinePage::bucketsOnScreen() const {
+  return static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
+}
+
 void TimelinePage::requestBuckets() {
   if (!m_run || !m_overview)
     return;
   const EventRange range = m_zoom->current();
-  const std::size_t buckets = static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
+  const std::size_t buckets = bucketsOnScreen();
+  m_requestedBuckets = buckets;
   const QString path = m_databasePath;
   const storage::RunId run = *m_run;
   m_timelineJob.start(

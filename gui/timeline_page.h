@@ -96,6 +96,7 @@ class TimelinePage : public QWidget {
   bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
+  std::size_t bucketsOnScreen() const;
   void requestBuckets();
   void showSlice(TimelineSlice slice);
   void requestCategories();
@@ -134,6 +135,7 @@ class TimelinePage : public QWidget {
   std::optional<HoverAllocation> m_hover;
   QPoint m_hoverPosition;
   QTimer m_requery;
+  std::size_t m_requestedBuckets = 0;  // of the last curves query: one per pixel of the axis
   // The category stack replays the run from event 0 (about 0.2-0.5 s on a 1.2M-event run) and a
   // superseded job still runs to its end, so it waits for the zoom to settle longer than the
   // curves do.

@@ -99,7 +99,7 @@ class TestJobPage : public QObject {
     const gui::ReportData data = gui::loadReportData(m_db, {m_result.ranks[0].result.run});
     QCOMPARE(data.jobs.size(), std::size_t{1});
     QCOMPARE(data.jobs[0].worst_rank.value(), 1);
-    const QString html = gui::reportHtml(data, {}, true);
+    const QString html = gui::reportHtml(data, gui::ReportPlots{}, true);
     QVERIFY(html.contains(QStringLiteral("Job ddp_gloo_gpt_imbalance")));
     QVERIFY(html.contains(QStringLiteral("Fragmentation")));
   }
@@ -110,9 +110,10 @@ class TestJobPage : public QObject {
     const gui::ReportData data = gui::loadReportData(m_db, {m_result.ranks[0].result.run});
     QCOMPARE(data.jobViews.size(), std::size_t{1});
     QCOMPARE(data.jobViews[0].ranks.size(), std::size_t{2});
-    const std::vector<QImage> plots = gui::renderReportPlots(data);
-    QCOMPARE(plots.size(), std::size_t{2});  // the run's plot, then the job's
-    const QImage& job = plots[1];
+    const gui::ReportPlots plots = gui::renderReportPlots(data);
+    QCOMPARE(plots.runs.size(), std::size_t{1});
+    QCOMPARE(plots.jobs.size(), std::size_t{1});
+    const QImage& job = plots.jobs[0];
     QCOMPARE(job.width(), 1200);
     for (int half = 0; half < 2; ++half) {
       const QColor color = gui::colors::run(half);
@@ -128,7 +129,8 @@ class TestJobPage : public QObject {
     const qsizetype table = html.indexOf(QStringLiteral("Job ddp_gloo_gpt_imbalance"));
     const qsizetype image = html.indexOf(QStringLiteral("one scale"));
     QVERIFY(table >= 0 && image > table);
-    QCOMPARE(html.count(QStringLiteral("data:image/png")), 2);
+    // The run's plot, its segment map at the peak and the job's multiples.
+    QCOMPARE(html.count(QStringLiteral("data:image/png")), 3);
   }
 
   // Step k spans the end of step k - 1 to its own end (the first from the rank's first event);

@@ -85,23 +85,35 @@ class TestMainWindow : public QObject {
     auto window = openWindow();
     QVERIFY(window);
     TimelinePage* timeline = window->timelinePage();
-    QSignalSpy ready(timeline, &TimelinePage::dataReady);
-    window->runsBrowser()->selectRuns({m_baseline});
-    QVERIFY(ready.wait(20000));
-    QCOMPARE(window->currentRun(), std::optional<storage::RunId>(m_baseline));
     const storage::RunRecord record = storage::RunStore(m_db.toStdString()).run(m_baseline);
-    QCOMPARE(timeline->slice().first, 0u);
-    QCOMPARE(timeline->slice().end, record.event_count);
-    QVERIFY(!timeline->slice().buckets.empty());
+    // Waits on what the page shows, not on a signal: under load the layout settles late and the
+    // page re-queries at the new width, so the first dataReady may be a slice about to be
+    // replaced, and a signal may arrive before the spy starts waiting.
+    const auto shows = [&](std::uint64_t first, std::uint64_t end) {
+      return test::waitFor(
+          [&] {
+            return !timeline->busy() && timeline->slice().run == m_baseline &&
+                   timeline->slice().first == first && timeline->slice().end == end &&
+                   !timeline->slice().buckets.empty();
+          },
+          120000);
+    };
+    window->runsBrowser()->selectRuns({m_baseline});
+    QVERIFY(shows(0, record.event_count));
+    QCOMPARE(window->currentRun(), std::optional<storage::RunId>(m_baseline));
     // One bucket per pixel at most, also after the window's layout has settled (a narrower plot
     // asks again).
-    QVERIFY(test::waitFor(
-        [&] {
-          return !timeline->busy() &&
-                 timeline->slice().buckets.size() <=
-                     static_cast<std::size_t>(timeline->plot()->axisRect()->width());
-        },
-        20000));
+    QVERIFY2(test::waitFor(
+                 [&] {
+                   return !timeline->busy() &&
+                          timeline->slice().buckets.size() <=
+                              static_cast<std::size_t>(timeline->plot()->axisRect()->width());
+                 },
+                 120000),
+             qPrintable(QStringLiteral("%1 buckets, axis %2 px, plot %3 px")
+                            .arg(timeline->slice().buckets.size())
+                            .arg(timeline->plot()->axisRect()->width())
+                            .arg(timeline->plot()->width())));
     // Zoomed out to a few hundred buckets the plot still reaches the run's exact peak.
     double plottedPeak = 0;
     QCPGraph* reserved = timeline->plot()->graph(0);
@@ -111,17 +123,12 @@ class TestMainWindow : public QObject {
     QVERIFY(timeline->plot()->yAxis->range().upper >= plottedPeak);
 
     // Zooming re-queries the store for just that range, and Back restores the whole run.
-    ready.clear();
     timeline->zoomStack()->zoomTo({1000, 3000});
-    QVERIFY(ready.wait(20000));
-    QCOMPARE(timeline->slice().first, 1000u);
-    QCOMPARE(timeline->slice().end, 3000u);
+    QVERIFY(shows(1000, 3000));
     QCOMPARE(timeline->slice().buckets.front().first_event, 1000u);
     QCOMPARE(timeline->slice().buckets.back().end_event, 3000u);
-    ready.clear();
     timeline->zoomStack()->backAction()->trigger();
-    QVERIFY(ready.wait(20000));
-    QCOMPARE(timeline->slice().end, record.event_count);
+    QVERIFY(shows(0, record.event_count));
 
     const QString csv = timeline->timelineCsv();
     QVERIFY(csv.startsWith(QStringLiteral("first_event,end_event")));
@@ -222,6 +229,29 @@ class TestMainWindow : public QObject {
     const storage::RunRecord base = storage::RunStore(m_db.toStdString()).run(m_baseline);
     QCOMPARE(compare->model()->index(0, 0).data(ComparisonModel::ValueRole).toDouble(),
              double(summaryPeak(base, "reserved")));
+  }
+
+  // Export > Report writes what is on screen: on the Compare page its runs, axis and story
+  // (whatever the browser has selected); on a run's page the selection or the run shown.
+  void reportScopeIsWhatIsOnScreen() {
+    auto window = openWindow();
+    QVERIFY(window);
+    ComparePage* compare = window->comparePage();
+    window->runsBrowser()->selectRuns({m_oom});
+    QVERIFY(test::waitFor([&] { return window->currentRun() == m_oom; }, 60000));
+    QCOMPARE(window->reportScope().runs, std::vector<storage::RunId>{m_oom});
+    QSignalSpy ready(compare, &ComparePage::dataReady);
+    compare->setRuns({m_baseline, m_expandable}, QStringLiteral("<b>the story</b>"));
+    QVERIFY(window->showPage(QStringLiteral("compare")));
+    QVERIFY(ready.wait(60000));
+    compare->overlayAxisChoice()->setCurrentIndex(static_cast<int>(CompareAxis::share));
+    const ReportScope scope = window->reportScope();
+    QCOMPARE(scope.runs, (std::vector<storage::RunId>{m_baseline, m_expandable}));
+    QVERIFY(scope.axis == CompareAxis::share);
+    QCOMPARE(scope.story, QStringLiteral("<b>the story</b>"));
+    QVERIFY(window->showPage(QStringLiteral("timeline")));
+    QCOMPARE(window->reportScope().runs, std::vector<storage::RunId>{m_oom});
+    QVERIFY(!window->reportScope().axis);
   }
 
   void renameAndDelete() {

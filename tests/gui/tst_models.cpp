@@ -239,6 +239,36 @@ class TestModels : public QObject {
     QVERIFY2(std::abs(areaA / areaB - 10.0) < 0.5, qPrintable(QString::number(areaA / areaB)));
   }
 
+  // Hundreds of segments in a short map (the report's, the Compare page's peak maps): the gaps
+  // between segments and the pixel each small block gets must not push rows past the bottom.
+  void manySegmentsStayInsideTheMap() {
+    std::vector<SegmentView> views;
+    std::uint64_t base = 0x7f0000000000;
+    for (int s = 0; s < 342; ++s) {
+      SegmentView view;
+      const Bytes size = (s % 7 == 0 ? 20 : 112) * kMiB;
+      view.segment.base = base;
+      view.segment.size = size;
+      for (Bytes at = 0; at < size;) {
+        const Bytes piece = std::min<Bytes>(size - at, (s % 3 + 1) * 7 * kMiB);
+        view.pieces.push_back({base + at, piece, PieceKind::allocated, {}});
+        at += piece;
+      }
+      base += size;
+      views.push_back(std::move(view));
+    }
+    const QSizeF area(892, 222);
+    const SegmentLayout layout = layoutSegments(views, area);
+    QVERIFY(!layout.placed.empty());
+    double bottom = 0;
+    for (const PlacedPiece& placed : layout.placed) {
+      bottom = std::max(bottom, placed.rect.bottom());
+      QVERIFY(placed.rect.right() <= area.width() + 0.5);
+    }
+    QVERIFY2(bottom <= area.height() + 0.5, qPrintable(QString::number(bottom)));
+    QCOMPARE(layout.placed.back().segment, views.size() - 1);
+  }
+
   void parseRunLists() {
     QString error;
     const auto runs = parseRunList(QStringLiteral("3, 7,12"), &error);

@@ -1,11 +1,14 @@
 // Reports (HTML with the peak numbers and embedded plots, PDF with pages) and the batch modes of
 // the real `fragscope` binary: --report and --screenshot.
+#include <QAbstractTextDocumentLayout>
 #include <QDir>
 #include <QFileInfo>
 #include <QImage>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTest>
+#include <QTextBlock>
+#include <QTextDocument>
 
 #include "engine/snapshot/snapshot.h"
 #include "gui/application.h"
@@ -70,6 +73,10 @@ class TestReport : public QObject {
                          storage::RunStatus::oom);
     storage::ImportOptions options;
     options.name = "gpt_oom_cap";
+    // As `fragscope-cli import` does: the recording's stats carry its 6 GiB per-process cap.
+    options.recorded_stats =
+        storage::read_companion_stats(FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz");
+    QVERIFY(options.recorded_stats);
     m_real =
         storage::import_snapshot(
             store, snapshot::read_snapshot(FRAGSCOPE_FIXTURES "/gpt_oom_cap.pickle.gz"), options)
@@ -89,15 +96,96 @@ class TestReport : public QObject {
       QVERIFY(html.contains(formatBytes(static_cast<double>(summaryPeak(run, "allocated")))));
       QVERIFY(html.contains(QString::fromStdString(run.name)));
     }
-    // Self-contained: plots embedded, no external references.
-    QCOMPARE(html.count(QStringLiteral("data:image/png;base64,")), 3);  // two runs + overlay
-    QVERIFY(!html.contains(QStringLiteral("src=\"plot")));
+    // Self-contained: plots embedded, no external references. Two runs' plots, the overlay and
+    // a segment map per run whose layout is known.
+    const ReportData data = loadReportData(m_db, {m_ok, m_oom});
+    const auto maps = std::count_if(data.comparison.runs.begin(), data.comparison.runs.end(),
+                                    [](const ComparedRun& run) { return run.atPeak.has_value(); });
+    QCOMPARE(html.count(QStringLiteral("data:image/png;base64,")), 3 + maps);
+    QVERIFY(!html.contains(QStringLiteral(".png\"")));
     QVERIFY(html.contains(QStringLiteral("Out-of-memory post-mortem")));
     // A trace the allocator's layout rules cannot explain still reports, saying why.
     QVERIFY(html.contains(QStringLiteral("The engine could not analyse this run")));
     QVERIFY(html.contains(QStringLiteral("max_split_size_mb:64")));  // config mismatch warning
     QVERIFY(html.contains(QStringLiteral("PyTorch")) || html.contains(QStringLiteral("Device")));
     keepArtifact(path);
+  }
+
+  // Each run's plot shows its OOMs (red crosses) and its memory limit (a red dotted line) in
+  // the run's Compare colour; a run with neither has no red. Its segment map at the reserved peak
+  // follows, and its heading carries the same colour.
+  void plotsMarkOomsTheLimitAndTheSegmentMap() {
+    ReportData data = loadReportData(m_db, {m_ok, m_real});
+    const ReportPlots plots = renderReportPlots(data);
+    QCOMPARE(plots.runs.size(), std::size_t{2});
+    QVERIFY(!plots.overlay.isNull());
+    plots.runs[1].save(m_dir.filePath(QStringLiteral("capped-plot.png")));
+    keepArtifact(m_dir.filePath(QStringLiteral("capped-plot.png")));
+    // Looks at the plot area only: the legend beside it lists the 140 GiB line as "above the
+    // plot".
+    const auto hasColor = [](const QImage& image, const QColor& color) {
+      for (int y = 0; y < image.height(); ++y)
+        for (int x = 0; x < image.width() * 7 / 10; ++x) {
+          const QColor pixel = image.pixelColor(x, y);
+          if (std::abs(pixel.red() - color.red()) < 12 &&
+              std::abs(pixel.green() - color.green()) < 12 &&
+              std::abs(pixel.blue() - color.blue()) < 12)
+            return true;
+        }
+      return false;
+    };
+    QVERIFY(!hasColor(plots.runs[0], colors::oom));  // steady: no OOM, its 140 GiB far above
+    QVERIFY(hasColor(plots.runs[1], colors::oom));   // gpt_oom_cap: OOM and 6 GiB allowed
+    QVERIFY(hasColor(plots.overlay, colors::oom));
+    for (std::size_t i = 0; i < 2; ++i) {
+      QVERIFY(hasColor(plots.runs[i], colors::run(static_cast<int>(i))));
+      QVERIFY(hasColor(plots.overlay, colors::run(static_cast<int>(i))));
+    }
+    QVERIFY(data.comparison.runs[1].atPeak);
+    QVERIFY(!plots.peakMaps[1].isNull());
+    QVERIFY(hasColor(plots.peakMaps[1], colors::blockAllocated));
+    const QString html = reportHtml(data, plots, true);
+    QVERIFY(html.contains(QStringLiteral("Segment map at the reserved peak")));
+    QVERIFY(html.contains(QStringLiteral("6.00 GiB allowed")));
+    QVERIFY(html.contains(QStringLiteral("color:%1\">&#9632;</span> Run %2")
+                              .arg(colors::run(1).name())
+                              .arg(m_real.value)));
+    // One font family for the text and the plots.
+    QVERIFY(html.contains(QStringLiteral("font-family:'%1'").arg(reportFont(10).family())));
+  }
+
+  // Exported from the Compare page: its story heads the report and its axis is the plots'.
+  void storyAndAxisComeFromTheScope() {
+    ReportData data = loadReportData(m_db, {m_ok, m_oom});
+    data.story = QStringLiteral("<b>Two stories</b>");
+    const QString html = reportHtml(data, ReportPlots{}, true);
+    QVERIFY(html.contains(QStringLiteral("<p class=\"story\"><b>Two stories</b></p>")));
+    QVERIFY(html.indexOf(QStringLiteral("Two stories")) < html.indexOf(QStringLiteral("Summary")));
+    QVERIFY(html.contains(QStringLiteral("What differs")));
+  }
+
+  // In the PDF every run's section starts a page: no heading is left at the foot of a page with
+  // its plot on the next.
+  void pdfRunHeadingsStartTheirPages() {
+    const ReportData data = loadReportData(m_db, {m_ok, m_oom, m_real});
+    const ReportPlots plots = renderReportPlots(data);
+    const QSizeF page(909, 1286);  // A4 at the PDF's 110 dpi
+    const auto document = reportDocument(data, plots, page);
+    QCOMPARE(document->defaultFont().family(), reportFont(9).family());
+    int headings = 0;
+    for (QTextBlock block = document->begin(); block.isValid(); block = block.next()) {
+      if (block.blockFormat().headingLevel() != 2 || !block.text().contains(QStringLiteral("Run ")))
+        continue;
+      ++headings;
+      const QRectF heading = document->documentLayout()->blockBoundingRect(block);
+      const QRectF next = document->documentLayout()->blockBoundingRect(block.next());
+      const auto pageOf = [&](double y) { return static_cast<int>(y / page.height()); };
+      const double fromTop = heading.top() - pageOf(heading.top()) * page.height();
+      QVERIFY2(fromTop < page.height() / 10, qPrintable(block.text()));
+      QCOMPARE(pageOf(next.bottom()), pageOf(heading.top()));
+    }
+    QCOMPARE(headings, 3);
+    QVERIFY(document->pageCount() >= 4);
   }
 
   void midRunTracesAreMarked() {
