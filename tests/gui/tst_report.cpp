@@ -9,6 +9,7 @@
 #include <QTest>
 #include <QTextBlock>
 #include <QTextDocument>
+#include <set>
 
 #include "engine/snapshot/snapshot.h"
 #include "gui/application.h"
@@ -47,7 +48,7 @@ class TestReport : public QObject {
     int exitCode = -1;
     QString stderrText;
   };
-  Result runGui(const QStringList& arguments) {
+  Result runGui(const QStringList& arguments, int timeoutMs = 120000) {
     QProcess process;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
@@ -55,7 +56,7 @@ class TestReport : public QObject {
     env.insert(QStringLiteral("XDG_DATA_HOME"), m_dir.filePath(QStringLiteral("data")));
     process.setProcessEnvironment(env);
     process.start(QStringLiteral(FRAGSCOPE_GUI_BINARY), arguments);
-    if (!process.waitForFinished(120000))
+    if (!process.waitForFinished(timeoutMs))
       return {};
     return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1,
             QString::fromLocal8Bit(process.readAllStandardError())};
@@ -281,6 +282,37 @@ class TestReport : public QObject {
                                 QStringLiteral("--runs"), QStringLiteral("1")});
     QCOMPARE(noDb.exitCode, 2);
     QVERIFY(noDb.stderrText.contains(QStringLiteral("missing.db")));
+  }
+
+  // `fragscope --case-study --screenshot` on a database without the case study runs it, then
+  // waits for the Compare page to show both stories before it grabs the window (it once grabbed
+  // an empty window while the simulations were still starting).
+  void commandLineCaseStudy() {
+    const QString db = m_dir.filePath(QStringLiteral("case-study.db"));
+    const QString out = m_dir.filePath(QStringLiteral("case-study.png"));
+    const Result shot = runGui(
+        {QStringLiteral("--screenshot"), out, QStringLiteral("--db"), db,
+         QStringLiteral("--case-study"), QStringLiteral("--size"), QStringLiteral("1400x900")},
+        600000);
+    QVERIFY2(shot.exitCode == 0, qPrintable(shot.stderrText));
+    std::set<std::string> names;
+    for (const storage::RunRecord& run : storage::RunStore(db.toStdString()).list_runs())
+      names.insert(run.name);
+    for (const char* variant :
+         {"baseline-bs16", "mitigated", "varlen-bs6", "varlen-bs6-expandable"})
+      QVERIFY2(names.count(variant), variant);
+    const QImage image(out);
+    QCOMPARE(image.size(), QSize(1400, 900));
+    // Four runs' colours on the Compare page's plots, not the welcome page.
+    for (int i = 0; i < 4; ++i) {
+      const QColor color = colors::run(i);
+      bool found = false;
+      for (int y = 0; y < image.height() && !found; y += 2)
+        for (int x = 0; x < image.width() && !found; ++x)
+          found = image.pixelColor(x, y) == color;
+      QVERIFY2(found, qPrintable(QStringLiteral("run %1's colour is not on screen").arg(i)));
+    }
+    keepArtifact(out);
   }
 
   void commandLineScreenshot() {

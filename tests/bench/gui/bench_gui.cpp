@@ -3,6 +3,10 @@
 //   BM_ZoomReplot            one wheel-zoom step: new range plus a full replot (< 16 ms)
 //   BM_SegmentMapAtEvent     the segment map at an event, loaded and laid out (< 30 ms)
 //   BM_LongestGuiThreadEvent the longest GUI-thread event while it opens and zooms (< 100 ms)
+//   BM_ActiveMemoryOpen      the Active Memory timeline of the run: lifetimes built, first
+//                            raster drawn (every live allocation as a band, issue #17)
+//   BM_ActiveMemoryZoom      one zoom of the Active Memory timeline: the range re-rasterised
+//                            at screen resolution, peaks kept
 // Run it from a Release build: build/release/bin/fragscope-gui-bench.
 #include <benchmark/benchmark.h>
 
@@ -15,6 +19,7 @@
 #include <random>
 
 #include "gui/application.h"
+#include "gui/band_timeline_page.h"
 #include "gui/main_window.h"
 #include "gui/run_data.h"
 #include "gui/segment_map_page.h"
@@ -179,6 +184,63 @@ void BM_LongestGuiThreadEvent(benchmark::State& state) {
   state.counters["target_ms"] = 100;
 }
 BENCHMARK(BM_LongestGuiThreadEvent)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+// The Active Memory page of the 1.2M-event run on its own (no main window), as a user opens it.
+BandTimelinePage& activeMemory() {
+  static BandTimelinePage* instance = [] {
+    auto* page = new BandTimelinePage(LifetimeKind::allocations);
+    page->resize(1400, 700);
+    page->setDatabase(bigRun().db);
+    page->show();
+    return page;
+  }();
+  return *instance;
+}
+
+bool bandsShown(BandTimelinePage& page, storage::RunId run) {
+  return page.data().run == run && page.data().lifetimes && !page.busy() &&
+         page.raster().width > 0 && !page.raster().ids.empty();
+}
+
+void BM_ActiveMemoryOpen(benchmark::State& state) {
+  BandTimelinePage& page = activeMemory();
+  std::size_t lifetimes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    page.setRun(bigRun().small);
+    test::waitFor([&] { return bandsShown(page, bigRun().small); }, 120000);
+    state.ResumeTiming();
+    page.setRun(bigRun().run);
+    if (!test::waitFor([&] { return bandsShown(page, bigRun().run); }, 300000))
+      state.SkipWithError("the Active Memory timeline did not appear");
+    lifetimes = page.data().lifetimes ? page.data().lifetimes->items.size() : 0;
+  }
+  state.counters["events"] = static_cast<double>(kEvents);
+  state.counters["allocations"] = static_cast<double>(lifetimes);
+}
+BENCHMARK(BM_ActiveMemoryOpen)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+void BM_ActiveMemoryZoom(benchmark::State& state) {
+  BandTimelinePage& page = activeMemory();
+  page.setRun(bigRun().run);
+  test::waitFor([&] { return bandsShown(page, bigRun().run); }, 300000);
+  std::uint64_t width = kEvents;
+  for (auto _ : state) {
+    // Zoom in by the wheel's factor until 1k events are on screen, then start over.
+    width = width < 1000 ? kEvents : width * 85 / 100;
+    const std::uint64_t first = kEvents * 4 / 10 - std::min<std::uint64_t>(width / 2, 480'000);
+    page.setRange(first, first + width);
+    if (!test::waitFor(
+            [&] {
+              return !page.busy() && page.raster().first == first &&
+                     page.raster().end == first + width;
+            },
+            60000))
+      state.SkipWithError("the zoomed range was not drawn");
+  }
+  state.counters["columns"] = static_cast<double>(page.raster().width);
+}
+BENCHMARK(BM_ActiveMemoryZoom)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(30);
 
 }  // namespace
 
