@@ -61,8 +61,8 @@ void store_run(storage::RunStore& store, std::optional<storage::ExperimentId> ex
   record.experiment = experiment;
   record.name = point.name + " [" + std::string(cuda::to_string(result.allocator)) + "]";
   record.source = storage::RunSource::gpu;
-  record.alloc_config =
-      result.allocator == cuda::GpuAllocator::model ? point.alloc_conf : std::string();
+  record.alloc_conf =
+      result.allocator == cuda::GpuAllocator::model ? point.alloc_conf.raw : std::string();
   record.capacity = limit_of(point);
   record.device_name = result.environment.name;
   record.environment = storage::Environment::current();
@@ -107,7 +107,7 @@ int run_gpu_run(const std::vector<std::string>& argv) {
     for (cuda::GpuAllocator allocator : allocators) {
       cuda::GpuRunOptions options;
       options.allocator = allocator;
-      options.config = alloc::AllocatorConfig::parse(point->alloc_conf);
+      options.config = point->alloc_conf;
       options.capacity = limit_of(*point);
       options.touch = !args.flag("--no-touch");
       options.empty_cache_every_step = args.flag("--empty-cache-every-step");
@@ -129,7 +129,7 @@ int run_gpu_run(const std::vector<std::string>& argv) {
       environment = entry["environment"];
       entry.erase("environment");
       entry["point"] = point->name;
-      entry["alloc_conf"] = point->alloc_conf;
+      entry["alloc_conf"] = point->alloc_conf.raw;
       entry["capacity"] = limit_of(*point);
       entry["requests"] = requests.requests.size();
       if (store)

@@ -39,21 +39,20 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The runner of this installation: CMake installs experiments/ (the runner with it) under
-// PREFIX/share/fragscope/experiments beside PREFIX/bin; a build tree uses the source tree it was
-// configured from (an absolute path, so the working directory never matters).
+// The runner of this installation, found relative to the executable so no build machine's path is
+// baked into the binary and the working directory never matters: CMake installs experiments/ (the
+// runner with it) under PREFIX/share/fragscope/experiments beside PREFIX/bin, and a build tree
+// links the same place (BUILD/share/fragscope/experiments) to its source tree's experiments/.
 fs::path default_runner() {
   if (const char* env = std::getenv("FRAGSCOPE_TORCH_RUNNER"))
     return env;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() /
-                               "share/fragscope/experiments/torch_runner/torch_runner.py";
-    if (fs::exists(installed))
-      return installed;
-  }
-  return fs::path(FRAGSCOPE_CLI_SOURCE_DIR) / "experiments/torch_runner/torch_runner.py";
+  if (ec)
+    throw InputError("/proc/self/exe: cannot locate this executable to find the torch runner (" +
+                     ec.message() + "); give --runner PATH");
+  return exe.parent_path().parent_path() /
+         "share/fragscope/experiments/torch_runner/torch_runner.py";
 }
 
 // A file-name stem for a point: letters, digits, '-', '_' kept, everything else '_'.
@@ -131,8 +130,7 @@ Twin simulate_twin(const workload::ExperimentPoint& point, Bytes gpu_total, Byte
   alloc::RunOptions options;
   options.allowed_memory = limit;
   Twin twin;
-  twin.result = alloc::run_requests(requests, alloc::AllocatorConfig::parse(point.alloc_conf),
-                                    device, &recorder, options);
+  twin.result = alloc::run_requests(requests, point.alloc_conf, device, &recorder, options);
   twin.events = recorder.events();
   return twin;
 }
@@ -169,7 +167,8 @@ int run_torch_run(const std::vector<std::string>& argv) {
                        std::to_string(experiment.points.size()) + " point(s)"};
     points = {&experiment.points[static_cast<std::size_t>(*index)]};
   }
-  const fs::path runner = fs::absolute(args.option_or("--runner", default_runner().string()));
+  const std::optional<std::string> given_runner = args.option("--runner");
+  const fs::path runner = fs::absolute(given_runner ? fs::path(*given_runner) : default_runner());
   if (!fs::exists(runner))
     throw InputError(runner.string() + ": no torch runner there (give --runner PATH)");
   const std::string python = args.option_or("--python", "python3");
@@ -259,7 +258,7 @@ int run_torch_run(const std::vector<std::string>& argv) {
     sim.experiment = experiment_id;
     sim.name = point->name + " [model twin]";
     sim.source = storage::RunSource::simulated;
-    sim.alloc_config = point->alloc_conf;
+    sim.alloc_conf = point->alloc_conf.raw;
     sim.capacity = limit;
     sim.device_name = "simulated " + stats.value("device", std::string("GPU"));
     sim.environment = storage::Environment::current();

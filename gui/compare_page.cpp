@@ -92,7 +92,7 @@ QStringList comparisonWarnings(const ComparisonData& data) {
         warnings << QObject::tr("%1: %2 is \"%3\", baseline has \"%4\"")
                         .arg(who, what, QString::fromStdString(b), QString::fromStdString(a));
     };
-    check(QObject::tr("allocator config"), base.alloc_config, other.alloc_config);
+    check(QObject::tr("allocator config"), base.alloc_conf, other.alloc_conf);
     check(QObject::tr("device"), base.device_name, other.device_name);
     const auto& baseEnv = data.runs.front().recordedEnvironment;
     const auto& otherEnv = data.runs[i].recordedEnvironment;

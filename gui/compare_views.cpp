@@ -416,10 +416,10 @@ std::vector<SettingRow> settingRows(const ComparisonData& data) {
     SettingRow conf{QObject::tr("Allocator"), QObject::tr("PYTORCH_CUDA_ALLOC_CONF"), {}, false};
     std::vector<std::map<std::string, std::string>> settings;
     for (const ComparedRun& run : data.runs) {
-      conf.values.push_back(run.record.alloc_config.empty()
+      conf.values.push_back(run.record.alloc_conf.empty()
                                 ? QObject::tr("(default)")
-                                : QString::fromStdString(run.record.alloc_config));
-      std::map<std::string, std::string> pairs = allocConfPairs(run.record.alloc_config);
+                                : QString::fromStdString(run.record.alloc_conf));
+      std::map<std::string, std::string> pairs = allocConfPairs(run.record.alloc_conf);
       if (const auto recorded = run.record.summary.find("allocator_settings");
           recorded != run.record.summary.end() && recorded->is_object())
         for (const auto& [key, value] : recorded->items())

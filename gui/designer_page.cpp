@@ -20,8 +20,8 @@
 #include "gui/file_dialogs.h"
 #include "gui/format.h"
 #include "gui/plot_style.h"
-#include "storage/db/experiment_status.h"
-#include "storage/db/simulated_run.h"
+#include "storage/db/run_store.h"
+#include "usecases/simulate.h"
 
 namespace fragscope::gui {
 
@@ -489,9 +489,10 @@ void DesignerPage::startPreview() {
   m_previewLabel->setText(
       tr("<i>Previewing the first %n step(s)…</i>", nullptr, std::min(steps, kPreviewSteps)));
   m_previewJob.start(
-      [document](const JobContext&) {
+      [document](const JobContext& job) {
         const workload::Experiment experiment = workload::parse_experiment(document, "preview");
-        const workload::PointResult result = workload::run_point(experiment.points.front(), false);
+        const workload::PointResult result =
+            workload::run_point(experiment.points.front(), false, job.workControl().cancel);
         return PreviewResult{result.oom, result.peak_allocated, result.peak_reserved,
                              result.steps_completed};
       },
@@ -526,21 +527,7 @@ void DesignerPage::runExperiment() {
         const workload::Experiment experiment = workload::parse_experiment(document, "designer");
         storage::RunStore store(path.toStdString());
         // Incomplete until the last point is stored: a cancel or a failure leaves it visibly so.
-        const storage::ExperimentId id =
-            storage::begin_experiment(store, experiment.name, document, experiment.points.size());
-        std::vector<storage::RunId> runs;
-        for (std::size_t i = 0; i < experiment.points.size(); ++i) {
-          if (job.cancelled())
-            break;
-          const workload::PointResult result = workload::run_point(experiment.points[i], true);
-          if (job.cancelled())
-            break;
-          runs.push_back(storage::store_simulated_run(store, id, experiment.points[i], result));
-          job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
-        }
-        if (runs.size() == experiment.points.size())
-          storage::finish_experiment(store, id);
-        return runs;
+        return usecases::simulate_and_store(store, experiment, document, job.workControl()).runs;
       },
       [this](std::vector<storage::RunId> runs) {
         m_progress->hide();

@@ -22,7 +22,6 @@
 
 #include "engine/core/error.h"
 #include "engine/workload/experiment.h"
-#include "engine/workload/runner.h"
 #include "fragscope/version.h"
 #include "gui/band_timeline_page.h"
 #include "gui/compare_page.h"
@@ -39,10 +38,9 @@
 #include "gui/summary_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
-#include "storage/db/experiment_status.h"
 #include "storage/db/job_import.h"
-#include "storage/db/simulated_run.h"
 #include "storage/db/stats_at.h"
+#include "usecases/simulate.h"
 
 namespace fragscope::gui {
 
@@ -517,17 +515,8 @@ bool MainWindow::openCaseStudy() {
         const workload::Experiment experiment =
             workload::parse_experiment(document, "case-study-1.2b-a100-40gb.json");
         storage::RunStore store(database.toStdString());
-        const storage::ExperimentId id =
-            storage::begin_experiment(store, experiment.name, document, experiment.points.size());
-        for (std::size_t i = 0; i < experiment.points.size(); ++i) {
-          if (job.cancelled())
-            throw InputError("the case study was cancelled");
-          const workload::PointResult result = workload::run_point(experiment.points[i], true);
-          storage::store_simulated_run(store, id, experiment.points[i], result);
-          job.progress(static_cast<double>(i + 1) / static_cast<double>(experiment.points.size()));
-        }
-        storage::finish_experiment(store, id);
-        return experiment.points.size();
+        return usecases::simulate_and_store(store, experiment, document, job.workControl())
+            .runs.size();
       },
       [this](std::size_t) {
         hideProgress();

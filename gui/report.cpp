@@ -280,7 +280,7 @@ QString runFieldsHtml(const storage::RunRecord& r) {
   field(QObject::tr("Outcome"), outcomeText(r));
   field(QObject::tr("Source"), QString::fromLatin1(to_string(r.source)));
   field(QObject::tr("Allocator config"),
-        r.alloc_config.empty() ? QObject::tr("(default)") : QString::fromStdString(r.alloc_config));
+        r.alloc_conf.empty() ? QObject::tr("(default)") : QString::fromStdString(r.alloc_conf));
   field(QObject::tr("Device"), QString::fromStdString(r.device_name));
   if (r.capacity)
     field(QObject::tr("Capacity"), bytes(static_cast<double>(r.capacity)));

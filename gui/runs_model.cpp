@@ -51,7 +51,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return QStringList{text(run.name),
                        text(std::string(to_string(run.source))),
                        text(std::string(to_string(run.status))),
-                       text(run.alloc_config),
+                       text(run.alloc_conf),
                        text(run.device_name),
                        incomplete ? QStringLiteral("incomplete") : QString()}
         .join(QLatin1Char(' '));
@@ -74,8 +74,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
               .arg(incomplete->expected_points);
         return outcomeText(run);
       case ConfigColumn:
-        return run.alloc_config.empty() && !sort ? QStringLiteral("(default)")
-                                                 : text(run.alloc_config);
+        return run.alloc_conf.empty() && !sort ? QStringLiteral("(default)") : text(run.alloc_conf);
       case DeviceColumn:
         return text(run.device_name);
       case EventsColumn:
@@ -114,7 +113,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         tr("Run %1 · %2\noutcome: %3\nconfig: %4\ndevice: %5 · capacity %6")
             .arg(run.id.value)
             .arg(text(run.name), text(std::string(to_string(run.status))),
-                 run.alloc_config.empty() ? tr("(default)") : text(run.alloc_config),
+                 run.alloc_conf.empty() ? tr("(default)") : text(run.alloc_conf),
                  run.device_name.empty() ? tr("unknown") : text(run.device_name),
                  run.capacity ? formatBytes(static_cast<double>(run.capacity)) : tr("unknown"));
     if (runStartsMidRun(run))

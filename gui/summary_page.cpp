@@ -84,7 +84,7 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
   };
   field(QObject::tr("Source"), std::string(to_string(run.source)));
   field(QObject::tr("Outcome"), std::string(to_string(run.status)));
-  field(QObject::tr("Allocator config"), run.alloc_config.empty() ? "(default)" : run.alloc_config);
+  field(QObject::tr("Allocator config"), run.alloc_conf.empty() ? "(default)" : run.alloc_conf);
   field(QObject::tr("Allocator rules"), storage::profile_choice_of(run).describe());
   field(QObject::tr("Device"), run.device_name);
   if (run.capacity)

@@ -7,19 +7,17 @@
 #include "engine/analysis/metrics.h"
 #include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::usecases {
 
 snapshot::LayoutRules layout_rules_of(const storage::RunRecord& record) {
+  // A recording's settings dict may lack keys its release never wrote: the layout needs only the
+  // three that decide block sizes, read tolerantly.
   if (auto it = record.summary.find("allocator_settings");
       it != record.summary.end() && it->is_object())
     return snapshot::LayoutRules::from_allocator_settings(*it);
-  try {
-    return analysis::layout_rules_of(alloc::AllocatorConfig::parse(record.alloc_config));
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError("run " + std::to_string(record.id.value) + ": its allocator config \"" +
-                     record.alloc_config + "\" does not parse: " + error.what());
-  }
+  return snapshot::LayoutRules::from_config(storage::allocator_config_of(record).config);
 }
 
 analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunRecord& record,
@@ -27,7 +25,7 @@ analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunReco
   const storage::RunId id = record.id;
   analysis::RunProfile profile;
   profile.label = "#" + std::to_string(id.value) + " " + record.name;
-  profile.alloc_conf = record.alloc_config;
+  profile.alloc_conf = record.alloc_conf;
   profile.capacity = record.capacity;
   const storage::Environment& env = record.environment;
   profile.environment = {{"torch", env.torch_version},

@@ -6,6 +6,7 @@
 #include "engine/allocator/event_sink.h"
 #include "engine/allocator/run.h"
 #include "engine/analysis/trace_requests.h"
+#include "engine/core/devices.h"
 #include "engine/core/error.h"
 #include "engine/workload/experiment.h"
 #include "storage/db/stats_at.h"
@@ -70,9 +71,11 @@ std::vector<analysis::Mitigation> candidates_of(const RunRequests& loaded) {
   return candidates;
 }
 
-analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional<Bytes> limit) {
+analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional<Bytes> limit,
+                                        const CancelToken& cancel) {
   analysis::WhatIfOptions options;
   options.capacity = limit;
+  options.cancel = cancel;
   options.threads = 0;
   options.recorded_segments = loaded.requests.recorded_segments;
   options.initial_segments = loaded.requests.initial_segments;
@@ -161,6 +164,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
     if (point) {
       analysis::AdviseOptions options;
       options.capacity = data.limit;
+      options.cancel = control.cancel;
       const analysis::Advice advice =
           analysis::advise_experiment(*point, loaded.record.name, options);
       data.what_if = advice.table;
@@ -172,7 +176,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
     } else {
       const auto candidates = candidates_of(loaded);
       data.what_if = analysis::run_what_if(loaded.requests.requests, candidates,
-                                           what_if_options(loaded, data.limit));
+                                           what_if_options(loaded, data.limit, control.cancel));
     }
   } catch (const Cancelled&) {
     throw;
@@ -188,11 +192,11 @@ analysis::Advice advice_of(const StoredPostMortem& post_mortem) {
   advice.input =
       "run " + std::to_string(post_mortem.record.id.value) + " (" + post_mortem.record.name + ")";
   advice.kind = "stored run";
-  advice.alloc_conf = post_mortem.record.alloc_config;
+  advice.alloc_conf = post_mortem.record.alloc_conf;
   advice.profile = post_mortem.profile;
   advice.notes = post_mortem.notes;
   advice.capacity = post_mortem.limit;
-  advice.device_memory = std::max(analysis::kDefaultDeviceMemory, post_mortem.limit.value_or(0));
+  advice.device_memory = std::max(kH200TotalMemory, post_mortem.limit.value_or(0));
   if (post_mortem.metrics)
     advice.baseline = *post_mortem.metrics;
   advice.post_mortems = post_mortem.post_mortems;
@@ -219,7 +223,7 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
   const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
   // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
   // whole simulated device, the recording's segment addresses to break best-fit ties.
-  const Bytes device_memory = std::max(analysis::kDefaultDeviceMemory, limit.value_or(0));
+  const Bytes device_memory = std::max(kH200TotalMemory, limit.value_or(0));
   alloc::SimulatedDevice simulated(device_memory, device_memory);
   alloc::RecordedAddressDevice device(loaded.requests.recorded_segments, simulated);
   alloc::TraceRecorder recorder;
@@ -229,6 +233,7 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
   options.profile = chosen->profile.value_or(loaded.profile.profile());
   if (!chosen->unavailable.empty())
     throw InputError("run " + std::to_string(run.value) + ": " + chosen->unavailable);
+  options.cancel = control.cancel;
   const RequestStream& requests = chosen->requests ? *chosen->requests : loaded.requests.requests;
   const alloc::RunResult result =
       alloc::run_requests(requests, chosen->config, device, &recorder, options);
@@ -237,7 +242,7 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
   storage::RunRecord record;
   record.name = loaded.record.name + " · " + chosen->name;
   record.source = storage::RunSource::simulated;
-  record.alloc_config = chosen->alloc_conf;
+  record.alloc_conf = chosen->config.raw;
   record.capacity = limit.value_or(0);
   record.device_name = loaded.record.device_name;
   record.environment = storage::Environment::current();

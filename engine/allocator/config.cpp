@@ -698,4 +698,12 @@ std::string to_alloc_conf_string(const AllocatorConfig& config) {
   return text;
 }
 
+std::string alloc_conf_text(const AllocatorConfig& config) {
+  try {
+    return to_alloc_conf_string(config);
+  } catch (const AllocatorConfigError&) {
+    return config.raw;
+  }
+}
+
 }  // namespace fragscope::alloc

@@ -109,5 +109,8 @@ AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
 // A config no string can express (a size that is not whole MiB, a roundup value that is neither 0
 // nor a power of two) is an AllocatorConfigError.
 std::string to_alloc_conf_string(const AllocatorConfig& config);
+// The PYTORCH_CUDA_ALLOC_CONF to show or store for `config`: to_alloc_conf_string, or `raw` when
+// no string expresses it (a recorded value that is not whole MiB, say).
+std::string alloc_conf_text(const AllocatorConfig& config);
 
 }  // namespace fragscope::alloc

@@ -103,6 +103,8 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
 
   const auto& list = requests.requests;
   for (std::size_t index = 0; index < list.size(); ++index) {
+    if (index % kCancelPollRequests == 0)
+      options.cancel.throw_if_cancelled();
     const Request& r = list[index];
     ++result.requests_run;
     switch (r.op) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/allocator/caching_allocator.h"
+#include "engine/core/cancel.h"
 #include "engine/core/request.h"
 
 namespace fragscope::alloc {
@@ -35,7 +36,13 @@ struct RunOptions {
   std::vector<SeedSegment> initial_segments;
   // The release whose allocator rules apply (CachingAllocator::set_profile).
   AllocatorProfile profile;
+  // Polled every kCancelPollRequests requests: a cancelled run throws fragscope::Cancelled.
+  CancelToken cancel;
 };
+
+// How often run_requests polls RunOptions::cancel: a few microseconds of allocator work between
+// polls, so a cancel is seen within a millisecond.
+inline constexpr std::size_t kCancelPollRequests = 4096;
 
 struct RunResult {
   DeviceStats stats;  // final memory_stats()

@@ -128,8 +128,9 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
   alloc::TraceRecorder recorder;
   alloc::RunOptions run_options;
   run_options.allowed_memory = options.capacity;
+  run_options.cancel = options.cancel;
   alloc::run_requests(requests, config, device, &recorder, run_options);
-  const snapshot::SegmentState empty(layout_rules_of(config));
+  const snapshot::SegmentState empty(snapshot::LayoutRules::from_config(config));
   if (metrics) {
     const auto steps = align_steps(requests, recorder.events());
     *metrics =
@@ -165,6 +166,7 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   WhatIfOptions what_if;
   what_if.capacity = options.capacity;
   what_if.threads = options.threads;
+  what_if.cancel = options.cancel;
   advice.device_memory = what_if.device_memory;
   what_if.recorded_segments = trace.recorded_segments;
   what_if.initial_segments = trace.initial_segments;
@@ -186,9 +188,9 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
   advice.input = input;
   advice.kind = "experiment";
   advice.point = point.name;
-  advice.alloc_conf = point.alloc_conf;
+  advice.alloc_conf = point.alloc_conf.raw;
   advice.profile.evidence = "a simulated experiment follows the model's own release";
-  const alloc::AllocatorConfig config = alloc::AllocatorConfig::parse(point.alloc_conf);
+  const alloc::AllocatorConfig& config = point.alloc_conf;
   if (options.capacity)
     advice.capacity = options.capacity;
   else if (point.device.allowed != 0)
@@ -199,6 +201,7 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
   what_if.device_memory = point.device.capacity;
   what_if.device_total = point.device.total_memory;
   what_if.threads = options.threads;
+  what_if.cancel = options.cancel;
   advice.device_memory = what_if.device_memory;
 
   const RequestStream requests = workload::generate(point.workload);
@@ -210,7 +213,6 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
     workload::validate(changed);
     Mitigation m;
     m.name = std::move(name);
-    m.alloc_conf = point.alloc_conf;
     m.config = config;
     m.requests = std::make_shared<const RequestStream>(workload::generate(changed));
     m.step_time_ratio =

@@ -25,6 +25,7 @@ struct AdviseOptions {
   std::optional<std::size_t> device;  // snapshot device; default: the one with most entries
   // Releases to try the same run under (release_mitigations): "would upgrading have avoided it".
   std::vector<TorchVersion> what_if_releases;
+  CancelToken cancel;  // polled inside every run: fragscope::Cancelled
 };
 
 struct Advice {

@@ -65,15 +65,6 @@ double RunMetrics::gmlake_fragmentation() const {
   return 1.0 - static_cast<double>(peak.active) / static_cast<double>(peak.reserved);
 }
 
-snapshot::LayoutRules layout_rules_of(const alloc::AllocatorConfig& config) {
-  snapshot::LayoutRules rules;
-  rules.max_split_size = config.max_split_size;
-  std::copy(config.roundup_power2_divisions.begin(), config.roundup_power2_divisions.end(),
-            rules.roundup_power2_divisions.begin());
-  rules.expandable_segments = config.expandable_segments;
-  return rules;
-}
-
 MemorySample sample_of(const snapshot::SegmentState& state) {
   const snapshot::TimelineSample& t = state.sample();
   MemorySample s;

@@ -128,9 +128,6 @@ struct RunMetrics {
   std::vector<StepMetrics> steps;
 };
 
-// The layout rules of SegmentState for an allocator configuration.
-snapshot::LayoutRules layout_rules_of(const alloc::AllocatorConfig& config);
-
 MemorySample sample_of(const snapshot::SegmentState& state);
 
 // Accumulates RunMetrics event by event, for producers that stream events (the allocator's

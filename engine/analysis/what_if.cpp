@@ -8,6 +8,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -26,34 +27,23 @@ std::string strip_spaces(std::string_view text) {
   return out;
 }
 
-// Splits "a:1,b:[x:1,>:2]" into its top-level "key:value" items.
-std::vector<std::string> top_level_items(std::string_view conf) {
-  std::vector<std::string> items;
-  std::string current;
-  int depth = 0;
-  for (char c : strip_spaces(conf)) {
-    if (c == '[')
-      ++depth;
-    if (c == ']')
-      --depth;
-    if (c == ',' && depth == 0) {
-      if (!current.empty())
-        items.push_back(current);
-      current.clear();
-      continue;
-    }
-    current += c;
-  }
-  if (!current.empty())
-    items.push_back(current);
-  return items;
-}
-
-Mitigation candidate(std::string name, std::string alloc_conf) {
+// A candidate: the baseline with one option changed (`change` edits the config, `option` is its
+// PYTORCH_CUDA_ALLOC_CONF item). Its string is the canonical one of the result; a baseline no
+// string expresses (a recorded value not in whole MiB) shows its own text with the option added.
+template <typename Change>
+Mitigation candidate(std::string name, const alloc::AllocatorConfig& baseline,
+                     std::string_view option, Change change) {
   Mitigation m;
   m.name = std::move(name);
-  m.config = alloc::AllocatorConfig::parse(alloc_conf);
-  m.alloc_conf = std::move(alloc_conf);
+  m.config = baseline;
+  change(m.config);
+  m.config.warnings.clear();
+  try {
+    m.config.raw = alloc::to_alloc_conf_string(m.config);
+  } catch (const alloc::AllocatorConfigError&) {
+    m.config.raw =
+        baseline.raw.empty() ? std::string(option) : baseline.raw + "," + std::string(option);
+  }
   return m;
 }
 
@@ -64,7 +54,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
   WhatIfRow row;
   row.candidate = index;
   row.name = m.name;
-  row.alloc_conf = m.alloc_conf;
+  row.alloc_conf = m.config.raw;
   row.step_time_ratio = m.step_time_ratio;
   const alloc::AllocatorProfile& profile = m.profile ? *m.profile : options.profile;
   row.torch_version = profile.version;
@@ -82,6 +72,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     run_options.allowed_memory = options.capacity;
     run_options.initial_segments = options.initial_segments;
     run_options.profile = profile;
+    run_options.cancel = options.cancel;
     const alloc::RunResult result =
         alloc::run_requests(stream, m.config, device, nullptr, run_options);
     row.ok = result.ooms.empty();
@@ -97,6 +88,8 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     row.maps = result.device_calls.maps;
     row.unmaps = result.device_calls.unmaps;
     row.alloc_retries = result.stats.num_alloc_retries;
+  } catch (const Cancelled&) {
+    row.error = "cancelled";  // run_what_if throws once the workers are done
   } catch (const std::exception& error) {
     row.ok = false;
     row.error = error.what();
@@ -105,24 +98,6 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
 }
 
 }  // namespace
-
-std::string with_option(std::string_view alloc_conf, std::string_view key, std::string_view value) {
-  std::vector<std::string> items = top_level_items(alloc_conf);
-  const std::string wanted = std::string(key) + ":" + std::string(value);
-  bool replaced = false;
-  for (auto& item : items) {
-    if (item.substr(0, item.find(':')) == key) {
-      item = wanted;
-      replaced = true;
-    }
-  }
-  if (!replaced)
-    items.push_back(wanted);
-  std::string out;
-  for (const auto& item : items)
-    out += (out.empty() ? "" : ",") + item;
-  return out;
-}
 
 RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
   RequestStream out;
@@ -150,26 +125,36 @@ RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
 
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
                                              const alloc::AllocatorConfig& baseline) {
-  const std::string base = baseline.raw;
   std::vector<Mitigation> out;
   Mitigation first;
   first.name = "baseline";
-  first.alloc_conf = base;
   first.config = baseline;
   out.push_back(std::move(first));
-  out.push_back(candidate("expandable_segments", with_option(base, "expandable_segments", "True")));
-  for (const char* mb : {"64", "128", "256", "512"})
-    out.push_back(candidate(std::string("max_split_size_mb:") + mb,
-                            with_option(base, "max_split_size_mb", mb)));
-  for (const char* divisions : {"2", "4", "8", "16"})
-    out.push_back(candidate(std::string("roundup_power2_divisions:") + divisions,
-                            with_option(base, "roundup_power2_divisions", divisions)));
-  for (const char* threshold : {"0.6", "0.8"})
-    out.push_back(candidate(std::string("garbage_collection_threshold:") + threshold,
-                            with_option(base, "garbage_collection_threshold", threshold)));
+  out.push_back(candidate("expandable_segments", baseline, "expandable_segments:True",
+                          [](alloc::AllocatorConfig& c) { c.expandable_segments = true; }));
+  for (const Bytes mb : {64, 128, 256, 512}) {
+    if (mb * kMiB < baseline.large_segment_size)
+      continue;  // "max_split_size_mb must be >= large_segment_size_mb": PyTorch refuses it
+    const std::string option = "max_split_size_mb:" + std::to_string(mb);
+    out.push_back(candidate(option, baseline, option,
+                            [mb](alloc::AllocatorConfig& c) { c.max_split_size = mb * kMiB; }));
+  }
+  for (const std::uint64_t divisions : {2, 4, 8, 16}) {
+    const std::string option = "roundup_power2_divisions:" + std::to_string(divisions);
+    out.push_back(candidate(option, baseline, option, [divisions](alloc::AllocatorConfig& c) {
+      c.roundup_power2_divisions.fill(divisions);
+    }));
+  }
+  constexpr std::pair<double, std::string_view> kThresholds[] = {
+      {0.6, "garbage_collection_threshold:0.6"}, {0.8, "garbage_collection_threshold:0.8"}};
+  for (const auto& threshold : kThresholds) {
+    const double value = threshold.first;
+    out.push_back(
+        candidate(std::string(threshold.second), baseline, threshold.second,
+                  [value](alloc::AllocatorConfig& c) { c.garbage_collection_threshold = value; }));
+  }
   Mitigation empty_cache;
   empty_cache.name = "empty_cache before the big phase";
-  empty_cache.alloc_conf = base;
   empty_cache.config = baseline;
   empty_cache.requests =
       std::make_shared<const RequestStream>(with_empty_cache_before_big_phase(requests));
@@ -186,7 +171,6 @@ std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseli
       continue;
     Mitigation m;
     m.name = "PyTorch " + release.to_string() + "'s allocator";
-    m.alloc_conf = baseline.raw;
     m.config = baseline;
     m.profile = alloc::allocator_profile(release);
     try {
@@ -283,7 +267,7 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     // Each worker takes the next candidate; results land in their candidate's slot.
-    for (std::size_t i = next++; i < candidates.size(); i = next++)
+    for (std::size_t i = next++; i < candidates.size() && !options.cancel.cancelled(); i = next++)
       rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i);
   };
   {
@@ -292,6 +276,7 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
       pool.emplace_back(work);
     work();
   }
+  options.cancel.throw_if_cancelled();
 
   if (!rows.empty()) {
     const auto base_calls = static_cast<std::int64_t>(rows.front().device_calls());

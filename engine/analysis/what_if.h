@@ -22,20 +22,18 @@
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/profile.h"
+#include "engine/core/cancel.h"
+#include "engine/core/devices.h"
 #include "engine/core/request.h"
 #include "engine/core/units.h"
 
 namespace fragscope::analysis {
 
-// totalGlobalMem of the H200 the fixtures were recorded on: the simulated device's size when no
-// capacity is given (it sizes expandable-segment reservations).
-inline constexpr Bytes kDefaultDeviceMemory = 150'109'880'320;
-
 // One candidate: a configuration, and optionally another request stream (the same program
 // changed, e.g. empty_cache calls inserted, or a smaller micro-batch with accumulation).
 struct Mitigation {
-  std::string name;        // e.g. "expandable_segments", "max_split_size_mb:256"
-  std::string alloc_conf;  // the PYTORCH_CUDA_ALLOC_CONF string that gives `config`
+  std::string name;  // e.g. "expandable_segments", "max_split_size_mb:256"
+  // What the candidate runs under; config.raw is the PYTORCH_CUDA_ALLOC_CONF that gives it.
   alloc::AllocatorConfig config;
   std::shared_ptr<const RequestStream> requests;  // null: the baseline stream
   // Time per step relative to the baseline (program changes cost time; settings ~1).
@@ -47,14 +45,13 @@ struct Mitigation {
   std::string unavailable;
 };
 
-// Adds or replaces `key:value` in a PYTORCH_CUDA_ALLOC_CONF string ("" = defaults).
-std::string with_option(std::string_view alloc_conf, std::string_view key, std::string_view value);
-
 // The standard candidates for a baseline configuration: the baseline itself (first),
 // expandable_segments, max_split_size_mb 64/128/256/512, roundup_power2_divisions 2/4/8/16,
 // garbage_collection_threshold 0.6/0.8 (effective only under a memory limit), and "empty_cache
 // before the big phase" (before each training step, or before the largest request when the
-// stream has no steps). Every string is parsed with alloc::AllocatorConfig::parse.
+// stream has no steps). Each candidate is the baseline config with one option changed, its
+// config.raw the canonical string of the result; a max_split_size_mb below the baseline's
+// large_segment_size_mb, which PyTorch refuses, is left out.
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
                                              const alloc::AllocatorConfig& baseline);
 
@@ -83,8 +80,8 @@ Bytes ideal_peak(const RequestStream& requests,
 struct WhatIfOptions {
   // Per-process limit (set_per_process_memory_fraction); nullopt = the whole device.
   std::optional<Bytes> capacity;
-  Bytes device_memory = kDefaultDeviceMemory;  // what the device can give the allocator
-                                               // (raised to `capacity` when that is larger)
+  Bytes device_memory = kH200TotalMemory;  // what the device can give the allocator
+                                           // (raised to `capacity` when that is larger)
   Bytes device_total = 0;  // totalGlobalMem (OOM text, expandable reservations); 0 = same
   unsigned threads = 1;    // 0 = hardware concurrency
   // Segment addresses of the recording the stream came from: served while a candidate asks for
@@ -96,6 +93,8 @@ struct WhatIfOptions {
   std::vector<alloc::SeedSegment> initial_segments;
   // The release whose allocator rules the candidates follow (the recording's own).
   alloc::AllocatorProfile profile;
+  // Polled between candidates and inside each run: run_what_if then throws fragscope::Cancelled.
+  CancelToken cancel;
 };
 
 struct WhatIfRow {

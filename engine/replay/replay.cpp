@@ -273,6 +273,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     // or pool was different and runs again; the last pass's requests are replayed.
     constexpr std::size_t kMaxPasses = 24;
     for (std::size_t pass = 1;; ++pass) {
+      options.cancel.throw_if_cancelled();
       router = std::make_unique<PoolRouter>(settings);
       requests = requests_from_trace(trace, initial, router.get());
       passes = pass;
@@ -312,6 +313,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.check_invariants_every = options.check_invariants_every;
   run_options.initial_segments = requests.initial_segments;
   run_options.profile = profile;
+  run_options.cancel = options.cancel;
 
   ReplayResult result;
   result.profile = profile;

@@ -14,6 +14,8 @@
 
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/run.h"
+#include "engine/core/cancel.h"
+#include "engine/core/devices.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "engine/replay/pool_inference.h"
@@ -21,10 +23,6 @@
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::replay {
-
-// totalGlobalMem of the H200 the fixtures were recorded on; the default device size of a replay
-// (it sizes expandable reservations and prints as "total capacity" in OOM text).
-inline constexpr Bytes kH200TotalMemory = 150'109'880'320;
 
 struct RecordedOom {
   std::size_t allocs_before = 0;  // successful allocations before the failing request
@@ -117,6 +115,8 @@ struct ReplayOptions {
   // The CUDA device the trace was recorded on ("GPU d" in the model's OOM text); replay_snapshot
   // sets it from its `device`.
   int device = 0;
+  // Polled between pool-inference passes and inside the model's run: fragscope::Cancelled.
+  CancelToken cancel;
 };
 
 struct Divergence {

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "engine/core/devices.h"
 #include "engine/core/error.h"
 #include "engine/workload/hf_config.h"
 
@@ -413,7 +414,12 @@ ExperimentPoint decode_point(const json& config, const std::string& name, std::s
   p.device = read_device(dr);
   if (const json* allocator = top.find("allocator")) {
     Reader ar(*allocator, top.at("allocator"), source);
-    p.alloc_conf = ar.string("alloc_conf", "");
+    const std::string text = ar.string("alloc_conf", "");
+    try {
+      p.alloc_conf = alloc::AllocatorConfig::parse(text);
+    } catch (const alloc::AllocatorConfigError& e) {
+      ar.fail(ar.at("alloc_conf"), "\"" + text + "\": " + e.what());
+    }
     ar.finish();
   }
   const json* model = top.find("model");
@@ -511,7 +517,7 @@ const std::vector<DevicePreset>& device_presets() {
         {"A100-40GB", 42505273344ULL, kDefaultContextReserve},
         {"A100-80GB", gib(79.15), kDefaultContextReserve},
         {"H100-80GB", gib(79.11), kDefaultContextReserve},
-        {"H200-141GB", 150109880320ULL, kDefaultContextReserve},
+        {"H200-141GB", kH200TotalMemory, kDefaultContextReserve},
         {"L4", gib(22.03), kDefaultContextReserve},
         {"RTX-4090", gib(23.65), kDefaultContextReserve},
         {"RTX-3090", gib(23.69), kDefaultContextReserve},

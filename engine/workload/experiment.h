@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator/config.h"
 #include "engine/core/units.h"
 #include "engine/workload/workload.h"
 
@@ -45,7 +46,8 @@ struct ExperimentPoint {
   std::string name;  // variant name, or "sweep:key=value,..." for sweep points
   Workload workload;
   DeviceSpec device;
-  std::string alloc_conf;
+  // allocator.alloc_conf, parsed when the file is read (config.raw: the string as written).
+  alloc::AllocatorConfig alloc_conf;
   nlohmann::json config;  // the fully resolved configuration of this point (stored with the run)
 };
 

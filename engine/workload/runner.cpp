@@ -87,19 +87,14 @@ std::vector<std::uint64_t> step_first_events(const RequestStream& stream,
 
 }  // namespace
 
-PointResult run_point(const ExperimentPoint& point, bool record_events) {
+PointResult run_point(const ExperimentPoint& point, bool record_events, const CancelToken& cancel) {
   const auto start = std::chrono::steady_clock::now();
-  alloc::AllocatorConfig config;
-  try {
-    config = alloc::AllocatorConfig::parse(point.alloc_conf);
-  } catch (const alloc::AllocatorConfigError& e) {
-    throw InputError("point \"" + point.name + "\": allocator.alloc_conf \"" + point.alloc_conf +
-                     "\": " + e.what());
-  }
+  const alloc::AllocatorConfig& config = point.alloc_conf;
   const RequestStream stream = generate(point.workload);
   alloc::SimulatedDevice device(point.device.capacity, point.device.total_memory);
   alloc::RunOptions options;
   options.stop_on_oom = true;
+  options.cancel = cancel;
   if (point.device.allowed > 0)
     options.allowed_memory = point.device.allowed;
   LabellingSink sink(stream);

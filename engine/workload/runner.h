@@ -37,8 +37,9 @@ struct PointResult {
   std::vector<std::uint64_t> step_first_events;
 };
 
-// Throws fragscope::InputError for a bad alloc_conf (PyTorch's message, naming the point).
-PointResult run_point(const ExperimentPoint& point, bool record_events);
+// A cancelled `cancel` stops the run within a few thousand requests (fragscope::Cancelled).
+PointResult run_point(const ExperimentPoint& point, bool record_events,
+                      const CancelToken& cancel = {});
 
 // {"name","outcome","peak_allocated","peak_reserved","memory_stats","oom","steps_completed",
 //  "estimated_step_time_ratio"} — the CLI's and the stored run summary's shape.

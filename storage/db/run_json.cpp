@@ -10,7 +10,7 @@ nlohmann::json to_json(const RunRecord& run) {
       {"name", run.name},
       {"source", to_string(run.source)},
       {"status", to_string(run.status)},
-      {"alloc_config", run.alloc_config},
+      {"alloc_conf", run.alloc_conf},
       {"capacity", run.capacity},
       {"device_name", run.device_name},
       {"created_at", run.created_at},

@@ -7,7 +7,7 @@
 
 namespace fragscope::storage {
 
-// {"id","experiment_id","name","source","status","alloc_config","capacity","device_name",
+// {"id","experiment_id","name","source","status","alloc_conf","capacity","device_name",
 //  "created_at","wall_seconds","environment":{...},"twin_run","event_count","summary"}
 nlohmann::json to_json(const RunRecord& run);
 // {"first_event","end_event","t0","t1","allocated_max","allocated_min","reserved_max",

@@ -30,7 +30,7 @@ namespace {
 constexpr std::array<std::string_view, 4> kSourceNames = {"simulated", "imported", "gpu", "torch"};
 constexpr std::array<std::string_view, 4> kStatusNames = {"ok", "oom", "cancelled", "failed"};
 constexpr std::string_view kRunColumns =
-    "id, experiment_id, name, source, alloc_config, capacity, device_name, status, created_at, "
+    "id, experiment_id, name, source, alloc_conf, capacity, device_name, status, created_at, "
     "wall_seconds, torch_version, cuda_version, driver_version, gpu_name, gpu_memory, "
     "fragscope_version, git_revision, host, twin_run, summary, event_count";
 
@@ -46,7 +46,7 @@ RunRecord read_run(const Statement& row, const std::string& db_path) {
   if (!source || !status)
     throw DatabaseError(what + ": unknown source or status");
   run.source = *source;
-  run.alloc_config = row.column_text(4);
+  run.alloc_conf = row.column_text(4);
   run.capacity = static_cast<Bytes>(row.column_int(5));
   run.device_name = row.column_text(6);
   run.status = *status;

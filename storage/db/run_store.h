@@ -75,8 +75,8 @@ struct RunRecord {
   std::optional<ExperimentId> experiment;
   std::string name;
   RunSource source = RunSource::simulated;
-  std::string alloc_config;  // PYTORCH_CUDA_ALLOC_CONF as given
-  Bytes capacity = 0;        // device bytes the allocator could use; 0 = unknown
+  std::string alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF as given
+  Bytes capacity = 0;      // device bytes the allocator could use; 0 = unknown
   std::string device_name;
   RunStatus status = RunStatus::ok;
   std::string created_at;  // ISO 8601 UTC, set by begin_run

@@ -45,7 +45,7 @@ RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoi
 
   auto ingest = std::make_unique<Ingest>(*db_, RunId{});
   auto insert = db_->prepare(
-      "INSERT INTO runs(experiment_id, name, source, alloc_config, capacity, device_name, status, "
+      "INSERT INTO runs(experiment_id, name, source, alloc_conf, capacity, device_name, status, "
       "created_at, wall_seconds, torch_version, cuda_version, driver_version, gpu_name, "
       "gpu_memory, fragscope_version, git_revision, host, twin_run, summary, event_count) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)");
@@ -56,7 +56,7 @@ RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoi
   const Environment& env = record.environment;
   insert.bind_text(2, record.name)
       .bind_text(3, to_string(record.source))
-      .bind_text(4, record.alloc_config)
+      .bind_text(4, record.alloc_conf)
       .bind_int(5, static_cast<std::int64_t>(record.capacity))
       .bind_text(6, record.device_name)
       .bind_text(7, to_string(record.status))

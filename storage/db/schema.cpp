@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 7> kMigrations = {
+constexpr std::array<std::string_view, 8> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -177,6 +177,11 @@ CREATE TABLE category_levels(
   bucket_count INTEGER NOT NULL,
   data BLOB NOT NULL,
   UNIQUE (run_id, level, first_bucket));
+)sql",
+    // 8: one name for the allocator config everywhere (the experiment key, the CLI, the JSON):
+    // runs.alloc_config becomes runs.alloc_conf.
+    R"sql(
+ALTER TABLE runs RENAME COLUMN alloc_config TO alloc_conf;
 )sql",
 };
 

@@ -9,7 +9,7 @@ RunId store_simulated_run(RunStore& store, ExperimentId experiment,
   record.experiment = experiment;
   record.name = point.name;
   record.source = RunSource::simulated;
-  record.alloc_config = point.alloc_conf;
+  record.alloc_conf = point.alloc_conf.raw;
   record.capacity = point.device.allowed > 0 ? point.device.allowed : point.device.capacity;
   record.device_name = point.device.name;
   record.environment = Environment::current();

@@ -126,7 +126,7 @@ snapshot::Snapshot export_snapshot(RunStore& store, RunId run) {
   if (settings != record.summary.end() && settings->is_object())
     out.allocator_settings = *settings;
   else
-    out.allocator_settings = {{"PYTORCH_CUDA_ALLOC_CONF", record.alloc_config}};
+    out.allocator_settings = {{"PYTORCH_CUDA_ALLOC_CONF", record.alloc_conf}};
 
   const SegmentMap initial = store.segment_state(run, 0).state;
   try {

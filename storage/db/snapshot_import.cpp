@@ -171,7 +171,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   }
   if (const auto conf = snapshot.allocator_settings.find("PYTORCH_CUDA_ALLOC_CONF");
       conf != snapshot.allocator_settings.end() && conf->is_string())
-    record.alloc_config = conf->get<std::string>();
+    record.alloc_conf = conf->get<std::string>();
   record.device_name = "cuda:" + std::to_string(device);
   record.environment.fragscope_version = kVersion;
   record.environment.git_revision = kGitRevision;

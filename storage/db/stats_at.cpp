@@ -52,6 +52,22 @@ std::uint64_t end_of_allocator_call(const std::vector<TraceEvent>& events, std::
 
 }  // namespace
 
+RunAllocatorConfig allocator_config_of(const RunRecord& record) {
+  RunAllocatorConfig out;
+  const auto settings = record.summary.find("allocator_settings");
+  out.recorded = settings != record.summary.end() && settings->is_object();
+  try {
+    out.config = out.recorded ? replay::config_from_settings(*settings, &out.note)
+                              : alloc::AllocatorConfig::parse(record.alloc_conf);
+  } catch (const alloc::AllocatorConfigError& error) {
+    throw InputError(run_name(record.id) + ": its allocator config \"" + record.alloc_conf +
+                     "\" does not parse: " + error.what());
+  } catch (const InputError& error) {
+    throw InputError(run_name(record.id) + ": " + error.what());
+  }
+  return out;
+}
+
 std::optional<Bytes> run_memory_limit(const RunRecord& record) {
   if (record.capacity > 0)
     return record.capacity;
@@ -110,23 +126,11 @@ RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t>
   out.profile = profile_choice_of(out.record);
   out.events = store.events(
       run, 0, std::min(event_count.value_or(out.record.event_count), out.record.event_count));
-  const auto settings = out.record.summary.find("allocator_settings");
-  out.recorded_config = settings != out.record.summary.end() && settings->is_object();
-  try {
-    if (out.recorded_config) {
-      std::string note;
-      out.config = replay::config_from_settings(*settings, &note);
-      if (!note.empty())
-        out.notes.push_back(note);
-    } else {
-      out.config = alloc::AllocatorConfig::parse(out.record.alloc_config);
-    }
-  } catch (const alloc::AllocatorConfigError& error) {
-    throw InputError(run_name(run) + ": its allocator config \"" + out.record.alloc_config +
-                     "\" does not parse: " + error.what());
-  } catch (const InputError& error) {
-    throw InputError(run_name(run) + ": " + error.what());
-  }
+  RunAllocatorConfig config = allocator_config_of(out.record);
+  out.config = std::move(config.config);
+  out.recorded_config = config.recorded;
+  if (!config.note.empty())
+    out.notes.push_back(std::move(config.note));
   // The stored start state has request sizes; its blocks get the block size the config's split
   // rule gives them inside the gap up to the next live block.
   const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(out.config);
@@ -212,7 +216,7 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
   try {
     out.config = alloc::to_alloc_conf_string(trace.config);
   } catch (const alloc::AllocatorConfigError&) {
-    out.config = record.alloc_config;  // a recorded value no string expresses: show the raw one
+    out.config = record.alloc_conf;  // a recorded value no string expresses: show the raw one
   }
   // A recording is replayed under its own settings (and compared with itself); any other run
   // under the config it was simulated with.

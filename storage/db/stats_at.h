@@ -44,6 +44,15 @@ std::optional<Bytes> run_memory_limit(const RunRecord& record);
 alloc::ProfileChoice profile_choice_of(const RunRecord& record);
 // The choice as summary["torch_version"] stores it (profile_choice_of reads it back).
 nlohmann::json to_json(const alloc::ProfileChoice& choice);
+// The allocator config a stored run ran under, derived in this one place: an imported snapshot's
+// recorded allocator_settings (read for any release), else the run's alloc_conf.
+struct RunAllocatorConfig {
+  alloc::AllocatorConfig config;
+  bool recorded = false;  // config is the snapshot's allocator_settings
+  std::string note;       // what the recorded settings lacked ("" when complete)
+};
+// InputError naming the run when the config does not parse.
+RunAllocatorConfig allocator_config_of(const RunRecord& record);
 
 // What every analysis of a stored run starts from (post-mortem, what-if, memory_stats_at): the
 // config it ran under (the recorded allocator_settings for imported snapshots, read for any

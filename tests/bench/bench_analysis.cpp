@@ -40,21 +40,18 @@ const SweepInput& input() {
 // 2 (expandable) x 5 (max_split_size_mb) x 5 (roundup_power2_divisions) x 2 (GC threshold).
 std::vector<analysis::Mitigation> hundred_configs() {
   std::vector<analysis::Mitigation> out;
-  for (const char* expandable : {"False", "True"})
-    for (const char* split : {"", "64", "128", "256", "512"})
-      for (const char* divisions : {"", "2", "4", "8", "16"})
-        for (const char* gc : {"", "0.8"}) {
-          std::string conf = analysis::with_option("", "expandable_segments", expandable);
-          if (*split)
-            conf = analysis::with_option(conf, "max_split_size_mb", split);
-          if (*divisions)
-            conf = analysis::with_option(conf, "roundup_power2_divisions", divisions);
-          if (*gc)
-            conf = analysis::with_option(conf, "garbage_collection_threshold", gc);
+  for (const bool expandable : {false, true})
+    for (const Bytes split_mb : {0, 64, 128, 256, 512})
+      for (const std::uint64_t divisions : {0, 2, 4, 8, 16})
+        for (const double gc : {0.0, 0.8}) {
           analysis::Mitigation m;
-          m.name = conf;
-          m.alloc_conf = conf;
-          m.config = alloc::AllocatorConfig::parse(conf);
+          m.config.expandable_segments = expandable;
+          if (split_mb != 0)
+            m.config.max_split_size = split_mb * kMiB;
+          m.config.roundup_power2_divisions.fill(divisions);
+          m.config.garbage_collection_threshold = gc;
+          m.config.raw = alloc::to_alloc_conf_string(m.config);
+          m.name = m.config.raw;
           out.push_back(std::move(m));
         }
   return out;

@@ -48,7 +48,7 @@ void BM_ModelReplay(benchmark::State& state, const char* name) {
   options.stop_on_oom = false;
   options.allowed_memory = f.allowed;
   for (auto _ : state) {
-    alloc::SimulatedDevice simulated(alloc::kUnlimited, replay::kH200TotalMemory);
+    alloc::SimulatedDevice simulated(alloc::kUnlimited, kH200TotalMemory);
     alloc::RecordedAddressDevice device(f.requests.segments, simulated);
     auto result = alloc::run_requests(f.requests.requests, f.config, device, nullptr, options);
     benchmark::DoNotOptimize(result.stats);

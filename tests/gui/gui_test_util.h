@@ -77,7 +77,7 @@ inline storage::RunId addRun(storage::RunStore& store, const std::string& name,
   storage::RunRecord record;
   record.name = name;
   record.source = storage::RunSource::simulated;
-  record.alloc_config = config;
+  record.alloc_conf = config;
   record.device_name = "NVIDIA H200";
   record.capacity = 140 * kGiB;
   const storage::RunId run = store.begin_run(record);

@@ -21,7 +21,7 @@ storage::RunRecord record(std::int64_t id, const std::string& name, storage::Run
   run.id = storage::RunId(id);
   run.name = name;
   run.status = status;
-  run.alloc_config = config;
+  run.alloc_conf = config;
   run.event_count = static_cast<std::uint64_t>(id) * 1000;
   run.summary["peaks"] = {
       {"allocated", peakReserved / 2}, {"reserved", peakReserved}, {"active", peakReserved / 2}};

@@ -76,7 +76,7 @@ experiments = {r["experiment_id"] for r in collected.values()}
 assert len(experiments) == 1, experiments
 for name, l in local.items():
     c = collected[name]
-    for key in ("status", "event_count", "alloc_config", "capacity", "source"):
+    for key in ("status", "event_count", "alloc_conf", "capacity", "source"):
         assert c[key] == l[key], (name, key, c[key], l[key])
     for key in ("peak_allocated", "peak_reserved", "outcome", "memory_stats", "peaks"):
         assert c["summary"].get(key) == l["summary"].get(key), (name, key)

@@ -17,7 +17,7 @@ RunRecord simulated_run(std::string name) {
   RunRecord record;
   record.name = std::move(name);
   record.source = RunSource::simulated;
-  record.alloc_config = "expandable_segments:True";
+  record.alloc_conf = "expandable_segments:True";
   record.capacity = 80ull << 30;
   record.device_name = "simulated H200";
   record.environment = Environment::current();
@@ -76,7 +76,7 @@ TEST(RunStore, RunRecordRoundTrips) {
   EXPECT_EQ(stored.name, "bs16");
   EXPECT_EQ(stored.source, RunSource::torch);
   EXPECT_EQ(stored.status, RunStatus::oom);
-  EXPECT_EQ(stored.alloc_config, "expandable_segments:True");
+  EXPECT_EQ(stored.alloc_conf, "expandable_segments:True");
   EXPECT_EQ(stored.capacity, 80ull << 30);
   EXPECT_EQ(stored.environment, record.environment);
   EXPECT_EQ(stored.environment.fragscope_version, std::string(kVersion));
@@ -369,12 +369,18 @@ TEST(RunStore, CategoryTimelineStacksLabelledMemory) {
   EXPECT_EQ(tail[0].total(), 170);
 }
 
-TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
-  RunStore store(":memory:");
-  const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
+// A finished unlabelled run a little over one event chunk long.
+RunId store_synthetic_run(RunStore& store, const std::vector<TraceEvent>& events) {
   const RunId id = store.begin_run(RunRecord{});
   store.append_events(id, events);
   store.finish_run(id, RunStatus::ok);
+  return id;
+}
+
+TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
+  RunStore store(":memory:");
+  const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
+  const RunId id = store_synthetic_run(store, events);
   const auto buckets = store.category_timeline(id, 1000, events.size(), 50);
   ASSERT_EQ(buckets.size(), 50u);
   const auto series = derive_series(events);
@@ -387,6 +393,17 @@ TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
   }
   EXPECT_EQ(buckets.front().first_event, 1000u);
   EXPECT_EQ(buckets.back().end_event, events.size());
+}
+
+// A superseded GUI query stops at the next event chunk instead of reading the run to its end.
+TEST(RunStore, CategoryTimelineStopsWhenCancelled) {
+  RunStore store(":memory:");
+  const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
+  const RunId id = store_synthetic_run(store, events);
+  const CancelToken cancel = CancelToken::make();
+  EXPECT_EQ(store.category_timeline(id, 0, events.size(), 10, cancel).size(), 10u);
+  cancel.cancel();
+  EXPECT_THROW(store.category_timeline(id, 0, events.size(), 10, cancel), Cancelled);
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
         db.exec(
             "INSERT INTO runs(id, experiment_id, name, source, status, created_at, summary) "
             "VALUES (1, 1, 'old run', 'simulated', 'ok', '2026-01-01T00:00:00Z', '{}')");
+        // The allocator config column was alloc_config before version 8.
+        db.exec(std::string("UPDATE runs SET ") + (version < 8 ? "alloc_config" : "alloc_conf") +
+                " = 'expandable_segments:True'");
       }
     }
     RunStore store(path);
@@ -49,6 +52,7 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
     if (version >= 1) {
       ASSERT_EQ(store.run_count(), 1);
       EXPECT_EQ(store.run(RunId{1}).name, "old run");
+      EXPECT_EQ(store.run(RunId{1}).alloc_conf, "expandable_segments:True");
       EXPECT_EQ(store.experiment(ExperimentId{1}).name, "old");
     }
     // Everything of the latest schema works on the migrated file.

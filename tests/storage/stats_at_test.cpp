@@ -150,7 +150,7 @@ TEST(StatsAt, UnparsableConfigNamesTheRun) {
   RunStore store(":memory:");
   RunRecord record;
   record.name = "broken";
-  record.alloc_config = "max_split_size_mb:banana";
+  record.alloc_conf = "max_split_size_mb:banana";
   const RunId run = store.begin_run(record);
   store.finish_run(run, RunStatus::ok, nlohmann::json::object());
   try {

@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "engine/allocator/caching_allocator.h"
+#include "engine/core/devices.h"
 
 namespace fragscope::alloc::test {
-
-inline constexpr Bytes kH200TotalMemory = 150'109'880'320;
 
 inline std::vector<std::pair<TraceAction, Bytes>> segment_events(
     const std::vector<TraceEvent>& events) {

@@ -183,6 +183,37 @@ TEST(Run, TheOomTextNamesTheDevice) {
       << result.ooms[0].oom.message;
 }
 
+// A cancel is seen within kCancelPollRequests requests, as fragscope::Cancelled (not a result).
+TEST(Run, ACancelledRunStopsAtTheNextPoll) {
+  RequestStream stream;
+  constexpr std::uint64_t kTensors = 5 * kCancelPollRequests;
+  for (std::uint64_t t = 1; t <= kTensors; ++t) {
+    stream.requests.push_back(Request{RequestOp::malloc, TensorId{t}, 1_KiB, StreamId{0}, {}});
+    stream.requests.push_back(Request{RequestOp::free, TensorId{t}, 0, StreamId{0}, {}});
+  }
+  // Cancels once the run has made `after` allocations.
+  struct CancellingSink final : EventSink {
+    CancelToken token = CancelToken::make();
+    std::size_t allocs = 0;
+    std::size_t after = 0;
+    void on_event(const TraceEvent& event) override {
+      if (event.action == TraceAction::alloc && ++allocs == after)
+        token.cancel();
+    }
+  } sink;
+  sink.after = kCancelPollRequests;  // at request 2 * kCancelPollRequests - 2
+  RunOptions options;
+  options.cancel = sink.token;
+  SimulatedDevice device(1_GiB);
+  EXPECT_THROW(run_requests(stream, AllocatorConfig{}, device, &sink, options), Cancelled);
+  EXPECT_EQ(sink.allocs, kCancelPollRequests);  // the poll at request 2 * kCancelPollRequests
+
+  SimulatedDevice again(1_GiB);
+  EXPECT_THROW(run_requests(stream, AllocatorConfig{}, again, nullptr, options), Cancelled);
+  SimulatedDevice uncancelled(1_GiB);
+  EXPECT_EQ(run_requests(stream, AllocatorConfig{}, uncancelled).allocs, kTensors);
+}
+
 // --- the same randomized workload under several policies --------------------------------------
 
 struct DefaultPolicy {

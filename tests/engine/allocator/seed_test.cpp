@@ -4,6 +4,7 @@
 
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/event_sink.h"
+#include "engine/core/devices.h"
 
 namespace fragscope::alloc {
 namespace {
@@ -22,7 +23,7 @@ SeedSegment large_segment() {
 }
 
 TEST(Seed, BuildsTheLayoutWithExactStatsAndNoEvents) {
-  SimulatedDevice device(kUnlimited, 150'109'880'320);
+  SimulatedDevice device(kUnlimited, kH200TotalMemory);
   TraceRecorder trace;
   CachingAllocator allocator(AllocatorConfig{}, device, &trace);
   const std::vector<std::uint64_t> addresses = allocator.seed({large_segment()});
@@ -45,7 +46,7 @@ TEST(Seed, BuildsTheLayoutWithExactStatsAndNoEvents) {
 }
 
 TEST(Seed, SeededBlocksAreReusedAndFreedLikeGrownOnes) {
-  SimulatedDevice device(kUnlimited, 150'109'880'320);
+  SimulatedDevice device(kUnlimited, kH200TotalMemory);
   TraceRecorder trace;
   CachingAllocator allocator(AllocatorConfig{}, device, &trace);
   allocator.seed({large_segment()});
@@ -70,7 +71,7 @@ TEST(Seed, SeededBlocksAreReusedAndFreedLikeGrownOnes) {
 }
 
 TEST(Seed, RefusesBlocksThatDoNotTileTheSegment) {
-  SimulatedDevice device(kUnlimited, 150'109'880'320);
+  SimulatedDevice device(kUnlimited, kH200TotalMemory);
   CachingAllocator allocator(AllocatorConfig{}, device);
   SeedSegment s = large_segment();
   s.blocks[1].size = 5 * kMiB;  // leaves a hole
@@ -82,7 +83,7 @@ TEST(Seed, RefusesBlocksThatDoNotTileTheSegment) {
 }
 
 TEST(Seed, ExpandableRangeIsMappedAndSplit) {
-  SimulatedDevice device(kUnlimited, 150'109'880'320);
+  SimulatedDevice device(kUnlimited, kH200TotalMemory);
   CachingAllocator allocator(AllocatorConfig::parse("expandable_segments:True"), device);
   SeedSegment s = large_segment();
   s.expandable = true;

@@ -9,14 +9,13 @@
 #include <sstream>
 
 #include "engine/allocator/summary.h"
+#include "engine/core/devices.h"
 #include "engine/core/trace.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::alloc {
 namespace {
-
-constexpr Bytes kH200Total = 150'109'880'320;  // totalGlobalMem of the recording H200
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -227,7 +226,7 @@ TEST(FormatSize, C10Boundaries) {
   EXPECT_EQ(format_size(kGiB), "1024.00 MiB");
   EXPECT_EQ(format_size(kGiB + 1), "1.00 GiB");
   EXPECT_EQ(format_size(kTiB), "1024.00 GiB");
-  EXPECT_EQ(format_size(kH200Total), "139.80 GiB");
+  EXPECT_EQ(format_size(kH200TotalMemory), "139.80 GiB");
 }
 
 const std::string kHint =
@@ -291,7 +290,7 @@ TEST(OomMessage, GoldenVectorG7LimitedToThirtyMiB) {
   // then 3 MiB needs a 20 MiB segment that the 30 MiB limit refuses.
   OomMessageInputs inputs;
   inputs.tried_to_allocate = 20 * kMiB;
-  inputs.total_capacity = kH200Total;
+  inputs.total_capacity = kH200TotalMemory;
   inputs.device_free = 148'000'000'000;
   inputs.processes = {{42, 600 * kMiB, true}};
   inputs.allowed = 30 * kMiB;
@@ -309,7 +308,7 @@ TEST(OomMessage, GoldenVectorG7LimitedToThirtyMiB) {
 TEST(OomMessage, SpecVerifiedExamples) {
   OomMessageInputs huge;
   huge.tried_to_allocate = kTiB;
-  huge.total_capacity = kH200Total;
+  huge.total_capacity = kH200TotalMemory;
   huge.device_free = 148'390'000'000;           // 138.20 GiB
   huge.processes = {{7, 1'707'000'000, true}};  // 1.59 GiB
   huge.allocated = kGiB + 2 * kMiB;             // 1.00 GiB (exactly 1 GiB prints "1024.00 MiB")
@@ -323,7 +322,7 @@ TEST(OomMessage, SpecVerifiedExamples) {
 
   OomMessageInputs capped;
   capped.tried_to_allocate = 400 * kMiB;
-  capped.total_capacity = kH200Total;
+  capped.total_capacity = kH200TotalMemory;
   capped.device_free = 149'270'000'000;  // 139.02 GiB
   capped.processes = {{7, 788 * kMiB, true}};
   capped.allowed = 500 * kMiB;
@@ -364,7 +363,7 @@ TEST(OomMessage, CudaMallocAsyncBackendText) {
   inputs.device = 0;
   inputs.currently_allocated = 900 * kMiB;
   inputs.requested = 200 * kMiB;
-  inputs.device_total = kH200Total;
+  inputs.device_total = kH200TotalMemory;
   inputs.device_free = 100 * kGiB;
   inputs.pytorch_limit = kGiB;
   EXPECT_EQ(async_oom_message(inputs),

@@ -144,8 +144,7 @@ TEST(AdviceText, ExplainsRowsWhosePeakIsTheWholeDevice) {
   baseline.name = "baseline";
   Mitigation split_limit;
   split_limit.name = "max_split_size_mb:64";
-  split_limit.alloc_conf = "max_split_size_mb:64";
-  split_limit.config = alloc::AllocatorConfig::parse(split_limit.alloc_conf);
+  split_limit.config = alloc::AllocatorConfig::parse("max_split_size_mb:64");
   advice.table = run_what_if(s, {baseline, split_limit}, options);
   ASSERT_EQ(advice.table.rows.size(), 2u);
   const WhatIfRow& split =

@@ -70,7 +70,7 @@ TEST(PostMortem, CachePolicyWhenOversizeRulesRefuseABlock) {
   t.push_back(ev(TraceAction::alloc, kBase, 80_MiB));
   free_now(t, kBase, 80_MiB);
   t.push_back(ev(TraceAction::oom, 10_MiB, 30_MiB));
-  snapshot::SegmentState initial(layout_rules_of(config));
+  snapshot::SegmentState initial(snapshot::LayoutRules::from_config(config));
   const auto pm = only(trace_post_mortems(t, initial, config, 90_MiB));
   EXPECT_EQ(pm.cause, OomCause::cache_policy);
   EXPECT_NE(pm.evidence.back().find("oversize rules"), std::string::npos) << pm.evidence.back();
@@ -113,7 +113,8 @@ TEST(PostMortemFixture, GptOomCapMatchesPyTorchsMessage) {
   const Bytes limit = stats["params"]["cap_gib"].get<Bytes>() * kGiB;
   const alloc::AllocatorConfig config = config_from_settings(snap.allocator_settings);
   const auto pms = trace_post_mortems(
-      snap.device_traces[0], snapshot::SegmentState{layout_rules_of(config)}, config, limit);
+      snap.device_traces[0], snapshot::SegmentState{snapshot::LayoutRules::from_config(config)},
+      config, limit);
   const auto pm = only(pms);
   const std::string outcome = stats["outcome"].get<std::string>();
   // "Tried to allocate 168.00 MiB. ... 6.00 GiB allowed; Of the allocated memory 5.80 GiB is

@@ -32,13 +32,60 @@ const WhatIfRow& row_named(const WhatIfTable& table, const std::string& name) {
   throw std::runtime_error("no row " + name);
 }
 
-TEST(WithOption, AddsOrReplacesTopLevelKeys) {
-  EXPECT_EQ(with_option("", "expandable_segments", "True"), "expandable_segments:True");
-  EXPECT_EQ(with_option("max_split_size_mb:64", "expandable_segments", "True"),
-            "max_split_size_mb:64,expandable_segments:True");
-  EXPECT_EQ(with_option(" max_split_size_mb : 64 ,roundup_power2_divisions:[256:1,>:4]",
-                        "max_split_size_mb", "128"),
-            "max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4]");
+const Mitigation& candidate_named(const std::vector<Mitigation>& candidates,
+                                  const std::string& name) {
+  for (const auto& m : candidates)
+    if (m.name == name)
+      return m;
+  throw std::runtime_error("no candidate " + name);
+}
+
+// Candidates are the baseline config with one option changed; each one's string parses back to
+// exactly its config (the string is only what the table shows and a mitigation run stores).
+TEST(StandardMitigations, ChangeOneOptionOfTheBaselineConfig) {
+  const RequestStream s;
+  const auto baseline = alloc::AllocatorConfig::parse(
+      " max_split_size_mb : 64 ,roundup_power2_divisions:[256:1,>:4]");
+  const auto candidates = standard_mitigations(s, baseline);
+  EXPECT_EQ(candidates.front().name, "baseline");
+  EXPECT_EQ(candidates.front().config, baseline);
+
+  const alloc::AllocatorConfig& expandable =
+      candidate_named(candidates, "expandable_segments").config;
+  EXPECT_TRUE(expandable.expandable_segments);
+  EXPECT_EQ(expandable.max_split_size, 64 * kMiB);
+  EXPECT_EQ(expandable.roundup_power2_divisions, baseline.roundup_power2_divisions);
+  EXPECT_NE(expandable.raw.find("max_split_size_mb:64"), std::string::npos) << expandable.raw;
+  EXPECT_NE(expandable.raw.find("expandable_segments:True"), std::string::npos) << expandable.raw;
+
+  const alloc::AllocatorConfig& split = candidate_named(candidates, "max_split_size_mb:128").config;
+  EXPECT_EQ(split.max_split_size, 128 * kMiB);
+  EXPECT_FALSE(split.expandable_segments);
+  const alloc::AllocatorConfig& divisions =
+      candidate_named(candidates, "roundup_power2_divisions:8").config;
+  EXPECT_EQ(divisions.roundup_power2_divisions[0], 8u);
+  EXPECT_EQ(divisions.roundup_power2_divisions[15], 8u);
+  EXPECT_EQ(candidate_named(candidates, "garbage_collection_threshold:0.6")
+                .config.garbage_collection_threshold,
+            0.6);
+  for (const Mitigation& m : candidates) {
+    SCOPED_TRACE(m.name);
+    alloc::AllocatorConfig reparsed = alloc::AllocatorConfig::parse(m.config.raw);
+    reparsed.raw = m.config.raw;
+    EXPECT_EQ(reparsed, m.config);
+  }
+}
+
+// PyTorch refuses a max_split_size_mb below large_segment_size_mb: no such candidate is offered.
+TEST(StandardMitigations, LeaveOutSplitLimitsPyTorchRefuses) {
+  const RequestStream s;
+  const auto candidates =
+      standard_mitigations(s, alloc::AllocatorConfig::parse("large_segment_size_mb:128"));
+  for (const Mitigation& m : candidates) {
+    EXPECT_NE(m.name, "max_split_size_mb:64");
+    EXPECT_FALSE(m.config.max_split_size < m.config.large_segment_size) << m.name;
+  }
+  EXPECT_NO_THROW(candidate_named(candidates, "max_split_size_mb:128"));
 }
 
 TEST(IdealPeak, IsThePeakOfLiveRequestedBytes) {
@@ -70,6 +117,17 @@ RequestStream fragmenting_stream() {
   s.requests.push_back(free_of(4));
   s.requests.push_back(malloc_of(6, 40_MiB));
   return s;
+}
+
+// A cancelled what-if is fragscope::Cancelled for the caller, never a table of failed rows.
+TEST(WhatIf, ACancelIsNotARowError) {
+  const RequestStream s = fragmenting_stream();
+  const auto candidates = standard_mitigations(s, alloc::AllocatorConfig{});
+  WhatIfOptions cancelled = options(100_MiB, 2);
+  cancelled.cancel = CancelToken::make();
+  EXPECT_NO_THROW(run_what_if(s, candidates, cancelled));
+  cancelled.cancel.cancel();
+  EXPECT_THROW(run_what_if(s, candidates, cancelled), Cancelled);
 }
 
 TEST(WhatIf, RanksCandidatesThatAvoidTheOomFirst) {
@@ -167,7 +225,7 @@ TEST(WhatIfReleases, OneRowPerOtherReleaseUnderItsRules) {
   // The unavailable row is an error row of the table, never a crash.
   RequestStream stream;
   stream.requests.push_back(Request{RequestOp::malloc, TensorId{1}, 4_MiB, StreamId{0}, {}});
-  std::vector<Mitigation> candidates{Mitigation{"baseline", "", config, nullptr, 1.0, {}, {}}};
+  std::vector<Mitigation> candidates{Mitigation{"baseline", config, nullptr, 1.0, {}, {}}};
   candidates.push_back(rows[0]);
   const WhatIfTable table = run_what_if(stream, candidates);
   ASSERT_EQ(table.rows.size(), 2u);
