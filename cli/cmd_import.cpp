@@ -12,6 +12,7 @@
 #include "storage/db/data_location.h"
 #include "storage/db/job_import.h"
 #include "storage/db/snapshot_import.h"
+#include "usecases/import.h"
 
 namespace fragscope::cli {
 namespace {
@@ -77,42 +78,24 @@ int run_import(const std::vector<std::string>& argv) {
   if (args.option("--threads"))
     throw UsageError{"--threads applies to a job (several snapshots)"};
   const std::filesystem::path file = args.positional()[0];
-  // Read the whole snapshot before touching the database, so a bad file writes nothing.
-  snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  // Read the whole recording before touching the database, so a bad file writes nothing: the
+  // stats (--stats FILE, else NAME.stats.json) and environment (--env FILE, else NAME.env.json).
+  usecases::Recording recording = usecases::read_recording(
+      file.string(), args.option_or("--stats", ""), args.option_or("--env", ""));
+  snapshot::Snapshot& snapshot = recording.snapshot;
   apply_torch_version_option(args, snapshot);
   const alloc::RecordedAllocatorConfig config = recorded_config_or_error(file.string(), snapshot);
-  // The recording's own memory_stats() and cap: --stats FILE, else NAME.stats.json beside it.
-  std::optional<nlohmann::json> recorded_stats;
-  std::string stats_file;
-  if (const auto explicit_stats = args.option("--stats")) {
-    stats_file = *explicit_stats;
-    recorded_stats = storage::read_recording_stats(stats_file);
-  } else if ((recorded_stats = storage::read_companion_stats(file.string()))) {
-    stats_file = storage::companion_stats_path(file.string());
-  }
-
-  // The environment fingerprint fragscope-record wrote: --env FILE, else NAME.env.json.
-  std::optional<nlohmann::json> fingerprint;
-  std::string env_file;
-  if (const auto explicit_env = args.option("--env")) {
-    env_file = *explicit_env;
-    fingerprint = storage::read_recording_environment(env_file);
-  } else if ((fingerprint = storage::read_companion_environment(file.string()))) {
-    env_file = storage::companion_environment_path(file.string());
-  }
+  const std::string& stats_file = recording.stats_file;
+  const std::string& env_file = recording.environment_file;
 
   storage::ImportOptions options;
-  options.source_file = file.string();
-  options.recorded_environment = fingerprint;
-  options.recorded_environment_file = env_file;
   options.name = args.option_or("--name", storage::run_name_for(file.string()));
-  options.recorded_stats = recorded_stats;
   if (const auto device = args.uint_option("--device"))
     options.device = static_cast<std::size_t>(*device);
 
   const std::string path = args.option_or("--db", storage::default_database_path());
   storage::RunStore store(path);
-  const storage::ImportResult result = storage::import_snapshot(store, snapshot, options);
+  const storage::ImportResult result = usecases::import_recording(store, recording, options);
   const nlohmann::json out = {
       {"run_id", result.run.value},
       {"events", result.events},

@@ -12,6 +12,7 @@
 #include "engine/snapshot/snapshot.h"
 #include "gui/job_tracker.h"
 #include "storage/db/snapshot_import.h"
+#include "usecases/import.h"
 
 namespace fragscope::gui {
 
@@ -88,10 +89,8 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   if (job)
     job->progress(0.02);
   // Read (and validate) everything before touching the database, so a bad file writes nothing.
-  const snapshot::Snapshot snap = snapshot::read_snapshot(filePath.toStdString());
-  const std::optional<nlohmann::json> stats = storage::read_companion_stats(filePath.toStdString());
-  const std::optional<nlohmann::json> fingerprint =
-      storage::read_companion_environment(filePath.toStdString());
+  const usecases::Recording recording = usecases::read_recording(filePath.toStdString());
+  const snapshot::Snapshot& snap = recording.snapshot;
   cancelled();
   if (job)
     job->progress(0.5);
@@ -104,8 +103,6 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   storage::ImportOptions options;
   options.name = result.name.toStdString();
   options.source_file = QFileInfo(filePath).absoluteFilePath().toStdString();
-  // The recording's own memory_stats() and cap go in with the run, in the same transaction.
-  options.recorded_stats = stats;
   if (const std::vector<DeviceChoice> choices = deviceChoices(snap); picker && choices.size() > 1) {
     options.device = picker(choices, QFileInfo(filePath).fileName());
     if (!options.device)
@@ -114,25 +111,21 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
     options.name = result.name.toStdString();
   }
   cancelled();
-  if (fingerprint) {  // fragscope-record's NAME.env.json: the environment the run was recorded in
-    options.recorded_environment = fingerprint;
-    options.recorded_environment_file = storage::companion_environment_path(options.source_file);
-  }
 
-  // The job's cancel reaches every stage of the store, up to right before the commit.
+  // The job's own token reaches every stage of the store, up to right before the commit; the
+  // recording's stats and environment go in with the run, in the same transaction.
   WorkControl control;
-  control.cancel = CancelToken::make();
-  control.progress = Progress([job, token = control.cancel](
-                                  std::string_view stage, std::uint64_t done, std::uint64_t total) {
-    if (job && job->cancelled())
-      token.cancel();
-    if (job && stage == "events" && total > 0)
-      job->progress(0.5 + 0.5 * static_cast<double>(done) / static_cast<double>(total));
-  });
+  if (job)
+    control.cancel = job->workControl().cancel;
+  control.progress =
+      Progress([job](std::string_view stage, std::uint64_t done, std::uint64_t total) {
+        if (job && stage == "events" && total > 0)
+          job->progress(0.5 + 0.5 * static_cast<double>(done) / static_cast<double>(total));
+      });
   storage::RunStore store(databasePath.toStdString());
   storage::ImportResult imported;
   try {
-    imported = storage::import_snapshot(store, snap, options, control);
+    imported = usecases::import_recording(store, recording, options, control);
   } catch (const Cancelled&) {
     throw InputError("import of " + filePath.toStdString() + " cancelled");
   }
