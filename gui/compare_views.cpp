@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator/config.h"
 #include "gui/format.h"
 #include "gui/job_page.h"
 #include "gui/plot_style.h"
@@ -324,21 +325,16 @@ constexpr KnownSetting kWorkload[] = {
     {"training.steps", "Optimizer steps", nullptr},
 };
 
-// alloc_conf "a:1,b:2" (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax) as key -> value.
+// The options a run's alloc_conf sets, as the allocator's own parser reads them (a split at every
+// ',' broke "roundup_power2_divisions:[256:1,>:2]" into pieces); options at their defaults are
+// left out. A string that does not parse sets none here (the whole string still shows above).
 std::map<std::string, std::string> allocConfPairs(const std::string& conf) {
-  std::map<std::string, std::string> pairs;
-  std::size_t start = 0;
-  while (start < conf.size()) {
-    std::size_t comma = conf.find(',', start);
-    if (comma == std::string::npos)
-      comma = conf.size();
-    const std::string item = conf.substr(start, comma - start);
-    const std::size_t colon = item.find(':');
-    if (!item.empty())
-      pairs[item.substr(0, colon)] = colon == std::string::npos ? "" : item.substr(colon + 1);
-    start = comma + 1;
+  try {
+    const auto options = alloc::alloc_conf_options(alloc::AllocatorConfig::parse(conf));
+    return {options.begin(), options.end()};
+  } catch (const alloc::AllocatorConfigError&) {
+    return {};
   }
-  return pairs;
 }
 
 void markDifferences(SettingRow& row) {

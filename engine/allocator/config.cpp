@@ -652,11 +652,11 @@ AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings) {
   return read_allocator_settings(&settings).config;
 }
 
-std::string to_alloc_conf_string(const AllocatorConfig& config) {
+std::vector<std::pair<std::string, std::string>> alloc_conf_options(const AllocatorConfig& config) {
   const AllocatorConfig defaults;
-  std::vector<std::string> entries;
+  std::vector<std::pair<std::string, std::string>> entries;
   const auto add = [&](std::string_view key, const std::string& value) {
-    entries.push_back(std::string(key) + ":" + value);
+    entries.emplace_back(std::string(key), value);
   };
   const auto add_flag = [&](std::string_view key, bool value, bool default_value) {
     if (value != default_value)
@@ -691,10 +691,13 @@ std::string to_alloc_conf_string(const AllocatorConfig& config) {
            defaults.graph_capture_record_stream_reuse);
   if (config.per_process_memory_fraction)
     add("per_process_memory_fraction", format_double(*config.per_process_memory_fraction));
+  return entries;
+}
 
+std::string to_alloc_conf_string(const AllocatorConfig& config) {
   std::string text;
-  for (const std::string& entry : entries)
-    text += (text.empty() ? "" : ",") + entry;
+  for (const auto& [key, value] : alloc_conf_options(config))
+    text += (text.empty() ? "" : ",") + key + ":" + value;
   return text;
 }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -109,6 +110,9 @@ AllocatorConfig config_from_allocator_settings(const nlohmann::json& settings);
 // A config no string can express (a size that is not whole MiB, a roundup value that is neither 0
 // nor a power of two) is an AllocatorConfigError.
 std::string to_alloc_conf_string(const AllocatorConfig& config);
+// The same options as key/value pairs, in the string's order (to_alloc_conf_string joins them):
+// what a config sets, for a view that lists its settings one by one.
+std::vector<std::pair<std::string, std::string>> alloc_conf_options(const AllocatorConfig& config);
 // The PYTORCH_CUDA_ALLOC_CONF to show or store for `config`: to_alloc_conf_string, or `raw` when
 // no string expresses it (a recorded value that is not whole MiB, say).
 std::string alloc_conf_text(const AllocatorConfig& config);

@@ -203,6 +203,33 @@ class TestCompareViews : public QObject {
     QVERIFY(model->headerData(0, Qt::Horizontal).toString().startsWith(QStringLiteral("#")));
   }
 
+  // An option with a bracketed list is one setting: the allocator's parser reads alloc_conf (a
+  // split at every ',' made "roundup_power2_divisions:[256:1,>:2]" two settings, one named ">").
+  void allocatorSettingsAreReadByTheParser() {
+    ComparisonData data;
+    data.runs.push_back(handRun(1, "bracketed", 10));
+    data.runs.push_back(handRun(2, "default", 10));
+    data.runs[0].record.alloc_conf =
+        "roundup_power2_divisions:[256:1,>:2],expandable_segments:True";
+    const std::vector<SettingRow> rows = settingRows(data);
+    const auto row = [&](const QString& setting) -> const SettingRow* {
+      for (const SettingRow& r : rows)
+        if (r.group == QStringLiteral("Allocator") && r.setting == setting)
+          return &r;
+      return nullptr;
+    };
+    QVERIFY(row(QStringLiteral(">")) == nullptr);
+    const SettingRow* roundup = row(QStringLiteral("roundup_power2_divisions"));
+    QVERIFY(roundup != nullptr);
+    QVERIFY2(roundup->values[0].startsWith(QLatin1Char('[')) &&
+                 roundup->values[0].endsWith(QLatin1Char(']')),
+             qPrintable(roundup->values[0]));
+    QCOMPARE(roundup->values[1], QStringLiteral("default"));
+    QVERIFY(roundup->differs);
+    QVERIFY(row(QStringLiteral("expandable_segments")) != nullptr);
+    QCOMPARE(row(QStringLiteral("expandable_segments"))->values[0], QStringLiteral("True"));
+  }
+
   // Every metric `fragscope-cli compare` prints, with the use case's values, and its phases.
   void everyCliMetricIsShown() {
     ComparePage page;
