@@ -327,18 +327,6 @@ QString oomTableHtml(const ReportRun& run) {
   return html;
 }
 
-// The segment map's colours, as the Segments page's legend names them.
-QString mapLegendHtml() {
-  QString legend;
-  for (PieceKind kind : {PieceKind::allocated, PieceKind::pendingFree,
-                         PieceKind::freeInSplitSegment, PieceKind::freeWholeSegment})
-    legend += QStringLiteral(
-                  "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2"
-                  "&nbsp;&nbsp;&nbsp;")
-                  .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
-  return legend;
-}
-
 QString peakMapHtml(const ComparedRun& run, const QImage& map, std::size_t index, bool embed) {
   if (!run.atPeak || map.isNull())
     return QStringLiteral("<p><i>%1</i></p>\n")
@@ -353,7 +341,7 @@ QString peakMapHtml(const ComparedRun& run, const QImage& map, std::size_t index
                       .arg(summary.segments)
                       .arg(bytes(static_cast<double>(summary.live)),
                            bytes(static_cast<double>(summary.largestFree))),
-                  mapLegendHtml()) +
+                  pieceLegendHtml()) +
          imageTag(map, QStringLiteral("map%1.png").arg(index), embed,
                   QObject::tr("segment map of %1 at its reserved peak").arg(compareRunLabel(run)));
 }

@@ -65,6 +65,17 @@ QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t m
   return QObject::tr("<b>Allocated at</b> (innermost first):") + stackHtml(*frames, maxFrames);
 }
 
+QString pieceLegendHtml() {
+  QString legend;
+  for (PieceKind kind : {PieceKind::allocated, PieceKind::pendingFree,
+                         PieceKind::freeInSplitSegment, PieceKind::freeWholeSegment})
+    legend += QStringLiteral(
+                  "<span style=\"background-color:%1\">&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2"
+                  "&nbsp;&nbsp;&nbsp;")
+                  .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
+  return legend;
+}
+
 QColor pieceColor(PieceKind kind) {
   switch (kind) {
     case PieceKind::allocated:
@@ -383,13 +394,7 @@ SegmentMapPage::SegmentMapPage(QWidget* parent)
   m_header->setTextFormat(Qt::RichText);
   m_header->setWordWrap(true);
   layout->addWidget(m_header);
-  QString legend;
-  for (PieceKind kind : {PieceKind::allocated, PieceKind::pendingFree,
-                         PieceKind::freeInSplitSegment, PieceKind::freeWholeSegment})
-    legend += QStringLiteral(
-                  "<span style='background:%1'>&nbsp;&nbsp;&nbsp;&nbsp;</span>&nbsp;%2"
-                  "&nbsp;&nbsp;&nbsp;")
-                  .arg(pieceColor(kind).name(), QString::fromLatin1(pieceKindName(kind)));
+  QString legend = pieceLegendHtml();
   legend +=
       tr("&nbsp;│&nbsp; outline: solid = large pool, dotted = small pool (2 MiB), dashed = "
          "expandable; coloured stripe = non-default stream; <span style='color:%1'>thick violet "

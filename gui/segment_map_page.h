@@ -142,6 +142,9 @@ class SegmentMapPage : public QWidget {
 };
 
 QColor pieceColor(PieceKind kind);
+// The four piece kinds as colour swatches with their names (rich text), for the map's legend
+// and the report's.
+QString pieceLegendHtml();
 // One event in words; an OOM names the per-process `limit` when the run had one (PyTorch's
 // "X allowed"), else the device's free memory the trace recorded.
 QString describeEvent(const TraceEvent& event, std::optional<Bytes> limit = std::nullopt);
