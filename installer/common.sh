@@ -40,6 +40,31 @@ fragscope_install_packages() {
   fi
 }
 
+# Sets FRAGSCOPE_CHILDREN_TICKS to the clock ticks (user+sys) of this shell's finished children,
+# from /proc, without a subshell (which would have no children of its own).
+fragscope_children_ticks() {
+  local stat fields
+  read -r stat <"/proc/$BASHPID/stat"
+  read -r -a fields <<<"${stat##*) }"
+  FRAGSCOPE_CHILDREN_TICKS=$((fields[13] + fields[14]))
+}
+
+# fragscope_stage NAME COMMAND...: runs COMMAND and prints its wall and CPU seconds and the load, so
+# a CI log shows what each stage costs (CI's time is reasoned in CPU-seconds over its cores). A
+# failing COMMAND ends the script (set -e holds inside it: no `||` here to suspend it).
+fragscope_stage() {
+  local name="$1"
+  shift
+  local start=$SECONDS ticks0
+  fragscope_children_ticks
+  ticks0=$FRAGSCOPE_CHILDREN_TICKS
+  "$@"
+  fragscope_children_ticks
+  echo "fragscope: stage $name: $((SECONDS - start)) s wall," \
+    "$(((FRAGSCOPE_CHILDREN_TICKS - ticks0) / $(getconf CLK_TCK))) CPU-s," \
+    "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+}
+
 fragscope_build() {
   local preset="$1"
   shift
