@@ -2,12 +2,8 @@
 // allocator model (points in parallel on a thread pool) and stores them as runs of one
 // experiment. Output is deterministic: points are reported and stored in file order.
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <exception>
 #include <filesystem>
 #include <iostream>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -18,73 +14,12 @@
 #include "cli/slurm_submit.h"
 #include "engine/workload/experiment.h"
 #include "engine/workload/hf_config.h"
-#include "engine/workload/runner.h"
 #include "storage/db/data_location.h"
-#include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
-#include "storage/db/simulated_run.h"
+#include "usecases/simulate.h"
 
 namespace fragscope::cli {
 namespace {
-
-// Runs points on `threads` workers; the caller consumes results in point order as they finish.
-class PointPool {
- public:
-  PointPool(const std::vector<workload::ExperimentPoint>& points, unsigned threads)
-      : points_(points), results_(points.size()), errors_(points.size()) {
-    for (unsigned t = 0; t < threads; ++t)
-      workers_.emplace_back([this] { work(); });
-  }
-  ~PointPool() {
-    stop_ = true;
-    for (std::thread& t : workers_)
-      t.join();
-  }
-  PointPool(const PointPool&) = delete;
-  PointPool& operator=(const PointPool&) = delete;
-
-  // Blocks until point `i` is done; rethrows its error.
-  workload::PointResult take(std::size_t i) {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return results_[i].has_value() || errors_[i] != nullptr; });
-    if (errors_[i])
-      std::rethrow_exception(errors_[i]);
-    workload::PointResult r = std::move(*results_[i]);
-    results_[i].reset();
-    return r;
-  }
-
- private:
-  void work() {
-    while (!stop_) {
-      const std::size_t i = next_.fetch_add(1);
-      if (i >= points_.size())
-        return;
-      std::optional<workload::PointResult> result;
-      std::exception_ptr error;
-      try {
-        result = workload::run_point(points_[i], true);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      {
-        std::lock_guard lock(mutex_);
-        results_[i] = std::move(result);
-        errors_[i] = error;
-      }
-      done_.notify_all();
-    }
-  }
-
-  const std::vector<workload::ExperimentPoint>& points_;
-  std::vector<std::optional<workload::PointResult>> results_;
-  std::vector<std::exception_ptr> errors_;
-  std::atomic<std::size_t> next_{0};
-  std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::vector<std::thread> workers_;
-};
 
 int run_experiment(const std::vector<std::string>& argv) {
   std::set<std::string> flags = {"--no-store"};
@@ -159,39 +94,30 @@ int run_experiment(const std::vector<std::string>& argv) {
   }
   threads = std::min<unsigned>(threads, static_cast<unsigned>(experiment.points.size()));
 
-  const bool store_runs = !args.flag("--no-store");
   std::unique_ptr<storage::RunStore> store;
-  storage::ExperimentId experiment_id{};
-  if (store_runs) {
+  if (!args.flag("--no-store"))
     store = std::make_unique<storage::RunStore>(
         args.option_or("--db", storage::default_database_path()));
-  }
-
+  usecases::SimulateOptions options;
+  options.store = store.get();
+  options.threads = threads;
   nlohmann::json runs = nlohmann::json::array();
-  {
-    PointPool pool(experiment.points, threads);
-    for (std::size_t i = 0; i < experiment.points.size(); ++i) {
-      const workload::ExperimentPoint& point = experiment.points[i];
-      const workload::PointResult result = pool.take(i);
-      nlohmann::json summary = workload::to_json(result);
-      if (store) {
-        if (i == 0)  // incomplete until the last point is stored (experiment_status.h)
-          experiment_id = storage::begin_experiment(*store, experiment.name, experiment.definition,
-                                                    experiment.points.size());
-        summary["run_id"] =
-            storage::store_simulated_run(*store, experiment_id, point, result).value;
-      }
-      std::cerr << "run: " << (i + 1) << "/" << experiment.points.size() << " " << point.name
-                << ": " << (result.oom ? "oom" : "ok") << ", peak allocated "
-                << result.peak_allocated << " B, peak reserved " << result.peak_reserved << " B\n";
-      runs.push_back(std::move(summary));
-    }
-    if (store && !experiment.points.empty())
-      storage::finish_experiment(*store, experiment_id);
-  }
+  options.on_point = [&](std::size_t i, const workload::PointResult& result,
+                         std::optional<storage::RunId> run) {
+    nlohmann::json summary = workload::to_json(result);
+    if (run)
+      summary["run_id"] = run->value;
+    std::cerr << "run: " << (i + 1) << "/" << experiment.points.size() << " "
+              << experiment.points[i].name << ": " << (result.oom ? "oom" : "ok")
+              << ", peak allocated " << result.peak_allocated << " B, peak reserved "
+              << result.peak_reserved << " B\n";
+    runs.push_back(std::move(summary));
+  };
+  const usecases::StoredExperiment stored =
+      usecases::simulate_experiment(experiment, experiment.definition, options);
   nlohmann::json out = {{"experiment", experiment.name}, {"runs", runs}};
   if (store)
-    out["experiment_id"] = experiment_id.value;
+    out["experiment_id"] = stored.experiment.value;
   write_json(out, args.option_or("--json", "-"));
   return 0;
 }

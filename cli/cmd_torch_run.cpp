@@ -19,10 +19,6 @@
 
 #include "cli/command.h"
 #include "cli/slurm_submit.h"
-#include "engine/allocator/config.h"
-#include "engine/allocator/device.h"
-#include "engine/allocator/event_sink.h"
-#include "engine/allocator/run.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
@@ -30,6 +26,7 @@
 #include "storage/db/experiment_status.h"
 #include "storage/db/run_store.h"
 #include "storage/db/snapshot_import.h"
+#include "usecases/twin.h"
 
 extern char** environ;
 
@@ -114,25 +111,6 @@ std::int64_t stat_of(const json& stats, const char* key) {
 
 double relative_error(double simulated, double real) {
   return real == 0 ? 0.0 : (simulated - real) / real;
-}
-
-struct Twin {
-  alloc::RunResult result;
-  std::vector<TraceEvent> events;
-};
-
-// The model's prediction for exactly the run that happened: the same request stream, the same
-// allocator config, the real GPU's total memory and the same per-process limit.
-Twin simulate_twin(const workload::ExperimentPoint& point, Bytes gpu_total, Bytes limit) {
-  const RequestStream requests = workload::generate(point.workload);
-  alloc::SimulatedDevice device(gpu_total, gpu_total);
-  alloc::TraceRecorder recorder;
-  alloc::RunOptions options;
-  options.allowed_memory = limit;
-  Twin twin;
-  twin.result = alloc::run_requests(requests, point.alloc_conf, device, &recorder, options);
-  twin.events = recorder.events();
-  return twin;
 }
 
 storage::Environment environment_of(const json& stats) {
@@ -240,7 +218,6 @@ int run_torch_run(const std::vector<std::string>& argv) {
     const json stats = read_json_file(out_dir / (stem + ".stats.json"));
     const fs::path snapshot_file = out_dir / (stem + ".pickle");
     const Bytes gpu_total = stats.at("total_memory").get<Bytes>();
-    const Twin twin = simulate_twin(*point, gpu_total, limit);
     if (!experiment_id)  // incomplete until every point's two runs are stored
       experiment_id = storage::begin_experiment(store, experiment.name + " (PyTorch)",
                                                 experiment.definition, 2 * points.size());
@@ -254,22 +231,10 @@ int run_torch_run(const std::vector<std::string>& argv) {
     const storage::ImportResult real =
         storage::import_snapshot(store, snapshot::read_snapshot(snapshot_file), import);
 
-    storage::RunRecord sim;
-    sim.experiment = experiment_id;
-    sim.name = point->name + " [model twin]";
-    sim.source = storage::RunSource::simulated;
-    sim.alloc_conf = point->alloc_conf.raw;
-    sim.capacity = limit;
-    sim.device_name = "simulated " + stats.value("device", std::string("GPU"));
-    sim.environment = storage::Environment::current();
-    const storage::RunId sim_id = store.begin_run(sim);
-    store.append_events(sim_id, twin.events);
+    const usecases::TwinRun twin =
+        usecases::store_twin(store, real.run, experiment_id, *point, gpu_total, limit,
+                             stats.value("device", std::string("GPU")));
     const bool sim_oom = !twin.result.ooms.empty();
-    store.finish_run(sim_id, sim_oom ? storage::RunStatus::oom : storage::RunStatus::ok,
-                     {{"peak_allocated", twin.result.peak_allocated},
-                      {"peak_reserved", twin.result.peak_reserved},
-                      {"twin_of", real.run.value}});
-    store.set_twin(real.run, sim_id);
 
     const auto real_allocated = stat_of(stats, "allocated_bytes.all.peak");
     const auto real_reserved = stat_of(stats, "reserved_bytes.all.peak");
@@ -299,7 +264,7 @@ int run_torch_run(const std::vector<std::string>& argv) {
     json entry = comparison;
     entry["point"] = point->name;
     entry["run_id"] = real.run.value;
-    entry["twin_run_id"] = sim_id.value;
+    entry["twin_run_id"] = twin.run.value;
     entry["outcome"] = outcome;
     entry["wall_s"] = stats.value("wall_s", 0.0);
     entry["steps"] = stats.value("steps", json::array());

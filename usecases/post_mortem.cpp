@@ -60,27 +60,21 @@ std::pair<storage::SegmentMap, storage::SeriesPoint> start_of(
   return {std::move(state), point};
 }
 
-// The standard allocator settings, and, for a run recorded under an older release, the same run
-// under the newest release's allocator ("would upgrading PyTorch have avoided this?").
-std::vector<analysis::Mitigation> candidates_of(const RunRequests& loaded) {
-  std::vector<analysis::Mitigation> candidates =
-      analysis::standard_mitigations(loaded.requests.requests, loaded.config);
-  for (analysis::Mitigation& release :
-       analysis::release_mitigations(loaded.config, {kLatestTorch}, loaded.profile.version))
-    candidates.push_back(std::move(release));
-  return candidates;
-}
-
-analysis::WhatIfOptions what_if_options(const RunRequests& loaded, std::optional<Bytes> limit,
-                                        const CancelToken& cancel) {
-  analysis::WhatIfOptions options;
+// The stored run's what-if, as `advise` runs a snapshot's: the standard allocator settings, and,
+// for a run recorded under an older release, the same run under the newest release's allocator
+// ("would upgrading PyTorch have avoided this?").
+analysis::AdviseOptions advise_options(std::optional<Bytes> limit, const CancelToken& cancel) {
+  analysis::AdviseOptions options;
   options.capacity = limit;
   options.cancel = cancel;
-  options.threads = 0;
-  options.recorded_segments = loaded.requests.recorded_segments;
-  options.initial_segments = loaded.requests.initial_segments;
-  options.profile = loaded.profile.profile();
+  options.what_if_releases = {kLatestTorch};
   return options;
+}
+
+std::vector<analysis::Mitigation> candidates_of(const RunRequests& loaded,
+                                                const analysis::AdviseOptions& options) {
+  return analysis::trace_candidates(loaded.requests, loaded.config, options.what_if_releases,
+                                    loaded.profile.version);
 }
 
 // The experiment point a simulated run was made from (its resolved configuration is stored in
@@ -174,9 +168,10 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
           data.workload_changes[row.name] = std::move(document);
       }
     } else {
-      const auto candidates = candidates_of(loaded);
-      data.what_if = analysis::run_what_if(loaded.requests.requests, candidates,
-                                           what_if_options(loaded, data.limit, control.cancel));
+      const analysis::AdviseOptions options = advise_options(data.limit, control.cancel);
+      data.what_if = analysis::run_what_if(
+          loaded.requests.requests, candidates_of(loaded, options),
+          analysis::trace_what_if_options(loaded.requests, loaded.profile, options));
     }
   } catch (const Cancelled&) {
     throw;
@@ -208,7 +203,9 @@ analysis::Advice advice_of(const StoredPostMortem& post_mortem) {
 storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
                               const std::string& mitigation, const WorkControl& control) {
   RunRequests loaded = load_requests(store, run);
-  const auto candidates = candidates_of(loaded);
+  const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
+  const analysis::AdviseOptions options = advise_options(limit, control.cancel);
+  const auto candidates = candidates_of(loaded, options);
   const auto chosen =
       std::find_if(candidates.begin(), candidates.end(),
                    [&](const analysis::Mitigation& m) { return m.name == mitigation; });
@@ -219,24 +216,15 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
     throw InputError("run " + std::to_string(run.value) + ": no mitigation named \"" + mitigation +
                      "\" (this run has: " + names + ")");
   }
-  control.check();
-  const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
-  // The same device the what-if row ran on, so the stored replay is the row's run exactly: the
-  // whole simulated device, the recording's segment addresses to break best-fit ties.
-  const Bytes device_memory = std::max(kH200TotalMemory, limit.value_or(0));
-  alloc::SimulatedDevice simulated(device_memory, device_memory);
-  alloc::RecordedAddressDevice device(loaded.requests.recorded_segments, simulated);
-  alloc::TraceRecorder recorder;
-  alloc::RunOptions options;
-  options.allowed_memory = limit;
-  options.initial_segments = loaded.requests.initial_segments;
-  options.profile = chosen->profile.value_or(loaded.profile.profile());
   if (!chosen->unavailable.empty())
     throw InputError("run " + std::to_string(run.value) + ": " + chosen->unavailable);
-  options.cancel = control.cancel;
+  control.check();
+  // The what-if row's own run, so the stored replay's peak is the row's.
+  alloc::TraceRecorder recorder;
   const RequestStream& requests = chosen->requests ? *chosen->requests : loaded.requests.requests;
-  const alloc::RunResult result =
-      alloc::run_requests(requests, chosen->config, device, &recorder, options);
+  const alloc::RunResult result = analysis::run_candidate(
+      requests, *chosen, analysis::trace_what_if_options(loaded.requests, loaded.profile, options),
+      &recorder);
   control.check();
 
   storage::RunRecord record;

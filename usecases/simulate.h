@@ -1,26 +1,45 @@
 #pragma once
-// Simulating an experiment and storing every point as a run, once for the GUI (the designer's Run,
-// the case study) and any other front-end that stores a whole experiment.
+// Simulating an experiment, once for every front-end: the GUI's designer (Run, the case study) and
+// `fragscope-cli run`. Points run through the allocator model, in parallel when asked, and are
+// reported and stored in point order, each as a simulated run of one experiment.
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/core/cancel.h"
 #include "engine/workload/experiment.h"
+#include "engine/workload/runner.h"
 #include "storage/db/run_store.h"
 
 namespace fragscope::usecases {
 
 struct StoredExperiment {
-  storage::ExperimentId experiment;
+  storage::ExperimentId experiment;  // unset when nothing was stored
   std::vector<storage::RunId> runs;  // one per point, in point order
 };
 
-// Runs every point of `experiment` through the allocator model, in order, and stores each as a
-// simulated run of one new experiment (its definition: `document`). The experiment is marked
-// incomplete until its last point is stored, so a cancel (fragscope::Cancelled, polled between
-// points and inside each point's run) or a failure leaves it visibly so, with the points stored
-// so far. Reports progress as ("simulating", points stored, points).
+struct SimulateOptions {
+  storage::RunStore* store = nullptr;  // where the runs go; nullptr simulates only
+  unsigned threads = 1;                // points run at once; the results do not depend on it
+  // Called in point order as each point is done (and stored, with its run id).
+  std::function<void(std::size_t point, const workload::PointResult& result,
+                     std::optional<storage::RunId> run)>
+      on_point;
+};
+
+// Runs every point of `experiment` through the allocator model. With a store, the experiment (its
+// definition: `document`) is created when the first point is done and marked incomplete until its
+// last point is stored, so a cancel (fragscope::Cancelled, polled between points and inside each
+// point's run) or a failure leaves it visibly so, with the points stored so far. Reports progress
+// as ("simulating", points done, points).
+StoredExperiment simulate_experiment(const workload::Experiment& experiment,
+                                     const nlohmann::json& document, const SimulateOptions& options,
+                                     const WorkControl& control = {});
+
+// simulate_experiment into `store`, one point at a time.
 StoredExperiment simulate_and_store(storage::RunStore& store,
                                     const workload::Experiment& experiment,
                                     const nlohmann::json& document,

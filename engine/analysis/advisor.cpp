@@ -140,6 +140,28 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
   return trace_post_mortems(recorder.events(), empty, config, options.capacity);
 }
 
+std::vector<Mitigation> trace_candidates(const TraceRequests& trace,
+                                         const alloc::AllocatorConfig& config,
+                                         const std::vector<TorchVersion>& releases,
+                                         TorchVersion recorded) {
+  std::vector<Mitigation> candidates = standard_mitigations(trace.requests, config);
+  for (Mitigation& release : release_mitigations(config, releases, recorded))
+    candidates.push_back(std::move(release));
+  return candidates;
+}
+
+WhatIfOptions trace_what_if_options(const TraceRequests& trace, const alloc::ProfileChoice& profile,
+                                    const AdviseOptions& options) {
+  WhatIfOptions what_if;
+  what_if.capacity = options.capacity;
+  what_if.threads = options.threads;
+  what_if.cancel = options.cancel;
+  what_if.recorded_segments = trace.recorded_segments;
+  what_if.initial_segments = trace.initial_segments;
+  what_if.profile = profile.profile();
+  return what_if;
+}
+
 Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
                        const AdviseOptions& options) {
   const std::size_t device = options.device.value_or(snap.busiest_device());
@@ -163,21 +185,13 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
 
   const TraceRequests trace = requests_from_trace(events, initial);
   advice.recorded_oom_requests = trace.oom_requests;
-  WhatIfOptions what_if;
-  what_if.capacity = options.capacity;
-  what_if.threads = options.threads;
-  what_if.cancel = options.cancel;
-  advice.device_memory = what_if.device_memory;
-  what_if.recorded_segments = trace.recorded_segments;
-  what_if.initial_segments = trace.initial_segments;
   advice.profile = snapshot::profile_choice(snap.torch_version);
   if (std::string note = mid_run_what_if_note(trace.initial_segments); !note.empty())
     advice.notes.push_back(std::move(note));
-  what_if.profile = advice.profile.profile();
-  std::vector<Mitigation> candidates = standard_mitigations(trace.requests, config);
-  for (Mitigation& release :
-       release_mitigations(config, options.what_if_releases, advice.profile.version))
-    candidates.push_back(std::move(release));
+  const WhatIfOptions what_if = trace_what_if_options(trace, advice.profile, options);
+  advice.device_memory = what_if.device_memory;
+  const std::vector<Mitigation> candidates =
+      trace_candidates(trace, config, options.what_if_releases, advice.profile.version);
   advice.table = run_what_if(trace.requests, candidates, what_if);
   return advice;
 }

@@ -13,6 +13,7 @@
 #include "engine/allocator/profile_choice.h"
 #include "engine/analysis/metrics.h"
 #include "engine/analysis/post_mortem.h"
+#include "engine/analysis/trace_requests.h"
 #include "engine/analysis/what_if.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/workload/experiment.h"
@@ -71,6 +72,18 @@ std::vector<StepStart> align_steps(const RequestStream& requests,
 // (torch-allocator-spec §5.2-5.3). Their peak is the limit, not what the program needs; the
 // text report says so under the table.
 std::vector<const WhatIfRow*> rows_filling_the_limit(const Advice& advice);
+
+// The what-if of a recorded trace, written once for a snapshot file (`advise`) and a stored run
+// (the post-mortem, the mitigation run). The candidates: the standard allocator settings, then
+// each of `releases` other than the recording's own under that release's allocator rules.
+std::vector<Mitigation> trace_candidates(const TraceRequests& trace,
+                                         const alloc::AllocatorConfig& config,
+                                         const std::vector<TorchVersion>& releases,
+                                         TorchVersion recorded);
+// How each candidate runs: from the trace's start state, on the recording's segment addresses,
+// under the recorded release's rules, within `options.capacity`.
+WhatIfOptions trace_what_if_options(const TraceRequests& trace, const alloc::ProfileChoice& profile,
+                                    const AdviseOptions& options);
 
 Advice advise_snapshot(const snapshot::Snapshot& snapshot, const std::string& input,
                        const AdviseOptions& options);

@@ -56,8 +56,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
   row.name = m.name;
   row.alloc_conf = m.config.raw;
   row.step_time_ratio = m.step_time_ratio;
-  const alloc::AllocatorProfile& profile = m.profile ? *m.profile : options.profile;
-  row.torch_version = profile.version;
+  row.torch_version = m.profile ? m.profile->version : options.profile.version;
   const RequestStream& stream = m.requests ? *m.requests : requests;
   row.ideal_peak = m.requests ? ideal_peak(stream, options.initial_segments) : requests_ideal;
   if (!m.unavailable.empty()) {
@@ -65,16 +64,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     return row;
   }
   try {
-    const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
-    alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
-    alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
-    alloc::RunOptions run_options;
-    run_options.allowed_memory = options.capacity;
-    run_options.initial_segments = options.initial_segments;
-    run_options.profile = profile;
-    run_options.cancel = options.cancel;
-    const alloc::RunResult result =
-        alloc::run_requests(stream, m.config, device, nullptr, run_options);
+    const alloc::RunResult result = run_candidate(stream, m, options);
     row.ok = result.ooms.empty();
     if (!result.ooms.empty()) {
       row.first_oom_request = result.ooms.front().request_index;
@@ -98,6 +88,19 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
 }
 
 }  // namespace
+
+alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& candidate,
+                               const WhatIfOptions& options, alloc::EventSink* sink) {
+  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
+  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
+  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+  alloc::RunOptions run_options;
+  run_options.allowed_memory = options.capacity;
+  run_options.initial_segments = options.initial_segments;
+  run_options.profile = candidate.profile ? *candidate.profile : options.profile;
+  run_options.cancel = options.cancel;
+  return alloc::run_requests(requests, candidate.config, device, sink, run_options);
+}
 
 RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
   RequestStream out;

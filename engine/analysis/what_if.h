@@ -21,7 +21,9 @@
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
+#include "engine/allocator/event_sink.h"
 #include "engine/allocator/profile.h"
+#include "engine/allocator/run.h"
 #include "engine/core/cancel.h"
 #include "engine/core/devices.h"
 #include "engine/core/request.h"
@@ -138,6 +140,13 @@ struct WhatIfTable {
 // reserved, then fewer extra device calls, then lower step time, then candidate order.
 WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
                         const WhatIfOptions& options = {});
+
+// Runs one candidate exactly as its what-if row does: on the device `options` describes (the
+// recording's segment addresses served first), from its start state, under the candidate's
+// release (else options.profile). `requests` is the candidate's own stream when it has one. The
+// mitigation run stores this very replay, so its peak is the row's.
+alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& candidate,
+                               const WhatIfOptions& options, alloc::EventSink* sink = nullptr);
 
 nlohmann::json to_json(const WhatIfRow& row);
 nlohmann::json to_json(const WhatIfTable& table);

@@ -62,6 +62,7 @@ class TestCompareParity : public QObject {
     m_haveRealWorld = QFileInfo::exists(QString::fromStdString(realWorld));
     if (m_haveRealWorld)
       paths.push_back(realWorld);
+    m_paths = paths;
     for (const std::string& path : paths)
       m_runs.push_back(
           storage::import_snapshot(store, snapshot::read_snapshot(path), storage::ImportOptions{})
@@ -172,6 +173,31 @@ class TestCompareParity : public QObject {
     }
   }
 
+  // `fragscope-cli advise FILE` reads the snapshot file, the page reads the run imported from it:
+  // one what-if (analysis::trace_candidates / trace_what_if_options), so the same rows, peaks and
+  // verdicts. The page also tries the newest release, so the CLI is asked for it.
+  void adviseOnTheFileEqualsThePage() {
+    for (std::size_t i = 0; i < m_runs.size(); ++i) {
+      const auto json = runCli({QStringLiteral("advise"), QString::fromStdString(m_paths[i]),
+                                QStringLiteral("--what-if-releases"),
+                                QString::fromStdString(kLatestTorch.to_string()),
+                                QStringLiteral("--json"), QStringLiteral("-")});
+      QVERIFY(json.is_object());
+      const PostMortemData data = loadPostMortem(m_db, m_runs[i]);
+      QVERIFY(data.whatIf.has_value());
+      const auto& rows = json["what_if"]["rows"];
+      QCOMPARE(data.whatIf->rows.size(), rows.size());
+      QVERIFY(rows.size() >= 2);
+      for (std::size_t row = 0; row < rows.size(); ++row) {
+        const analysis::WhatIfRow& shown = data.whatIf->rows[row];
+        QCOMPARE(shown.name, rows[row]["name"].get<std::string>());
+        QCOMPARE(shown.ok, rows[row]["ok"].get<bool>());
+        QCOMPARE(shown.peak_reserved, rows[row]["peak_reserved"].get<Bytes>());
+        QCOMPARE(shown.segment_allocs, rows[row]["segment_allocs"].get<std::uint64_t>());
+      }
+    }
+  }
+
   // Applying a what-if row stores its replay; the stored run has the row's peak.
   void mitigationRunHasTheRowsPeak() {
     const storage::RunId oomRun = m_runs[2];
@@ -195,6 +221,7 @@ class TestCompareParity : public QObject {
  private:
   QTemporaryDir m_dir;
   QString m_db;
+  std::vector<std::string> m_paths;
   std::vector<storage::RunId> m_runs;
   bool m_haveRealWorld = false;
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/workload/runner.h"
 #include "storage/db/experiment_status.h"
 
 namespace fragscope::usecases {
@@ -12,6 +13,14 @@ nlohmann::json three_points() {
       "model": {"layers": 1, "hidden": 64, "heads": 2, "vocab": 100},
       "training": {"steps": 1, "seq_len": {"kind": "fixed", "value": 16}},
       "sweep": {"training.batch_size": [1, 2, 3]}})");
+}
+
+// Three points whose peaks differ, so a point's figures cannot pass for another's.
+nlohmann::json three_sizes() {
+  return nlohmann::json::parse(R"({"name": "sizes", "device": {"preset": "L4"},
+      "model": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1000},
+      "training": {"steps": 1, "seq_len": {"kind": "fixed", "value": 512}},
+      "sweep": {"training.batch_size": [1, 4, 16]}})");
 }
 
 TEST(SimulateAndStore, StoresEveryPointAsARunOfOneCompleteExperiment) {
@@ -58,6 +67,56 @@ TEST(SimulateAndStore, ACancelLeavesTheExperimentIncomplete) {
   EXPECT_EQ(progress.stored_points, 1u);
   EXPECT_EQ(progress.expected_points, 3u);
   EXPECT_NE(storage::describe(progress).find("incomplete"), std::string::npos);
+}
+
+// The GUI's designer stores an experiment one point at a time (simulate_and_store); `fragscope-cli
+// run` runs the points on a thread pool, or stores nothing with --no-store. One use case: the
+// same points give the same figures and the same stored runs whichever way they ran.
+TEST(SimulateExperiment, TheCliPoolGivesTheDesignersNumbers) {
+  const nlohmann::json document = three_sizes();
+  const workload::Experiment experiment = workload::parse_experiment(document, "test");
+  storage::RunStore gui_store(":memory:");
+  const StoredExperiment gui = simulate_and_store(gui_store, experiment, document);
+
+  storage::RunStore cli_store(":memory:");
+  SimulateOptions options;
+  options.store = &cli_store;
+  options.threads = 3;
+  std::vector<workload::PointResult> reported;
+  std::vector<std::size_t> order;
+  options.on_point = [&](std::size_t i, const workload::PointResult& result,
+                         std::optional<storage::RunId> run) {
+    order.push_back(i);
+    EXPECT_EQ(run.has_value(), options.store != nullptr);
+    reported.push_back(result);
+  };
+  const StoredExperiment cli = simulate_experiment(experiment, document, options);
+  EXPECT_EQ(order, (std::vector<std::size_t>{0, 1, 2}));
+  ASSERT_EQ(cli.runs.size(), gui.runs.size());
+  for (std::size_t i = 0; i < gui.runs.size(); ++i) {
+    const storage::RunRecord a = gui_store.run(gui.runs[i]);
+    const storage::RunRecord b = cli_store.run(cli.runs[i]);
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.event_count, b.event_count);
+    EXPECT_EQ(a.summary["peak_reserved"], b.summary["peak_reserved"]);
+    EXPECT_EQ(a.summary["peak_allocated"], b.summary["peak_allocated"]);
+    EXPECT_EQ(a.summary["peak_reserved"].get<Bytes>(), reported[i].peak_reserved);
+    // ...and each is its own point's simulation, not a neighbour's.
+    EXPECT_EQ(reported[i].peak_allocated,
+              workload::run_point(experiment.points[i], false).peak_allocated);
+  }
+  EXPECT_EQ(storage::describe(storage::experiment_progress(cli_store).at(cli.experiment)),
+            "complete");
+
+  // --no-store: the same figures, nothing written.
+  storage::RunStore untouched(":memory:");
+  options.store = nullptr;
+  reported.clear();
+  const StoredExperiment none = simulate_experiment(experiment, document, options);
+  EXPECT_TRUE(none.runs.empty());
+  ASSERT_EQ(reported.size(), 3u);
+  EXPECT_EQ(reported[2].peak_reserved,
+            gui_store.run(gui.runs[2]).summary["peak_reserved"].get<Bytes>());
 }
 
 }  // namespace
