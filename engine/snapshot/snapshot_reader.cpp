@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "engine/core/error.h"
 #include "engine/snapshot/byte_source.h"
@@ -468,7 +469,7 @@ class SchemaReader {
     Value tr = traces ? *traces : Value{};
     if (const Value* settings = find(vm_.node(root), "allocator_settings")) {
       Value sv = *settings;
-      out_.allocator_settings = to_json(sv, "allocator_settings", 0);
+      out_.allocator_settings = expand_to_json(sv, "allocator_settings");
       out_.allocator_settings_recorded = true;
       out_.features.allocator_settings = true;
       out_.features.settings_graph_capture_key =
@@ -478,7 +479,7 @@ class SchemaReader {
     if (const Value* annotations = find(vm_.node(root), "external_annotations")) {
       Value av = *annotations;
       out_.features.external_annotations = true;
-      out_.external_annotations = to_json(av, "external_annotations", 0);
+      out_.external_annotations = expand_to_json(av, "external_annotations");
     }
     if (traces != nullptr)
       read_traces(tr);
@@ -592,7 +593,17 @@ class SchemaReader {
     if (k != Kind::list && k != Kind::tuple)
       vm_.fail("'segments' must be a list of segment dicts");
     std::size_t count = vm_.node(segments).items.size();
-    budget_.charge(count, "segments");
+    // Every segment and block is charged before any is read: one segment dict referenced 20000
+    // times, holding one block referenced 20000 times, stops here instead of after the budget's
+    // worth of blocks.
+    std::uint64_t blocks = 0;
+    for (const Value& sv : vm_.node(segments).items) {
+      if (node_kind(vm_, sv) != Kind::dict)
+        continue;  // read_segment names it
+      if (const Value* bl = find(vm_.node(sv), "blocks"); bl != nullptr && bl->is_node())
+        blocks += vm_.node(*bl).items.size();
+    }
+    budget_.charge(count + blocks, "segments");
     out_.segments.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       Value sv = vm_.node(segments).items[i];
@@ -661,7 +672,6 @@ class SchemaReader {
     if (bk != Kind::list && bk != Kind::tuple)
       vm_.fail(where + ": 'blocks' must be a list of block dicts");
     std::size_t count = vm_.node(bl).items.size();
-    budget_.charge(count, where + ".blocks");
     std::uint64_t next_address = s.address;
     for (std::size_t i = 0; i < count; ++i) {
       Value bv = vm_.node(bl).items[i];
@@ -731,10 +741,55 @@ class SchemaReader {
     return {{"filename", f.filename}, {"line", f.line}, {"name", f.name}};
   }
 
+  // The JSON of v, charged to the budget before it is built: shared objects (a "billion laughs")
+  // are counted once per node, so a bomb is refused at once instead of after the budget's worth of
+  // expansion.
+  nlohmann::json expand_to_json(const Value& v, const std::string& where) {
+    expansion_of_node_.clear();
+    budget_.charge(expansion(v, 0), where);
+    return to_json(v, where, 0);
+  }
+
+  // How many values to_json(v) visits (strings and bytes count one per 64 bytes more, frame stacks
+  // one per frame), memoized per node and saturating: a container reached again while it is being
+  // counted (a cycle) adds nothing here, nor does what lies past the nesting limit: to_json reports
+  // both.
+  std::uint64_t expansion(const Value& v, std::size_t depth) {
+    const Kind kind = node_kind(vm_, v);
+    switch (kind) {
+      case Kind::string:
+        return 1 + vm_.str(v).size() / 64;
+      case Kind::bytes:
+        return 1 + vm_.node(v).data.size() / 64;
+      case Kind::frame_stack:
+        return 1 + out_.frames.stack(FrameStackId{v.is_node() ? vm_.node(v).aux : v.ref}).size();
+      case Kind::list:
+      case Kind::tuple:
+      case Kind::set:
+      case Kind::dict: {
+        if (depth > limits_.max_nesting)
+          return 1;
+        const auto [memo, fresh] = expansion_of_node_.try_emplace(v.ref, 0);
+        if (!fresh)
+          return memo->second;
+        const std::vector<Value>& items = vm_.node(v).items;
+        const std::size_t first = kind == Kind::dict ? 1 : 0;
+        const std::size_t step = kind == Kind::dict ? 2 : 1;
+        std::uint64_t total = 1;
+        for (std::size_t i = first; i < items.size(); i += step)
+          total = std::min(total + expansion(items[i], depth + 1), kSaturated);
+        expansion_of_node_[v.ref] = total;
+        return total;
+      }
+      default:
+        return 1;
+    }
+  }
+
+  // Already charged by expand_to_json.
   nlohmann::json to_json(const Value& v, const std::string& where, std::size_t depth) {
     if (depth > limits_.max_nesting)
       vm_.fail(where + ": nested deeper than " + std::to_string(limits_.max_nesting) + " levels");
-    budget_.charge(1, where);
     const Kind kind = node_kind(vm_, v);
     switch (kind) {
       case Kind::none:
@@ -746,19 +801,16 @@ class SchemaReader {
       case Kind::floating:
         return v.d;
       case Kind::string:
-        budget_.charge(vm_.str(v).size() / 64, where);
         return std::string(vm_.str(v));
       case Kind::big_integer:
         return "<int too large>";
       case Kind::bytes:
-        budget_.charge(vm_.node(v).data.size() / 64, where);
         return vm_.node(v).data;
       case Kind::frame:
         return frame_json(v.is_node() ? vm_.node(v).aux : v.ref);
       case Kind::frame_stack: {
         const FrameStackId id{v.is_node() ? vm_.node(v).aux : v.ref};
         nlohmann::json arr = nlohmann::json::array();
-        budget_.charge(out_.frames.stack(id).size(), where);
         for (std::uint32_t index : out_.frames.stack(id))
           arr.push_back(frame_json(index));
         return arr;
@@ -801,6 +853,8 @@ class SchemaReader {
   Snapshot& out_;
   const ReadLimits& limits_;
   Budget budget_;
+  static constexpr std::uint64_t kSaturated = std::uint64_t{1} << 62;
+  std::unordered_map<std::uint32_t, std::uint64_t> expansion_of_node_;
   FrameInterner interner_;
   std::set<std::string> unknown_;
 };
