@@ -52,9 +52,23 @@ class JobContext {
   CancelToken m_token;
 };
 
+// The pool of what the user waits on to see anything (the timeline's overview and curves): its
+// own threads, so these queries never queue behind a long job on the global pool (a summary
+// replay, the post-mortem's request load).
+inline QThreadPool* interactivePool() {
+  static QThreadPool* pool = [] {
+    auto* created = new QThreadPool;  // lives as long as the process, like the global pool
+    created->setMaxThreadCount(2);
+    return created;
+  }();
+  return pool;
+}
+
 class JobTracker {
  public:
-  explicit JobTracker(QObject* context) : m_context(context) {}
+  // Jobs run on `pool` (default: QThreadPool::globalInstance()).
+  explicit JobTracker(QObject* context, QThreadPool* pool = nullptr)
+      : m_context(context), m_pool(pool) {}
   ~JobTracker() { cancel(); }
   JobTracker(const JobTracker&) = delete;
   JobTracker& operator=(const JobTracker&) = delete;
@@ -117,7 +131,7 @@ class JobTracker {
             Qt::QueuedConnection);
       }
     };
-    (void)QtConcurrent::run(QThreadPool::globalInstance(), std::move(task));
+    (void)QtConcurrent::run(m_pool ? m_pool : QThreadPool::globalInstance(), std::move(task));
   }
 
   // The running job (if any) is told to stop and its result will be dropped.
@@ -130,6 +144,7 @@ class JobTracker {
 
  private:
   QObject* m_context;
+  QThreadPool* m_pool;
   std::shared_ptr<std::atomic<std::uint64_t>> m_generation =
       std::make_shared<std::atomic<std::uint64_t>>(0);
   // The generation whose result is still awaited (0 = idle); touched on the GUI thread only.

@@ -82,7 +82,16 @@ RunOverview loadOverview(const QString& databasePath, storage::RunId run, const 
   RunOverview overview;
   overview.record = store->run(run);
   const std::uint64_t count = overview.record.event_count;
-  // The store keeps recorded OOM reports; a trace's own oom events are found by one scan.
+  if (std::optional<storage::EventOverview> stored = store->event_overview(run)) {
+    // Stored at ingest: opening a long run reads a few rows, not every chunk.
+    overview.oomEvents = std::move(stored->oom_events);
+    overview.oomDetails = store->events_at(run, overview.oomEvents);
+    overview.firstTimeUs = stored->first_time_us;
+    overview.lastTimeUs = stored->last_time_us;
+    overview.peakCursor = findPeakAllocatedCursor(*store, run, count);
+    return overview;
+  }
+  // A run stored before the overview was (schema < 8): its oom events are found by one scan.
   constexpr std::uint64_t kStep = storage::kEventsPerChunk;
   for (std::uint64_t first = 0; first < count; first += kStep) {
     if (job && job->cancelled())

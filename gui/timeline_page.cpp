@@ -206,13 +206,41 @@ void TimelinePage::setRun(storage::RunId run) {
   m_run = run;
   m_header->setText(tr("<i>Loading run %1…</i>").arg(run.value));
   const QString path = m_databasePath;
+  const std::size_t buckets = static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
   m_overviewJob.start(
-      [path, run](const JobContext& job) { return loadOverview(path, run, &job); },
-      [this](RunOverview overview) { showOverview(std::move(overview)); },
+      [path, run, buckets](const JobContext& job) {
+        OpenedRun opened;
+        opened.overview = loadOverview(path, run, &job);
+        const std::uint64_t end = std::max<std::uint64_t>(opened.overview.record.event_count, 1);
+        opened.slice = loadTimeline(path, run, 0, end, buckets);
+        opened.categories = loadCategoryTimeline(path, run, 0, end, buckets, &job);
+        return opened;
+      },
+      [this](OpenedRun opened) { showOpenedRun(std::move(opened)); },
       [this](const QString& message) {
         m_header->setText(tr("<b>Could not load the run:</b> %1").arg(message.toHtmlEscaped()));
         emit errorOccurred(message);
       });
+}
+
+void TimelinePage::showOpenedRun(OpenedRun opened) {
+  // The overview resets the zoom to the whole run, which is what the slices cover: they are
+  // drawn at once instead of being asked for again.
+  const std::uint64_t cursor = opened.overview.oomEvents.empty()
+                                   ? opened.overview.peakCursor
+                                   : opened.overview.oomEvents.front();
+  showOverview(std::move(opened.overview));
+  const EventRange range = m_zoom->current();
+  if (opened.slice.first == range.first && opened.slice.end == range.end) {
+    m_requery.stop();
+    showSlice(std::move(opened.slice));
+    showCategories(std::move(opened.categories));
+  }
+  // The other pages start their work once the curves are on screen.
+  emit overviewReady(*m_overview);
+  // Open at the first OOM when there is one: that is what the user came to see; otherwise at
+  // the peak of allocated memory (the last event of a finished run has everything freed).
+  setCursorEvent(cursor);
 }
 
 void TimelinePage::showOverview(RunOverview overview) {
@@ -248,11 +276,6 @@ void TimelinePage::showOverview(RunOverview overview) {
   }
   updateOomMarkers();
   m_zoom->reset({0, std::max<std::uint64_t>(record.event_count, 1)});
-  emit overviewReady(*m_overview);
-  // Open at the first OOM when there is one: that is what the user came to see; otherwise at
-  // the peak of allocated memory (the last event of a finished run has everything freed).
-  setCursorEvent(m_overview->oomEvents.empty() ? m_overview->peakCursor
-                                               : m_overview->oomEvents.front());
 }
 
 void TimelinePage::onRangeChanged(double lower, double upper) {

@@ -102,6 +102,14 @@ class TimelinePage : public QWidget {
   void requestCategories();
   void showCategories(CategorySlice slice);
   void updateCategoryVisibility();
+  // What opening a run loads in one job: the overview and the first curves and category stack
+  // over the whole run, so the plot is drawn before any other page starts its work.
+  struct OpenedRun {
+    RunOverview overview;
+    TimelineSlice slice;
+    CategorySlice categories;
+  };
+  void showOpenedRun(OpenedRun opened);
   void showOverview(RunOverview overview);
   void onRangeChanged(double lower, double upper);
   // Zooms the event axis to the pixels [left, right] of the plot (the Shift+drag band).
@@ -128,9 +136,10 @@ class TimelinePage : public QWidget {
   QCPItemStraightLine* m_cursorLine = nullptr;
   std::vector<QCPItemStraightLine*> m_oomLines;
   ZoomStack* m_zoom;
-  JobTracker m_overviewJob{this};
-  JobTracker m_timelineJob{this};
-  JobTracker m_categoryJob{this};
+  // What the user waits on runs on its own pool (job_tracker.h: interactivePool).
+  JobTracker m_overviewJob{this, interactivePool()};
+  JobTracker m_timelineJob{this, interactivePool()};
+  JobTracker m_categoryJob{this, interactivePool()};
   JobTracker m_hoverJob{this};
   std::optional<HoverAllocation> m_hover;
   QPoint m_hoverPosition;

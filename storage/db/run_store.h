@@ -135,6 +135,13 @@ struct ReportRecord {
   std::string created_at;
 };
 
+// What opening a run shows before any event is decoded, stored at ingest (schema 8).
+struct EventOverview {
+  std::vector<std::uint64_t> oom_events;  // indices of the trace's TraceAction::oom events
+  std::int64_t first_time_us = 0;         // the first and last event times; 0 = no times
+  std::int64_t last_time_us = 0;
+};
+
 // Optional per-event columns that go with a batch of events.
 struct EventColumns {
   // The series after each event, when the producer knows them exactly (the allocator model
@@ -207,6 +214,12 @@ class RunStore {
   // --- Reading a run ---
   // Events [first, end) (clamped to the run's events).
   std::vector<TraceEvent> events(RunId run, std::uint64_t first, std::uint64_t end);
+  // The events at `indices` (ascending, each below the run's event count), each chunk decoded
+  // once.
+  std::vector<TraceEvent> events_at(RunId run, std::span<const std::uint64_t> indices);
+  // The OOM events and time range stored at ingest; nullopt for a run stored before they were
+  // (schema < 8): scan its events instead.
+  std::optional<EventOverview> event_overview(RunId run);
   // The series after each event in [first, end).
   std::vector<SeriesPoint> series(RunId run, std::uint64_t first, std::uint64_t end);
   std::vector<LabelId> labels_of_events(RunId run, std::uint64_t first, std::uint64_t end);

@@ -125,6 +125,13 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
       buffer.labels.push_back(label);
     buffer.events.push_back(event);
     buffer.series.push_back(after);
+    if (event.action == TraceAction::oom)
+      ingest.oom_events.push_back(index);
+    if (event.time_us != 0) {
+      if (ingest.first_time_us == 0)
+        ingest.first_time_us = event.time_us;
+      ingest.last_time_us = event.time_us;
+    }
     ingest.current = after;
     ingest.peak = series_max(ingest.peak, after);
     ingest.timeline.add(index, event, after);
@@ -290,6 +297,15 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
                      {"reserved", ingest.current.reserved},
                      {"active", ingest.current.active},
                      {"requested", ingest.current.requested}};
+  merged["overview"] = {{"first_time_us", ingest.first_time_us},
+                        {"last_time_us", ingest.last_time_us},
+                        {"oom_events", ingest.oom_events.size()}};
+  auto insert_oom = db_->prepare("INSERT INTO oom_events(run_id, event_index) VALUES (?, ?)");
+  for (const std::uint64_t index : ingest.oom_events) {
+    insert_oom.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(index));
+    insert_oom.run();
+    insert_oom.reset();
+  }
   auto update = db_->prepare(
       "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
   update.bind_text(1, to_string(status))

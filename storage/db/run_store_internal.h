@@ -75,6 +75,11 @@ struct RunStore::Ingest {
   CategoryChunk category_buffer;  // the categories of `buffer`'s events
   CategoryPyramidBuilder category_levels;
 
+  // What opening the run needs without decoding its chunks (RunStore::event_overview).
+  std::vector<std::uint64_t> oom_events;  // indices of TraceAction::oom events
+  std::int64_t first_time_us = 0;         // of the first event with a time; 0 = none
+  std::int64_t last_time_us = 0;
+
   Ingest(Database& db, RunId id)
       : run(id),
         transaction(db),

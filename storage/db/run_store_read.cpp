@@ -2,6 +2,7 @@
 // any event, from the stored chunks and keyframes.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -61,6 +62,41 @@ std::vector<TraceEvent> RunStore::events(RunId run, std::uint64_t first, std::ui
       ++index;
     }
   }
+  return out;
+}
+
+std::vector<TraceEvent> RunStore::events_at(RunId run, std::span<const std::uint64_t> indices) {
+  std::vector<TraceEvent> out;
+  out.reserve(indices.size());
+  std::optional<std::uint64_t> loaded;  // first event of the chunk in `chunk`
+  EventChunk chunk;
+  for (const std::uint64_t index : indices) {
+    const std::uint64_t chunk_first = index - index % kEventsPerChunk;
+    if (loaded != chunk_first) {
+      chunk = load_chunk(run, chunk_first);
+      loaded = chunk_first;
+    }
+    if (index - chunk_first >= chunk.events.size())
+      throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) + " has no event " +
+                          std::to_string(index));
+    out.push_back(chunk.events[static_cast<std::size_t>(index - chunk_first)]);
+  }
+  return out;
+}
+
+std::optional<EventOverview> RunStore::event_overview(RunId run) {
+  const RunRecord record = this->run(run);
+  const auto stored = record.summary.find("overview");
+  if (stored == record.summary.end() || !stored->is_object())
+    return std::nullopt;
+  EventOverview out;
+  out.first_time_us = stored->value("first_time_us", std::int64_t{0});
+  out.last_time_us = stored->value("last_time_us", std::int64_t{0});
+  auto query =
+      db_->prepare("SELECT event_index FROM oom_events WHERE run_id = ? ORDER BY event_index");
+  query.bind_int(1, run.value);
+  while (query.step())
+    out.oom_events.push_back(static_cast<std::uint64_t>(query.column_int(0)));
   return out;
 }
 

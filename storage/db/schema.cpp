@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 8> kMigrations = {
+constexpr std::array<std::string_view, 9> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -182,6 +182,15 @@ CREATE TABLE category_levels(
     // runs.alloc_config becomes runs.alloc_conf.
     R"sql(
 ALTER TABLE runs RENAME COLUMN alloc_config TO alloc_conf;
+)sql",
+    // 9: where a run's trace ran out of memory (its TraceAction::oom events), written at ingest
+    // beside summary["overview"] (the trace's time range), so opening a run is a query instead of
+    // a decode of every chunk. Runs stored before have no summary["overview"] and are scanned.
+    R"sql(
+CREATE TABLE oom_events(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  event_index INTEGER NOT NULL,
+  PRIMARY KEY (run_id, event_index)) WITHOUT ROWID;
 )sql",
 };
 
