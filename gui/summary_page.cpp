@@ -12,6 +12,7 @@
 #include "gui/runs_model.h"
 #include "gui/segment_layout.h"
 #include "storage/db/stats_at.h"
+#include "storage/db/stats_keyframes.h"
 
 namespace fragscope::gui {
 
@@ -134,6 +135,14 @@ PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId 
   out.modelSegments = state.stats.segment[StatType::aggregate].current;
   out.modelRequested = state.stats.requested_bytes[StatType::aggregate].current;
   out.modelAllocations = state.stats.active[StatType::aggregate].current;
+  if (state.replayed_from == 0 && state.event_index > storage::kStatsKeyframeInterval) {
+    const storage::RunRecord record = store->run(run);
+    const auto outcome = record.summary.find("stats_keyframes");
+    out.noKeyframes =
+        outcome != record.summary.end() && outcome->is_object() && outcome->contains("none")
+            ? QString::fromStdString((*outcome)["none"].get<std::string>())
+            : QObject::tr("it was stored before FragScope kept them");
+  }
   if (const auto fingerprint = store->recorded_environment(run))
     out.recordedEnvironment = QString::fromStdString(analysis::to_text(
         analysis::parse_recorded_environment(*fingerprint, "run " + std::to_string(run.value))));
@@ -272,7 +281,12 @@ void SummaryPage::refresh() {
       text += divergenceText(*m_pytorch, *m_state);
     for (const QString& caveat : m_pytorch->caveats)
       text += tr("Note: %1.").arg(caveat) + QLatin1Char('\n');
-    if (!m_pytorch->caveats.isEmpty())
+    if (!m_pytorch->noKeyframes.isEmpty())
+      text += tr("Note: replayed from event 0 (%1 events): this run has no allocator-state "
+                 "keyframes (%2).")
+                  .arg(formatCount(m_pytorch->eventIndex), m_pytorch->noKeyframes) +
+              QLatin1Char('\n');
+    if (!m_pytorch->caveats.isEmpty() || !m_pytorch->noKeyframes.isEmpty())
       text += QLatin1Char('\n');
     text += m_abbreviated->isChecked() ? m_pytorch->abbreviated : m_pytorch->full;
     text += QLatin1Char('\n');

@@ -41,6 +41,9 @@ struct PyTorchSummaryAt {
   // The environment the run was recorded in (fragscope-record's NAME.env.json), as text; empty
   // when the run has none.
   QString recordedEnvironment;
+  // The replay started at event 0 for a cursor past the first keyframe interval: why the run has
+  // no allocator-state keyframes (stats_keyframes.h); empty otherwise.
+  QString noKeyframes;
 };
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
                                     std::uint64_t eventIndex);

@@ -233,8 +233,13 @@ void TimelinePage::showOpenedRun(OpenedRun opened) {
   const EventRange range = m_zoom->current();
   if (opened.slice.first == range.first && opened.slice.end == range.end) {
     m_requery.stop();
-    showSlice(std::move(opened.slice));
     showCategories(std::move(opened.categories));
+    // Laid out now, so that whoever waits for dataReady finds the axes where they are drawn.
+    showSlice(std::move(opened.slice), true);
+    // The plot's width settled with that layout: ask again when the buckets no longer fit it.
+    if (m_slice.buckets.size() >
+        static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width())))
+      m_requery.start();
   }
   // The other pages start their work once the curves are on screen.
   emit overviewReady(*m_overview);
@@ -391,7 +396,7 @@ void TimelinePage::updateCategoryVisibility() {
   }
 }
 
-void TimelinePage::showSlice(TimelineSlice slice) {
+void TimelinePage::showSlice(TimelineSlice slice, bool replotNow) {
   m_slice = std::move(slice);
   const std::size_t n = m_slice.buckets.size();
   QVector<double> keys;
@@ -433,7 +438,7 @@ void TimelinePage::showSlice(TimelineSlice slice) {
   setBand(m_reserved, keys, maxValues[1], minValues[1]);
   setBand(m_active, keys, maxValues[2], minValues[2]);
   fitValueAxis(m_plot);
-  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  m_plot->replot(replotNow ? QCustomPlot::rpRefreshHint : QCustomPlot::rpQueuedReplot);
   emit dataReady();
 }
 

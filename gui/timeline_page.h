@@ -98,7 +98,7 @@ class TimelinePage : public QWidget {
  private:
   std::size_t bucketsOnScreen() const;
   void requestBuckets();
-  void showSlice(TimelineSlice slice);
+  void showSlice(TimelineSlice slice, bool replotNow = false);
   void requestCategories();
   void showCategories(CategorySlice slice);
   void updateCategoryVisibility();

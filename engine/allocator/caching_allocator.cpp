@@ -71,6 +71,9 @@ std::optional<Bytes> CachingAllocator::allowed_memory() const {
 void CachingAllocator::reset_peak_stats() {
   impl_->stats.reset_peak();
 }
+void CachingAllocator::restore_stats(const DeviceStats& stats) {
+  impl_->stats = stats;
+}
 void CachingAllocator::reset_accumulated_stats() {
   impl_->stats.reset_accumulated();
 }

@@ -195,6 +195,9 @@ class CachingAllocator {
   std::optional<Bytes> allowed_memory() const;
   void reset_peak_stats();
   void reset_accumulated_stats();
+  // Sets every counter to `stats`: the peaks and totals an allocator-state keyframe recorded,
+  // after seed() rebuilt its blocks (whose current values they must agree with).
+  void restore_stats(const DeviceStats& stats);
 
   const DeviceStats& stats() const;
   const AllocatorConfig& config() const;

@@ -101,6 +101,9 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     }
   }
 
+  if (options.initial_stats)
+    allocator.restore_stats(*options.initial_stats);
+
   const auto& list = requests.requests;
   for (std::size_t index = 0; index < list.size(); ++index) {
     if (index % kCancelPollRequests == 0)
@@ -192,6 +195,8 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     }
   }
   result.stats = allocator.stats();
+  if (options.keep_final_segments)
+    result.final_segments = allocator.snapshot();
   result.peak_allocated =
       static_cast<Bytes>(result.stats.allocated_bytes[StatType::aggregate].peak);
   result.peak_reserved = static_cast<Bytes>(result.stats.reserved_bytes[StatType::aggregate].peak);

@@ -38,6 +38,11 @@ struct RunOptions {
   AllocatorProfile profile;
   // Polled every kCancelPollRequests requests: a cancelled run throws fragscope::Cancelled.
   CancelToken cancel;
+  // The counters as they stood at the seeded state (an allocator-state keyframe's), restored
+  // after seeding; unset: the seeded state's peaks and totals start afresh.
+  std::optional<DeviceStats> initial_stats;
+  // Fill RunResult::final_segments with the allocator's state after the last request.
+  bool keep_final_segments = false;
 };
 
 // How often run_requests polls RunOptions::cancel: a few microseconds of allocator work between
@@ -54,6 +59,7 @@ struct RunResult {
   Bytes peak_allocated = 0;       // allocated_bytes.all.peak (since the last reset_peak request)
   Bytes peak_reserved = 0;        // reserved_bytes.all.peak
   DeviceCallCounts device_calls;  // calls this run made on the device
+  std::vector<SegmentInfo> final_segments;  // with RunOptions::keep_final_segments
 };
 
 // Bad requests (a free of an unknown tensor id, a malloc of a tensor id that is live) throw

@@ -31,8 +31,8 @@ std::string hex(std::uint64_t value) {
   return buffer;
 }
 
-// Pool requests and empty_cache calls must be inferred when the final snapshot shows private
-// pools or the trace returns segments outside an OOM path.
+}  // namespace
+
 bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
   for (const SegmentPool& segment : options.final_segments)
     if (!segment.pool.is_default())
@@ -46,6 +46,8 @@ bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOpti
   }
   return false;
 }
+
+namespace {
 
 std::string describe_event(const TraceEvent& e) {
   return std::string(to_string(e.action)) + " addr=" + hex(e.addr) +
@@ -314,6 +316,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.initial_segments = requests.initial_segments;
   run_options.profile = profile;
   run_options.cancel = options.cancel;
+  run_options.initial_stats = options.initial_stats;
+  run_options.keep_final_segments = options.keep_final_segments;
 
   ReplayResult result;
   result.profile = profile;

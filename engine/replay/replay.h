@@ -117,7 +117,16 @@ struct ReplayOptions {
   int device = 0;
   // Polled between pool-inference passes and inside the model's run: fragscope::Cancelled.
   CancelToken cancel;
+  // Replaying on from an allocator-state keyframe (`initial` its blocks): its counters
+  // (alloc::RunOptions::initial_stats).
+  std::optional<alloc::DeviceStats> initial_stats;
+  // Keep the model's final segments and blocks in ReplayResult::run.final_segments.
+  bool keep_final_segments = false;
 };
+
+// Whether the replay must infer pool requests and empty_cache calls for this trace: the final
+// snapshot shows private pools, or the trace returns segments outside an OOM path.
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options);
 
 struct Divergence {
   std::size_t event_index = 0;         // index among the compared events

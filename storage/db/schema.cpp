@@ -9,7 +9,7 @@ namespace {
 
 // Migration i brings a database from version i to version i + 1. Never edit a published
 // migration: add a new one, so that every database ever written can still be brought forward.
-constexpr std::array<std::string_view, 9> kMigrations = {
+constexpr std::array<std::string_view, 10> kMigrations = {
     // 1: experiments, runs with their environment fingerprint, events in packed chunks, and the
     // interned strings / frames / stacks that events refer to.
     R"sql(
@@ -190,6 +190,16 @@ ALTER TABLE runs RENAME COLUMN alloc_config TO alloc_conf;
 CREATE TABLE oom_events(
   run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
   event_index INTEGER NOT NULL,
+  PRIMARY KEY (run_id, event_index)) WITHOUT ROWID;
+)sql",
+    // 10: allocator-state keyframes (stats_keyframes.h): the model's blocks and memory_stats()
+    // every few thousand events, so the Summary at any cursor replays only from the one before.
+    // Runs stored before have none and are replayed from event 0.
+    R"sql(
+CREATE TABLE stats_keyframes(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  event_index INTEGER NOT NULL,
+  data BLOB NOT NULL,
   PRIMARY KEY (run_id, event_index)) WITHOUT ROWID;
 )sql",
 };

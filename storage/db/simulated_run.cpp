@@ -1,5 +1,7 @@
 #include "storage/db/simulated_run.h"
 
+#include "storage/db/stats_keyframes.h"
+
 namespace fragscope::storage {
 
 RunId store_simulated_run(RunStore& store, ExperimentId experiment,
@@ -26,6 +28,9 @@ RunId store_simulated_run(RunStore& store, ExperimentId experiment,
   if (!result.step_first_events.empty())
     summary["step_first_events"] = result.step_first_events;
   store.finish_run(id, result.oom ? RunStatus::oom : RunStatus::ok, summary, result.wall_seconds);
+  // A long run's Summary at any cursor replays from the keyframe before it.
+  if (result.events.size() > kStatsKeyframeInterval)
+    store_stats_keyframes(store, id);
   return id;
 }
 

@@ -1,5 +1,7 @@
 #include "storage/db/snapshot_import.h"
 
+#include "storage/db/stats_keyframes.h"
+
 #include "storage/db/recording_stats.h"
 
 #include <algorithm>
@@ -300,6 +302,14 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     throw;
   }
   result.run = run;
+  // The run is committed; its allocator-state keyframes follow in their own transaction (a
+  // cancel here leaves the run without them, replayed from event 0 when asked).
+  if (events.size() > kStatsKeyframeInterval) {
+    try {
+      store_stats_keyframes(store, run, kStatsKeyframeInterval, control.cancel);
+    } catch (const Cancelled&) {
+    }
+  }
   return result;
 }
 

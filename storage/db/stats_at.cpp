@@ -7,6 +7,7 @@
 #include "engine/allocator/sizes.h"
 #include "engine/core/error.h"
 #include "engine/replay/replay.h"
+#include "storage/db/stats_keyframes.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,10 +27,9 @@ bool is_segment_event(TraceAction action) {
 // How far past a cut the events of one allocator call may reach (its segment events are few).
 constexpr std::uint64_t kCallLookahead = 4096;
 
-// One malloc()/free() of PyTorch's writes several trace entries (cudaMalloc, cache release and
-// unmap before the alloc or oom entry; free_requested then free_completed), and the model can
-// only stop between calls: a cut inside a call moves to the call's end.
-std::uint64_t end_of_allocator_call(const std::vector<TraceEvent>& events, std::uint64_t cut) {
+}  // namespace
+
+std::uint64_t end_of_allocator_call(std::span<const TraceEvent> events, std::uint64_t cut) {
   if (cut == 0 || cut >= events.size())
     return std::min<std::uint64_t>(cut, events.size());
   const TraceEvent& last = events[cut - 1];
@@ -49,8 +49,6 @@ std::uint64_t end_of_allocator_call(const std::vector<TraceEvent>& events, std::
     return end + 1;
   return cut;
 }
-
-}  // namespace
 
 RunAllocatorConfig allocator_config_of(const RunRecord& record) {
   RunAllocatorConfig out;
@@ -198,44 +196,64 @@ std::vector<replay::SegmentPool> final_segments_of(RunStore& store, const RunRec
   return out;
 }
 
-MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index) {
+StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace) {
+  const RunRecord& record = trace.record;
+  StatsReplaySetup setup;
+  setup.recorded = trace.recorded_config;
+  // A recording is replayed under its own settings (and compared with itself); any other run
+  // under the config it was simulated with.
+  if (setup.recorded)
+    setup.settings = record.summary["allocator_settings"];
+  else
+    setup.options.config = trace.config;
+  setup.options.torch_version = trace.profile.version;
+  setup.options.allowed_memory = run_memory_limit(record);
+  if (record.environment.gpu_memory > 0)
+    setup.options.total_memory = record.environment.gpu_memory;
+  if (setup.recorded)
+    setup.options.final_segments = final_segments_of(store, record);
+  return setup;
+}
+
+MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index,
+                              StatsStart start) {
   const RunRecord record = store.run(run);
   MemoryStatsAt out;
   out.event_count = record.event_count;
   const std::uint64_t asked = std::min(event_index, record.event_count);
   // The config, the release and the state at the first event: what every analysis starts from.
-  RunTrace trace = load_run_trace(store, run, std::min(record.event_count, asked + kCallLookahead));
+  RunTrace trace = load_run_trace(store, run, 0);
+  std::optional<StatsKeyframe> keyframe;
+  if (start == StatsStart::nearest_keyframe)
+    keyframe =
+        stats_keyframe_before(store, run, asked, snapshot::LayoutRules::from_config(trace.config));
+  out.replayed_from = keyframe ? keyframe->event_index : 0;
   std::vector<TraceEvent>& events = trace.events;
-  out.event_index = end_of_allocator_call(events, asked);
-  events.resize(out.event_index);
+  events =
+      store.events(run, out.replayed_from, std::min(record.event_count, asked + kCallLookahead));
+  out.event_index = out.replayed_from + end_of_allocator_call(events, asked - out.replayed_from);
+  events.resize(out.event_index - out.replayed_from);
   out.profile = trace.profile;
-
-  replay::ReplayOptions options;
-  const auto settings = record.summary.find("allocator_settings");
-  const bool recorded = trace.recorded_config;
   try {
     out.config = alloc::to_alloc_conf_string(trace.config);
   } catch (const alloc::AllocatorConfigError&) {
     out.config = record.alloc_conf;  // a recorded value no string expresses: show the raw one
   }
-  // A recording is replayed under its own settings (and compared with itself); any other run
-  // under the config it was simulated with.
-  if (!recorded)
-    options.config = trace.config;
-  options.torch_version = trace.profile.version;
-  const std::optional<Bytes> limit = run_memory_limit(record);
-  options.allowed_memory = limit;
-  if (record.environment.gpu_memory > 0)
-    options.total_memory = record.environment.gpu_memory;
-  if (recorded)
-    options.final_segments = final_segments_of(store, record);
+  StatsReplaySetup setup = stats_replay_setup(store, trace);
+  const std::optional<Bytes> limit = setup.options.allowed_memory;
+  const snapshot::SegmentState* initial = nullptr;
+  const bool mid_run = !trace.initial.segment_map().empty();
+  if (keyframe) {
+    setup.options.initial_stats = keyframe->stats;
+    initial = &keyframe->state;
+  } else if (mid_run) {
+    initial = &trace.initial;
+  }
 
   // Even before its OOM, a capped run's cache releases depend on the cap.
   const bool has_oom = record.status == RunStatus::oom;
-  const bool mid_run = !trace.initial.segment_map().empty();
   const replay::ReplayResult result =
-      replay::replay_trace(events, recorded ? *settings : nlohmann::json::object(), options,
-                           mid_run ? &trace.initial : nullptr);
+      replay::replay_trace(events, setup.settings, setup.options, initial);
   out.stats = result.run.stats;
   for (const std::string& warning : result.warnings)
     out.caveats.push_back(warning);

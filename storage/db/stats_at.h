@@ -6,12 +6,14 @@
 // own counters said at that moment; `caveats` says when they cannot be.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/allocator/config.h"
 #include "engine/allocator/profile_choice.h"
 #include "engine/allocator/stats.h"
+#include "engine/replay/replay.h"
 #include "engine/snapshot/segment_state.h"
 #include "storage/db/run_store.h"
 
@@ -31,6 +33,9 @@ struct MemoryStatsAt {
   // The model's replay stopped following the recording: `stats` are the model's, not the
   // recording's (front-ends then show the recorded figures beside them).
   bool diverged = false;
+  // Where the replay started: the allocator-state keyframe at or before the event
+  // (stats_keyframes.h), or 0 for a run without keyframes there.
+  std::uint64_t replayed_from = 0;
 };
 
 // The per-process memory limit a run had: RunRecord::capacity when set, else
@@ -73,10 +78,31 @@ struct RunTrace {
 RunTrace load_run_trace(RunStore& store, RunId run,
                         std::optional<std::uint64_t> event_count = std::nullopt);
 
+// What the replay behind memory_stats_at starts from: the nearest allocator-state keyframe
+// before the event (at most kStatsKeyframeInterval events of replay), or event 0 (the whole
+// prefix; what the keyframes must agree with).
+enum class StatsStart : std::uint8_t { nearest_keyframe, first_event };
+
 // The state after the first `event_index` events. The config is the recorded allocator_settings
 // for imported snapshots, else the run's PYTORCH_CUDA_ALLOC_CONF; the device limit is the run's
 // capacity or summary["allowed_bytes"]. A config that does not parse is an InputError naming the
 // run.
-MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index);
+MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index,
+                              StatsStart start = StatsStart::nearest_keyframe);
+
+// One malloc()/free() of PyTorch's writes several trace entries (cudaMalloc, cache release and
+// unmap before the alloc or oom entry; free_requested then free_completed), and the model can
+// only stop between calls: the end of the call that `cut` (events applied) falls inside, or
+// `cut` itself when it lies between calls.
+std::uint64_t end_of_allocator_call(std::span<const TraceEvent> events, std::uint64_t cut);
+
+// How memory_stats_at replays a run (and the keyframes that shortcut it): the options and the
+// recorded allocator_settings when the run is a recording replayed under its own config.
+struct StatsReplaySetup {
+  replay::ReplayOptions options;
+  nlohmann::json settings = nlohmann::json::object();
+  bool recorded = false;
+};
+StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace);
 
 }  // namespace fragscope::storage

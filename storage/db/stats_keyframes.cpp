@@ -1,0 +1,315 @@
+#include "storage/db/stats_keyframes.h"
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.h"
+#include "engine/replay/replay.h"
+#include "storage/db/packing.h"
+#include "storage/db/stats_at.h"
+
+namespace fragscope::storage {
+
+namespace {
+
+constexpr std::uint64_t kFormat = 1;
+
+// How far past a target the events of its allocator call may reach (its segment events are few).
+constexpr std::uint64_t kCallLookahead = 4096;
+
+// Why the keyframe chain cannot follow this run, from its config and start (see the header).
+std::string why_no_keyframes(const RunTrace& trace) {
+  if (!trace.initial.segment_map().empty())
+    return "the trace starts mid-run (its start state is inferred)";
+  if (trace.config.expandable_segments)
+    return "expandable segments";
+  if (trace.config.garbage_collection_threshold > 0)
+    return "a garbage_collection_threshold";
+  return {};
+}
+
+// Why the chain cannot follow the events between two keyframes (each window starts at the end of
+// an allocator call, so these local tests see what a test of the whole trace would).
+std::string why_no_keyframes(const std::vector<TraceEvent>& events, const StatsReplaySetup& setup) {
+  if (replay::needs_pool_inference(events, setup.options))
+    return "private pools or empty_cache calls that the replay infers";
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].action != TraceAction::free_requested)
+      continue;
+    if (i + 1 == events.size() || events[i + 1].action != TraceAction::free_completed ||
+        events[i + 1].addr != events[i].addr)
+      return "frees that waited for stream events";
+  }
+  return {};
+}
+
+// The model's segments as a SegmentState: live blocks placed, the gaps between them the free
+// blocks (which the model always merges outside expandable segments).
+snapshot::SegmentState state_of(const std::vector<alloc::SegmentInfo>& segments,
+                                const snapshot::LayoutRules& rules) {
+  snapshot::SegmentState state(rules);
+  for (const alloc::SegmentInfo& segment : segments) {
+    snapshot::SegmentState::SegmentInfo info;
+    info.size = segment.total_size;
+    info.stream = segment.stream;
+    info.pool = segment.pool == alloc::PoolKind::small ? snapshot::PoolKind::small
+                                                       : snapshot::PoolKind::large;
+    info.expandable = segment.is_expandable;
+    state.add_segment(segment.address, info);
+    for (const alloc::BlockInfo& block : segment.blocks) {
+      if (block.state == BlockState::inactive)
+        continue;
+      snapshot::SegmentState::BlockInfo placed;
+      placed.size = block.size;
+      placed.requested = block.requested_size;
+      placed.state = block.state;
+      state.place_block(block.address, placed);
+    }
+  }
+  return state;
+}
+
+// The state's blob: per segment its address (a delta from the previous segment's end), size,
+// stream, flags (bit 0 expandable, bit 1 small pool) and live blocks; per live block its offset
+// from the end of the previous one, size, requested size and state. Free blocks are the gaps,
+// as state_of() builds them; frame stacks are not kept (memory_stats() does not use them).
+void put_state(std::vector<std::uint8_t>& out, const snapshot::SegmentState& state) {
+  put_varint(out, state.segment_count());
+  std::uint64_t previous_end = 0;
+  const auto& blocks = state.block_map();
+  for (const auto& [address, segment] : state.segment_map()) {
+    put_varint(out, address - previous_end);
+    put_varint(out, segment.size);
+    put_varint(out, segment.stream.value);
+    put_varint(out, (segment.expandable ? 1u : 0u) |
+                        (segment.pool == snapshot::PoolKind::small ? 2u : 0u));
+    const std::uint64_t end = address + segment.size;
+    const auto first = blocks.lower_bound(address);
+    auto last = first;
+    std::uint64_t live = 0;
+    for (; last != blocks.end() && last->first < end; ++last)
+      live += last->second.state != BlockState::inactive ? 1 : 0;
+    put_varint(out, live);
+    std::uint64_t cursor = address;
+    for (auto it = first; it != last; ++it) {
+      if (it->second.state == BlockState::inactive)
+        continue;
+      put_varint(out, it->first - cursor);
+      put_varint(out, it->second.size);
+      put_varint(out, it->second.requested);
+      put_varint(out, static_cast<std::uint64_t>(it->second.state));
+      cursor = it->first + it->second.size;
+    }
+    previous_end = end;
+  }
+}
+
+snapshot::SegmentState read_state(ByteReader& in, const snapshot::LayoutRules& rules) {
+  snapshot::SegmentState state(rules);
+  const std::uint64_t segments = in.varint();
+  // Each segment takes at least five bytes: a count past that is damage, not a huge allocation.
+  if (segments > in.remaining())
+    in.fail("more segments than the blob has bytes");
+  std::uint64_t previous_end = 0;
+  try {
+    for (std::uint64_t s = 0; s < segments; ++s) {
+      const std::uint64_t address = previous_end + in.varint();
+      snapshot::SegmentState::SegmentInfo segment;
+      segment.size = in.varint();
+      segment.stream = StreamId{in.varint()};
+      const std::uint64_t flags = in.varint();
+      if (flags > 3 || address < previous_end)
+        in.fail("segment " + std::to_string(s) + " has invalid flags or address");
+      segment.expandable = (flags & 1) != 0;
+      segment.pool = (flags & 2) != 0 ? snapshot::PoolKind::small : snapshot::PoolKind::large;
+      state.add_segment(address, segment);
+      const std::uint64_t live = in.varint();
+      if (live > in.remaining())
+        in.fail("segment " + std::to_string(s) + " claims more blocks than the blob has bytes");
+      std::uint64_t cursor = address;
+      for (std::uint64_t b = 0; b < live; ++b) {
+        snapshot::SegmentState::BlockInfo block;
+        const std::uint64_t at = cursor + in.varint();
+        block.size = in.varint();
+        block.requested = in.varint();
+        const std::uint64_t kind = in.varint();
+        constexpr auto kAllocated = static_cast<std::uint64_t>(BlockState::active_allocated);
+        constexpr auto kPending = static_cast<std::uint64_t>(BlockState::active_pending_free);
+        if (kind != kAllocated && kind != kPending)
+          in.fail("a block of segment " + std::to_string(s) + " is not live");
+        block.state = static_cast<BlockState>(kind);
+        state.place_block(at, block);
+        cursor = at + block.size;
+      }
+      previous_end = address + segment.size;
+    }
+  } catch (const InputError& error) {
+    in.fail(error.what());
+  }
+  return state;
+}
+
+void erase_keyframes(RunStore& store, RunId run) {
+  auto erase = store.database().prepare("DELETE FROM stats_keyframes WHERE run_id = ?");
+  erase.bind_int(1, run.value);
+  erase.run();
+}
+
+void record_outcome(RunStore& store, RunId run, const nlohmann::json& outcome) {
+  nlohmann::json summary = store.run(run).summary;
+  summary["stats_keyframes"] = outcome;
+  store.update_summary(run, summary);
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_stats_keyframe(const StatsKeyframe& keyframe) {
+  std::vector<std::uint8_t> raw;
+  put_varint(raw, kFormat);
+  const std::map<std::string, std::int64_t> stats = alloc::to_memory_stats(keyframe.stats);
+  put_varint(raw, stats.size());
+  for (const auto& [key, value] : stats)
+    put_signed(raw, value);
+  put_state(raw, keyframe.state);
+  std::vector<std::uint8_t> blob;
+  put_varint(blob, raw.size());
+  const std::vector<std::uint8_t> packed = deflate_bytes(raw);
+  blob.insert(blob.end(), packed.begin(), packed.end());
+  return blob;
+}
+
+StatsKeyframe decode_stats_keyframe(std::span<const std::uint8_t> blob,
+                                    const snapshot::LayoutRules& rules, const std::string& what) {
+  ByteReader header(blob, what);
+  const std::uint64_t raw_size = header.varint();
+  const std::vector<std::uint8_t> raw =
+      inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(raw_size), what);
+  ByteReader in(raw, what);
+  if (in.varint() != kFormat)
+    in.fail("unknown keyframe format");
+  // The keys in memory_stats()'s order, the order encode wrote the values in.
+  std::map<std::string, std::int64_t> stats = alloc::to_memory_stats(alloc::DeviceStats{});
+  if (in.varint() != stats.size())
+    in.fail("a different number of memory_stats() keys");
+  for (auto& [key, value] : stats)
+    value = in.signed_varint();
+  StatsKeyframe keyframe;
+  keyframe.stats = alloc::from_memory_stats(stats);
+  keyframe.state = read_state(in, rules);
+  if (!in.at_end())
+    in.fail("trailing bytes after the segments");
+  return keyframe;
+}
+
+namespace {
+
+std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t interval,
+                                 const CancelToken& cancel) {
+  // The config, the release and the start state; the events are read a window at a time, so
+  // the chain's memory does not grow with the run.
+  const RunTrace trace = load_run_trace(store, run, 0);
+  const StatsReplaySetup setup = stats_replay_setup(store, trace);
+  const std::uint64_t count = trace.record.event_count;
+  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(trace.config);
+  std::string why = why_no_keyframes(trace);
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> blobs;
+  std::optional<StatsKeyframe> last;
+  std::uint64_t target = interval;
+  while (why.empty()) {
+    cancel.throw_if_cancelled();
+    const std::uint64_t from = last ? last->event_index : 0;
+    // The events up to the end of the allocator call at the target, or to the run's end (the
+    // last window is replayed only to check that the model follows the recording to the end).
+    std::vector<TraceEvent> part =
+        store.events(run, from, std::min(count, std::min(target, count) + kCallLookahead));
+    std::uint64_t cut = std::min(target, count) - from;
+    while (cut < part.size() && end_of_allocator_call(part, cut) != cut)
+      ++cut;
+    if (cut == part.size() && from + cut < count) {
+      why = "an allocator call longer than " + std::to_string(kCallLookahead) + " events";
+      break;
+    }
+    part.resize(static_cast<std::size_t>(cut));
+    if (why = why_no_keyframes(part, setup); !why.empty())
+      break;
+    replay::ReplayOptions options = setup.options;
+    options.keep_final_segments = true;
+    if (last)
+      options.initial_stats = last->stats;
+    const replay::ReplayResult result =
+        replay::replay_trace(part, setup.settings, options, last ? &last->state : nullptr);
+    if (result.compared && result.first_divergence) {
+      why = "the model diverged from the recording";
+      break;
+    }
+    if (from + cut >= count)
+      break;
+    StatsKeyframe keyframe;
+    keyframe.event_index = from + cut;
+    keyframe.state = state_of(result.run.final_segments, rules);
+    keyframe.stats = result.run.stats;
+    blobs.emplace_back(keyframe.event_index, encode_stats_keyframe(keyframe));
+    last = std::move(keyframe);
+    target = std::max(target + interval, from + cut + 1);
+  }
+  Transaction transaction(store.database());
+  erase_keyframes(store, run);
+  if (!why.empty()) {
+    record_outcome(store, run, {{"none", why}});
+    transaction.commit();
+    return 0;
+  }
+  auto insert = store.database().prepare(
+      "INSERT INTO stats_keyframes(run_id, event_index, data) VALUES (?, ?, ?)");
+  for (const auto& [event_index, blob] : blobs) {
+    insert.bind_int(1, run.value)
+        .bind_int(2, static_cast<std::int64_t>(event_index))
+        .bind_blob(3, blob);
+    insert.run();
+    insert.reset();
+  }
+  record_outcome(store, run, {{"interval", interval}, {"count", blobs.size()}});
+  cancel.throw_if_cancelled();
+  transaction.commit();
+  return blobs.size();
+}
+
+}  // namespace
+
+std::size_t store_stats_keyframes(RunStore& store, RunId run, std::uint64_t interval,
+                                  const CancelToken& cancel) {
+  if (interval == 0)
+    throw InputError("store_stats_keyframes: the interval must be at least one event");
+  try {
+    return store_keyframe_chain(store, run, interval, cancel);
+  } catch (const InputError& error) {
+    // A trace the model cannot replay imports all the same; its Summary says why when asked.
+    Transaction transaction(store.database());
+    erase_keyframes(store, run);
+    record_outcome(store, run, {{"none", std::string("the replay failed: ") + error.what()}});
+    transaction.commit();
+    return 0;
+  }
+}
+
+std::optional<StatsKeyframe> stats_keyframe_before(RunStore& store, RunId run,
+                                                   std::uint64_t event_index,
+                                                   const snapshot::LayoutRules& rules) {
+  auto query = store.database().prepare(
+      "SELECT event_index, data FROM stats_keyframes WHERE run_id = ? AND event_index <= ? "
+      "ORDER BY event_index DESC LIMIT 1");
+  query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(event_index));
+  if (!query.step())
+    return std::nullopt;
+  const auto at = static_cast<std::uint64_t>(query.column_int(0));
+  StatsKeyframe keyframe =
+      decode_stats_keyframe(query.column_blob(1), rules,
+                            store.database().path() + ": run " + std::to_string(run.value) +
+                                ", allocator-state keyframe at event " + std::to_string(at));
+  keyframe.event_index = at;
+  return keyframe;
+}
+
+}  // namespace fragscope::storage

@@ -1,0 +1,56 @@
+#pragma once
+// Allocator-state keyframes: the caching-allocator model's exact state (every segment and block,
+// free ones included) and its memory_stats() counters every `interval` events of a stored run,
+// written once after ingest. memory_stats_at() then replays at most `interval` events from the
+// keyframe before the cursor instead of the whole run from event 0.
+//
+// Each keyframe is the previous one replayed forward, so the chain is exact only where the
+// model's whole state lies in its blocks and counters. A run the chain cannot follow stores none
+// and is replayed from event 0 (summary["stats_keyframes"]["none"] says why): expandable
+// segments (unmapped pages), a garbage-collection threshold (block ages), private pools or
+// inferred empty_cache calls, frees that waited for stream events (pending blocks and their
+// per-stream order), a trace that starts mid-run (its start state is inferred) and a replay that
+// diverges from the recording.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/allocator/stats.h"
+#include "engine/core/cancel.h"
+#include "engine/snapshot/segment_state.h"
+#include "storage/db/run_store.h"
+
+namespace fragscope::storage {
+
+// At most this many events of replay from a keyframe to any cursor (~10 ms of the model).
+inline constexpr std::uint64_t kStatsKeyframeInterval = 8192;
+
+struct StatsKeyframe {
+  std::uint64_t event_index = 0;  // events applied; always the end of an allocator call
+  snapshot::SegmentState state;   // the model's segments and blocks after them
+  alloc::DeviceStats stats;       // and its counters, peaks and totals from event 0
+};
+
+// Replays the run once and stores a keyframe at the end of the first allocator call at or after
+// every multiple of `interval` (replacing the run's keyframes). Returns how many were stored;
+// summary["stats_keyframes"] records the interval, or under "none" why the run has none.
+// `cancel` is polled between keyframes (Cancelled: nothing is stored).
+std::size_t store_stats_keyframes(RunStore& store, RunId run,
+                                  std::uint64_t interval = kStatsKeyframeInterval,
+                                  const CancelToken& cancel = {});
+
+// The last keyframe at or before `event_index`; nullopt when the run has none there. `rules`
+// lay out the stored blocks (the run's config's).
+std::optional<StatsKeyframe> stats_keyframe_before(RunStore& store, RunId run,
+                                                   std::uint64_t event_index,
+                                                   const snapshot::LayoutRules& rules);
+
+// The blob format (zstd around varints); decode throws DatabaseError naming `what` on a damaged
+// blob.
+std::vector<std::uint8_t> encode_stats_keyframe(const StatsKeyframe& keyframe);
+StatsKeyframe decode_stats_keyframe(std::span<const std::uint8_t> blob,
+                                    const snapshot::LayoutRules& rules, const std::string& what);
+
+}  // namespace fragscope::storage

@@ -1,0 +1,129 @@
+// Allocator-state keyframes: memory_stats() replayed from the keyframe before an event equals the
+// replay from event 0, at keyframes, right after them and anywhere between, on every real
+// recording the keyframe chain can follow; runs it cannot follow say why and replay from 0.
+#include "storage/db/stats_keyframes.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "engine/allocator/summary.h"
+#include "engine/snapshot/snapshot.h"
+#include "storage/db/snapshot_import.h"
+#include "storage/db/stats_at.h"
+#include "storage_test_util.h"
+
+namespace fragscope::storage {
+namespace {
+
+using test::fixture;
+
+RunId import_fixture(RunStore& store, const std::string& name) {
+  const std::string path = fixture(name, ".pickle.gz");
+  ImportOptions options = test::import_options(name);
+  options.recorded_stats = read_companion_stats(path);
+  return import_snapshot(store, snapshot::read_snapshot(path), options).run;
+}
+
+std::vector<std::uint64_t> keyframe_events(RunStore& store, RunId run) {
+  std::vector<std::uint64_t> out;
+  auto query = store.database().prepare(
+      "SELECT event_index FROM stats_keyframes WHERE run_id = ? ORDER BY event_index");
+  query.bind_int(1, run.value);
+  while (query.step())
+    out.push_back(static_cast<std::uint64_t>(query.column_int(0)));
+  return out;
+}
+
+class StatsKeyframes : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StatsKeyframes, StatsFromTheKeyframeBeforeAnyEventEqualAReplayFromEventZero) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, GetParam());
+  const std::uint64_t count = store.run(run).event_count;
+  // Many keyframes (a chain of ~40 replays) so that every kind of cut is crossed.
+  constexpr std::uint64_t kInterval = 2048;
+  const std::size_t stored = store_stats_keyframes(store, run, kInterval);
+  const nlohmann::json outcome = store.run(run).summary.at("stats_keyframes");
+  if (stored == 0) {
+    ASSERT_TRUE(outcome.contains("none"));
+    GTEST_SKIP() << GetParam() << " has no keyframes: " << outcome["none"].get<std::string>();
+  }
+  EXPECT_EQ(outcome.at("count"), stored);
+  const std::vector<std::uint64_t> keyframes = keyframe_events(store, run);
+  ASSERT_EQ(keyframes.size(), stored);
+  for (std::size_t i = 0; i < keyframes.size(); ++i) {
+    EXPECT_GE(keyframes[i], (i + 1) * kInterval);
+    EXPECT_LT(keyframes[i], count);
+  }
+  // At keyframes, one event after, the last event before the next one, and random events.
+  std::vector<std::uint64_t> at;
+  for (const std::size_t i : {std::size_t{0}, keyframes.size() / 2, keyframes.size() - 1}) {
+    at.push_back(keyframes[i]);
+    at.push_back(keyframes[i] + 1);
+    at.push_back(i + 1 < keyframes.size() ? keyframes[i + 1] - 1 : count);
+  }
+  std::mt19937_64 random(7);
+  for (int n = 0; n < 4; ++n)
+    at.push_back(random() % (count + 1));
+  for (const std::uint64_t event : at) {
+    SCOPED_TRACE("after " + std::to_string(event) + " events");
+    const MemoryStatsAt fast = memory_stats_at(store, run, event);
+    const MemoryStatsAt full = memory_stats_at(store, run, event, StatsStart::first_event);
+    // From the last keyframe at or before the event: never more than an interval of replay.
+    const auto after = std::upper_bound(keyframes.begin(), keyframes.end(), event);
+    EXPECT_EQ(fast.replayed_from, after == keyframes.begin() ? 0 : *std::prev(after));
+    EXPECT_LE(fast.event_index - fast.replayed_from, kInterval + 64);
+    EXPECT_EQ(full.replayed_from, 0u);
+    EXPECT_EQ(fast.event_index, full.event_index);
+    EXPECT_TRUE(fast.stats == full.stats) << alloc::memory_summary(fast.stats, 0, false) << "\nvs\n"
+                                          << alloc::memory_summary(full.stats, 0, false);
+    EXPECT_EQ(fast.caveats, full.caveats);
+    EXPECT_EQ(fast.diverged, full.diverged);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TorchRecordings, StatsKeyframes,
+                         ::testing::ValuesIn(test::kTorchRecordings));
+
+TEST(StatsKeyframesStored, ImportStoresThemAndRunsTheChainCannotFollowSayWhy) {
+  RunStore store(":memory:");
+  const RunId plain = import_fixture(store, "gpt_fixedlen_default");
+  const nlohmann::json stored = store.run(plain).summary.at("stats_keyframes");
+  EXPECT_EQ(stored.at("interval"), kStatsKeyframeInterval);
+  EXPECT_EQ(stored.at("count"), keyframe_events(store, plain).size());
+  EXPECT_GT(stored.at("count").get<std::size_t>(), 0u);
+  const RunId expandable = import_fixture(store, "gpt_varlen_expandable");
+  EXPECT_EQ(store.run(expandable).summary.at("stats_keyframes").at("none"), "expandable segments");
+  EXPECT_TRUE(keyframe_events(store, expandable).empty());
+  const MemoryStatsAt state = memory_stats_at(store, expandable, 30000);
+  EXPECT_EQ(state.replayed_from, 0u);
+}
+
+TEST(StatsKeyframesStored, ABlobRoundTripsAndADamagedOneIsNamed) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, "gpt_oom_cap");
+  const MemoryStatsAt state = memory_stats_at(store, run, 9000);
+  const auto rules = snapshot::LayoutRules{};
+  const std::optional<StatsKeyframe> keyframe = stats_keyframe_before(store, run, 9000, rules);
+  ASSERT_TRUE(keyframe.has_value());
+  EXPECT_EQ(state.replayed_from, keyframe->event_index);
+  const StatsKeyframe back =
+      decode_stats_keyframe(encode_stats_keyframe(*keyframe), rules, "keyframe");
+  EXPECT_EQ(back.stats, keyframe->stats);
+  EXPECT_TRUE(back.state == keyframe->state);
+  std::vector<std::uint8_t> damaged = encode_stats_keyframe(*keyframe);
+  damaged.resize(damaged.size() / 2);
+  try {
+    (void)decode_stats_keyframe(damaged, rules, "run 1, allocator-state keyframe at event 8192");
+    FAIL() << "a truncated blob decoded";
+  } catch (const DatabaseError& error) {
+    EXPECT_NE(std::string(error.what()).find("allocator-state keyframe at event 8192"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::storage
