@@ -9,6 +9,7 @@
 #include "storage/db/data_location.h"
 #include "storage/db/run_store.h"
 #include "storage/db/stats_at.h"
+#include "storage/db/stats_keyframes.h"
 
 namespace fragscope::cli {
 namespace {
@@ -31,6 +32,13 @@ int run_summary(const std::vector<std::string>& argv) {
   if (device > 1024)
     throw UsageError{"--device must be a CUDA device index"};
 
+  // A run stored before allocator-state keyframes were kept gets them once, here (one replay of
+  // the run); a read-only database replays from event 0 as before.
+  if (storage::stats_keyframes_missing(store->run(id)) &&
+      storage::backfill_stats_keyframes(path, id))
+    std::cerr << "note: stored allocator-state keyframes for run " << id.value
+              << " (once: later summaries replay at most " << storage::kStatsKeyframeInterval
+              << " events)\n";
   const storage::MemoryStatsAt state = storage::memory_stats_at(*store, id, at);
   std::cout << alloc::memory_summary(state.stats, static_cast<int>(device),
                                      args.flag("--abbreviated"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -291,6 +292,22 @@ std::size_t store_stats_keyframes(RunStore& store, RunId run, std::uint64_t inte
     record_outcome(store, run, {{"none", std::string("the replay failed: ") + error.what()}});
     transaction.commit();
     return 0;
+  }
+}
+
+bool stats_keyframes_missing(const RunRecord& record) {
+  return record.event_count > kStatsKeyframeInterval && !record.summary.contains("stats_keyframes");
+}
+
+bool backfill_stats_keyframes(const std::string& path, RunId run, const CancelToken& cancel) {
+  try {
+    const std::unique_ptr<RunStore> store = open_run_store(path, OpenMode::read_write, true);
+    if (!stats_keyframes_missing(store->run(run)))
+      return false;
+    store_stats_keyframes(*store, run, kStatsKeyframeInterval, cancel);
+    return true;
+  } catch (const DatabaseError&) {
+    return false;  // not writable: replayed from event 0, as every Summary of the run was before
   }
 }
 

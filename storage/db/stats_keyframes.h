@@ -41,6 +41,16 @@ std::size_t store_stats_keyframes(RunStore& store, RunId run,
                                   std::uint64_t interval = kStatsKeyframeInterval,
                                   const CancelToken& cancel = {});
 
+// Keyframes for a run stored before FragScope kept them (its summary has no "stats_keyframes"
+// outcome), built once through a writer on the database at `path`, so that this Summary and
+// every later one replays at most one interval. False when the run needs none (short, or its
+// outcome is already recorded) or the file cannot be written (a read-only copy): the Summary
+// then replays from event 0 as before. Cancelled propagates.
+bool backfill_stats_keyframes(const std::string& path, RunId run, const CancelToken& cancel = {});
+// Whether backfill_stats_keyframes has work for the run: long enough for keyframes, and no
+// outcome (keyframes, or why none) recorded.
+bool stats_keyframes_missing(const RunRecord& record);
+
 // The last keyframe at or before `event_index`; nullopt when the run has none there. `rules`
 // lay out the stored blocks (the run's config's).
 std::optional<StatsKeyframe> stats_keyframe_before(RunStore& store, RunId run,

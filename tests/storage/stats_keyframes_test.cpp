@@ -101,6 +101,34 @@ TEST(StatsKeyframesStored, ImportStoresThemAndRunsTheChainCannotFollowSayWhy) {
   EXPECT_EQ(state.replayed_from, 0u);
 }
 
+TEST(StatsKeyframesStored, ARunStoredBeforeThemGetsThemOnItsFirstSummary) {
+  test::TempDir dir;
+  const std::string path = dir.file("old.db");
+  RunId run;
+  {
+    RunStore store(path);
+    run = import_fixture(store, "gpt_fixedlen_default");
+    // As a database written before schema 10 left it: no keyframes, no outcome.
+    auto erase = store.database().prepare("DELETE FROM stats_keyframes WHERE run_id = ?");
+    erase.bind_int(1, run.value);
+    erase.run();
+    nlohmann::json summary = store.run(run).summary;
+    summary.erase("stats_keyframes");
+    store.update_summary(run, summary);
+  }
+  RunStore reader(path, OpenMode::read_only);
+  ASSERT_TRUE(stats_keyframes_missing(reader.run(run)));
+  EXPECT_EQ(memory_stats_at(reader, run, 40000).replayed_from, 0u);
+  EXPECT_TRUE(backfill_stats_keyframes(path, run));
+  EXPECT_FALSE(stats_keyframes_missing(reader.run(run)));
+  EXPECT_FALSE(keyframe_events(reader, run).empty());
+  const MemoryStatsAt fast = memory_stats_at(reader, run, 40000);
+  EXPECT_GT(fast.replayed_from, 0u);
+  EXPECT_EQ(fast.stats, memory_stats_at(reader, run, 40000, StatsStart::first_event).stats);
+  // Once: the outcome is recorded, a second request does nothing.
+  EXPECT_FALSE(backfill_stats_keyframes(path, run));
+}
+
 TEST(StatsKeyframesStored, ABlobRoundTripsAndADamagedOneIsNamed) {
   RunStore store(":memory:");
   const RunId run = import_fixture(store, "gpt_oom_cap");
