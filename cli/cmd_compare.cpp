@@ -2,13 +2,14 @@
 // segments, device calls, step time — with per-phase differences where the runs align and
 // warnings when they were made under different conditions.
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "engine/analysis/compare.h"
+#include "engine/core/error.h"
 #include "storage/db/data_location.h"
+#include "storage/db/run_list.h"
 #include "storage/db/run_store.h"
 #include "usecases/compare.h"
 
@@ -19,20 +20,10 @@ constexpr std::uint64_t kMaxPhases = 1000;
 
 std::vector<storage::RunId> parse_run_ids(const std::string& list) {
   std::vector<storage::RunId> ids;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    long long value = -1;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || value <= 0)
-      throw UsageError{"--runs expects run ids separated by commas, e.g. 3,7; got \"" + list +
-                       "\""};
-    ids.push_back(storage::RunId{value});
+  try {
+    ids = storage::parse_run_list(list);
+  } catch (const InputError& error) {
+    throw UsageError{std::string("--runs: ") + error.what()};
   }
   if (ids.size() < 2)
     throw UsageError{"--runs needs at least two run ids"};

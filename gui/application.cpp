@@ -8,6 +8,7 @@
 #include <QTimer>
 #include <cstdio>
 
+#include "engine/core/error.h"
 #include "fragscope/version.h"
 #include "gui/compare_page.h"
 #include "gui/main_window.h"
@@ -18,6 +19,7 @@
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
 #include "storage/db/data_location.h"
+#include "storage/db/run_list.h"
 
 static void initResources() {
   Q_INIT_RESOURCE(resources);
@@ -62,24 +64,13 @@ int takeScreenshot(MainWindow& window, const QString& path, int patienceMs) {
 }  // namespace
 
 std::optional<std::vector<storage::RunId>> parseRunList(const QString& text, QString* error) {
-  std::vector<storage::RunId> runs;
-  for (const QString& part : text.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
-    bool ok = false;
-    const qlonglong id = part.trimmed().toLongLong(&ok);
-    if (!ok || id <= 0) {
-      if (error)
-        *error =
-            QObject::tr("\"%1\" is not a run id (expected positive integers like 3,7)").arg(part);
-      return std::nullopt;
-    }
-    runs.push_back(storage::RunId(id));
-  }
-  if (runs.empty()) {
+  try {
+    return storage::parse_run_list(text.toStdString());
+  } catch (const InputError& e) {
     if (error)
-      *error = QObject::tr("no run ids given (expected e.g. 3,7)");
+      *error = QString::fromStdString(e.what());
     return std::nullopt;
   }
-  return runs;
 }
 
 void initializeGuiLibrary() {
