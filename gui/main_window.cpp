@@ -38,6 +38,7 @@
 #include "gui/summary_page.h"
 #include "gui/theme.h"
 #include "gui/timeline_page.h"
+#include "storage/db/import_stages.h"
 #include "storage/db/job_import.h"
 #include "storage/db/stats_at.h"
 #include "usecases/simulate.h"
@@ -879,10 +880,9 @@ void MainWindow::importJob(const QStringList& paths) {
         const storage::JobSource source = storage::job_source_of(files);
         storage::JobImportOptions options;
         options.job_name = storage::unused_job_name(store, source);
-        options.control.progress =
-            Progress([&job](std::string_view, std::uint64_t done, std::uint64_t total) {
-              job.progress(total ? static_cast<double>(done) / static_cast<double>(2 * total) : 0);
-            });
+        // Reading and storing the ranks, each half of the bar (it went back to 0 at "storing").
+        options.control.progress = fraction_progress(
+            storage::kJobImportStages, [&job](double fraction) { job.progress(fraction); });
         const storage::JobImportResult result = storage::import_job(store, source, options);
         return result.job;
       },

@@ -11,6 +11,7 @@
 #include "engine/core/error.h"
 #include "engine/snapshot/snapshot.h"
 #include "gui/job_tracker.h"
+#include "storage/db/import_stages.h"
 #include "storage/db/snapshot_import.h"
 #include "usecases/import.h"
 
@@ -117,11 +118,11 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   WorkControl control;
   if (job)
     control.cancel = job->workControl().cancel;
-  control.progress =
-      Progress([job](std::string_view stage, std::uint64_t done, std::uint64_t total) {
-        if (job && stage == "events" && total > 0)
-          job->progress(0.5 + 0.5 * static_cast<double>(done) / static_cast<double>(total));
-      });
+  // Reading took the first half; the store's stages share the second.
+  control.progress = fraction_progress(storage::kImportStages, [job](double fraction) {
+    if (job)
+      job->progress(0.5 + 0.5 * fraction);
+  });
   storage::RunStore store(databasePath.toStdString());
   storage::ImportResult imported;
   try {

@@ -242,6 +242,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
       store.append_events(run, all_events.subspan(first, count),
                           {all_series.subspan(first, count), {}});
     }
+    stage("events", events.size(), events.size());
     stage("ooms", 0, 1);
     for (std::size_t i = 0; i < events.size(); ++i) {
       const TraceEvent& event = events[i];
@@ -296,6 +297,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     stage("commit", 0, 1);
     store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
                      control.cancel);
+    control.progress.report("commit", 1, 1);  // stored: no cancel applies any more
   } catch (...) {
     if (store.ingesting())
       store.cancel_run(run);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/cancel.h"
+#include "storage/db/import_stages.h"
 #include "storage/db/snapshot_import.h"
 #include "storage_test_util.h"
 
@@ -58,7 +59,10 @@ TEST(ImportCancel, CancelAtEveryStageLeavesNoRun) {
       stages.push_back(report.stage);
   EXPECT_EQ(stages, (std::vector<std::string>{"layout", "stacks", "events", "ooms", "commit"}));
 
-  for (long k = 0; k < static_cast<long>(reports.size()); ++k) {
+  // The last report says the run is committed: every report before it can still cancel.
+  ASSERT_EQ(reports.back().stage, "commit");
+  ASSERT_EQ(reports.back().done, 1u);
+  for (long k = 0; k + 1 < static_cast<long>(reports.size()); ++k) {
     const auto seen = import_with_cancel_at(store, snapshot, k, cancelled);
     EXPECT_TRUE(cancelled) << "a cancel at " << reports[k].stage << " (report " << k
                            << ") was ignored";
@@ -72,6 +76,27 @@ TEST(ImportCancel, CancelAtEveryStageLeavesNoRun) {
   import_with_cancel_at(store, snapshot, -1, cancelled);
   EXPECT_FALSE(cancelled);
   EXPECT_EQ(store.run_count(), 2);
+}
+
+// The stages, as one fraction for a progress bar, only grow and reach 1 once the run is stored.
+TEST(ImportCancel, ProgressGrowsToOneAtTheCommit) {
+  const auto snapshot = snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz"));
+  RunStore store(":memory:");
+  std::vector<double> fractions;
+  WorkControl control;
+  control.progress = fraction_progress(kImportStages, [&](double f) {
+    fractions.push_back(f);
+    if (f == 1.0) {
+      EXPECT_EQ(store.run_count(), 1) << "1 before the run was committed";
+    }
+  });
+  ImportOptions options;
+  options.name = "progress";
+  import_snapshot(store, snapshot, options, control);
+  ASSERT_GE(fractions.size(), 5u);
+  for (std::size_t i = 1; i < fractions.size(); ++i)
+    EXPECT_LT(fractions[i - 1], fractions[i]);
+  EXPECT_EQ(fractions.back(), 1.0);
 }
 
 TEST(ImportCancel, FinishRunPollsTheCancelRightBeforeTheCommit) {
