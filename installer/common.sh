@@ -10,7 +10,7 @@ FRAGSCOPE_BUILD_PACKAGES=(
   zlib1g-dev libzstd-dev libsqlite3-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl1-mesa-dev
-  clang clang-format libclang-rt-14-dev lld
+  clang clang-format clang-tidy-14 libclang-rt-14-dev lld
   xvfb xauth dpkg-dev file
   python3-pytest
   slurm-wlm munge
