@@ -119,7 +119,8 @@ struct CommandLine {
   QCommandLineOption block{
       QStringLiteral("block"),
       QObject::tr("With --run: select the live block at this address (0x...) in the segment map "
-                  "and show its stack, or \"largest\"."),
+                  "and on the Active Memory page and show its stack, or \"largest\" (the "
+                  "largest live block with a recorded stack)."),
       QStringLiteral("ADDR")};
   // Last: the structured binding in runApplication names the members in declaration order.
   QCommandLineOption caseStudy{
@@ -209,31 +210,25 @@ int runApplication(int argc, char** argv) {
     if (!ids || ids->size() != 1)
       return fail(QObject::tr("--run: %1").arg(ids ? QObject::tr("one run id expected") : error));
     window.runsBrowser()->selectRuns(*ids);
-    window.showRun(ids->front());
-    // Both after the overview, which opens the cursor at the OOM or the peak and resets the map.
+    std::optional<std::uint64_t> at;
     if (parser.isSet(event)) {
       bool ok = false;
-      const qulonglong at = parser.value(event).toULongLong(&ok);
+      at = parser.value(event).toULongLong(&ok);
       if (!ok)
         return fail(
             QObject::tr("--event: expected an event count, got %1").arg(parser.value(event)));
-      QObject::connect(
-          window.timelinePage(), &TimelinePage::overviewReady, window.timelinePage(),
-          [&window, at] { window.timelinePage()->setCursorEvent(at); }, Qt::QueuedConnection);
     }
+    std::optional<std::uint64_t> addr;
     if (parser.isSet(block)) {
       const QString text = parser.value(block);
       bool ok = text == QLatin1String("largest");
-      const std::uint64_t addr = ok ? 0 : text.toULongLong(&ok, 0);
+      addr = ok ? 0 : text.toULongLong(&ok, 0);
       if (!ok)
         return fail(QObject::tr("--block: expected an address like 0x7f0000000000 or \"largest\", "
                                 "got %1")
                         .arg(text));
-      QObject::connect(
-          window.timelinePage(), &TimelinePage::overviewReady, window.timelinePage(),
-          [&window, addr] { window.segmentMapPage()->mapWidget()->selectAddress(addr); },
-          Qt::QueuedConnection);
     }
+    window.showRunAt(ids->front(), at, addr);
   }
   if (parser.isSet(compare)) {
     QString error;

@@ -8,10 +8,12 @@
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "gui/format.h"
 #include "gui/plot_style.h"
 #include "gui/run_data.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -50,6 +52,7 @@ BandData loadBandData(const QString& databasePath, storage::RunId run, LifetimeK
   }
   BandData data;
   data.run = run;
+  data.limit = storage::run_memory_limit(record);
   std::vector<Category> categories;
   for (std::uint64_t first = 0; first < record.event_count; first += kEventsPerRead) {
     if (job && job->cancelled())
@@ -136,6 +139,16 @@ BandTimelinePage::BandTimelinePage(LifetimeKind kind, QWidget* parent)
   m_cursorLine = new QCPItemStraightLine(m_plot);
   m_cursorLine->setPen(QPen(colors::cursor, 1.5));
   m_cursorLine->setVisible(false);
+  // A per-process cap in PyTorch's words ("6.00 GiB allowed"), as on the timeline.
+  m_capLine = new QCPItemStraightLine(m_plot);
+  m_capLine->setPen(QPen(colors::oom, 1.5, Qt::DashLine));
+  m_capLine->setVisible(false);
+  m_capLabel = new QCPItemText(m_plot);
+  m_capLabel->setColor(colors::oom);
+  m_capLabel->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+  m_capLabel->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+  m_capLabel->position->setTypeY(QCPItemPosition::ptPlotCoords);
+  m_capLabel->setVisible(false);
   m_plot->setMinimumHeight(220);
 
   m_rerender.setSingleShot(true);
@@ -192,12 +205,15 @@ void BandTimelinePage::clear() {
   m_data = {};
   m_raster = {};
   m_selected.reset();
+  m_pendingSelection.reset();
   m_pixmap->setVisible(false);
   m_total->data()->clear();
   for (auto* line : m_oomLines)
     m_plot->removeItem(line);
   m_oomLines.clear();
   m_cursorLine->setVisible(false);
+  m_capLine->setVisible(false);
+  m_capLabel->setVisible(false);
   m_frames->setHtml(tr("<i>Click a band to keep its stack here.</i>"));
   m_header->setText(tr("<i>Select a run in the Runs browser.</i>"));
   m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -260,8 +276,19 @@ void BandTimelinePage::showData(BandData data) {
     line->point2->setCoords(x, 1);
     m_oomLines.push_back(line);
   }
+  if (m_data.limit) {
+    const auto y = static_cast<double>(*m_data.limit);
+    m_capLine->point1->setCoords(0, y);
+    m_capLine->point2->setCoords(1, y);
+    m_capLabel->position->setCoords(0.01, y);
+    m_capLabel->setText(tr("%1 allowed").arg(formatBytes(y)));
+    m_capLine->setVisible(true);
+    m_capLabel->setVisible(true);
+  }
   updateHeader();
   setRange(0, lifetimes.eventCount + 1);
+  if (const auto pending = std::exchange(m_pendingSelection, std::nullopt))
+    selectLive(*pending);
   emit dataReady();
 }
 
@@ -311,11 +338,13 @@ void BandTimelinePage::requestRender() {
   const int width = std::clamp(rect.width(), 16, 4096);
   const int height = std::clamp(rect.height(), 16, 4096);
   auto lifetimes = m_data.lifetimes;
+  const auto limit = static_cast<std::int64_t>(m_data.limit.value_or(0));
   m_renderJob.start(
-      [lifetimes, first, end, width, height](const JobContext&) {
+      [lifetimes, first, end, width, height, limit](const JobContext&) {
         const std::int64_t peak = peakTotal(*lifetimes, first, end);
-        // Headroom over the visible peak; the rows are laid out for exactly the drawn range.
-        const auto top = std::max<std::int64_t>(1, peak + peak / 12);
+        // Headroom over the visible peak and the cap line; the rows are laid out for exactly
+        // the drawn range.
+        const auto top = std::max<std::int64_t>({1, peak + peak / 12, limit + limit / 12});
         return renderBands(*lifetimes, first, end, width, height, top);
       },
       [this](BandRaster raster) { showRaster(std::move(raster)); },
@@ -437,6 +466,31 @@ void BandTimelinePage::select(std::optional<std::size_t> item) {
   m_selected = item;
   m_frames->setHtml(item ? describe(*item, 0) : tr("<i>Click a band to keep its stack here.</i>"));
   paintImage();
+}
+
+void BandTimelinePage::selectLive(std::uint64_t addr) {
+  if (!m_data.lifetimes) {
+    m_pendingSelection = addr;
+    return;
+  }
+  std::optional<std::size_t> chosen;
+  std::pair<bool, Bytes> best{false, 0};
+  const std::vector<Lifetime>& items = m_data.lifetimes->items;
+  for (std::size_t i = 0; i < items.size() && items[i].begin <= m_cursor; ++i) {
+    const Lifetime& item = items[i];
+    if (m_cursor >= item.end)
+      continue;
+    if (addr != 0 && item.addr == addr) {
+      chosen = i;
+      break;
+    }
+    if (const std::pair<bool, Bytes> rank{item.frames.value != 0, item.size};
+        addr == 0 && rank > best) {
+      best = rank;
+      chosen = i;
+    }
+  }
+  select(chosen);
 }
 
 void BandTimelinePage::setCursorEvent(std::uint64_t event) {

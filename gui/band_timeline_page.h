@@ -22,6 +22,7 @@
 class QCustomPlot;
 class QCPItemPixmap;
 class QCPItemStraightLine;
+class QCPItemText;
 class QCPGraph;
 
 namespace fragscope::gui {
@@ -32,6 +33,7 @@ struct BandData {
   std::shared_ptr<const Lifetimes> lifetimes;
   std::shared_ptr<const FrameStacks> stacks;
   std::vector<std::uint64_t> oomEvents;
+  std::optional<Bytes> limit;  // the per-process cap the run had, drawn as "X allowed"
 };
 // Reads the run's events in chunks, polling `job` (progress 0..1); throws Cancelled when it is
 // superseded.
@@ -58,6 +60,9 @@ class BandTimelinePage : public QWidget {
   QComboBox* colouring() const { return m_colouring; }
   QTextBrowser* framesPanel() const { return m_frames; }
   QLabel* header() const { return m_header; }
+  // The run's per-process cap as a dashed line and its "X allowed" label (hidden without one).
+  QCPItemStraightLine* capLine() const { return m_capLine; }
+  QCPItemText* capLabel() const { return m_capLabel; }
   std::optional<std::size_t> selected() const { return m_selected; }
   // The band under a widget position of the plot, if any.
   std::optional<std::size_t> itemAtPlotPosition(const QPoint& position) const;
@@ -65,6 +70,9 @@ class BandTimelinePage : public QWidget {
   QString describe(std::size_t item, std::size_t maxFrames) const;
   // Selects a band (frames panel, highlight) as a click does.
   void select(std::optional<std::size_t> item);
+  // Selects the band live at the cursor at address `addr`; 0 = the largest live band with a
+  // recorded stack, else the largest. Before the run is loaded, once it is.
+  void selectLive(std::uint64_t addr);
   // Shows cursor positions [first, end) (clamped to the run).
   void setRange(std::uint64_t first, std::uint64_t end);
   QColor colourOf(std::size_t item) const;
@@ -100,6 +108,7 @@ class BandTimelinePage : public QWidget {
   BandData m_data;
   BandRaster m_raster;
   std::optional<std::size_t> m_selected;
+  std::optional<std::uint64_t> m_pendingSelection;  // selectLive before the data loaded
   QLabel* m_header;
   QComboBox* m_colouring;
   QCustomPlot* m_plot;
@@ -107,6 +116,8 @@ class BandTimelinePage : public QWidget {
   QCPGraph* m_total = nullptr;
   QCPItemStraightLine* m_cursorLine = nullptr;
   std::vector<QCPItemStraightLine*> m_oomLines;
+  QCPItemStraightLine* m_capLine = nullptr;
+  QCPItemText* m_capLabel = nullptr;
   QTextBrowser* m_frames;
   JobTracker m_loadJob{this};
   JobTracker m_renderJob{this};

@@ -66,6 +66,12 @@ class MainWindow : public QMainWindow {
   bool importing() const { return m_importJob.busy() || !m_importQueue.isEmpty(); }
 
   void showRun(storage::RunId run);
+  // Shows `run` as `fragscope --run` does: once its overview is in (which opens the cursor at
+  // the OOM or the peak), the cursor after `event` events when given, and the live block at
+  // `block` selected in the segment map and on the Active Memory page, its stack in their
+  // frames panels (0 = the largest live block with a recorded stack, else the largest).
+  void showRunAt(storage::RunId run, std::optional<std::uint64_t> event,
+                 std::optional<std::uint64_t> block);
   // The bundled case study (experiments/case-study-1.2b-a100-40gb.json): its two stories side
   // by side on the Compare page — capacity (baseline-bs16 vs mitigated) and fragmentation
   // (varlen-bs6 vs varlen-bs6-expandable), found by variant name in the newest stored copy of

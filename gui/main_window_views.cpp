@@ -1,6 +1,7 @@
 // The run views added beside the timeline and the segment map: the Active Memory Timeline, the
 // Segment timeline and the Allocator State History, all following the run's one cursor.
 #include <QSplitter>
+#include <memory>
 
 #include "gui/band_timeline_page.h"
 #include "gui/event_history_page.h"
@@ -38,6 +39,27 @@ void MainWindow::createRunViews() {
           &EventHistoryPage::setCursorEvent);
   connect(m_history, &EventHistoryPage::cursorEventChanged, m_timeline,
           &TimelinePage::setCursorEvent);
+}
+
+void MainWindow::showRunAt(storage::RunId run, std::optional<std::uint64_t> event,
+                           std::optional<std::uint64_t> block) {
+  // Queued: after the timeline has put the cursor at the OOM or the peak, and once only.
+  auto once = std::make_shared<QMetaObject::Connection>();
+  *once = connect(
+      m_timeline, &TimelinePage::overviewReady, this,
+      [this, run, event, block, once](const RunOverview& overview) {
+        if (overview.record.id != run)
+          return;
+        disconnect(*once);
+        if (event)
+          m_timeline->setCursorEvent(*event);
+        if (block) {
+          m_segments->selectBlock(*block);
+          m_activeMemory->selectLive(*block);
+        }
+      },
+      Qt::QueuedConnection);
+  showRun(run);
 }
 
 bool MainWindow::runViewsBusy() const {

@@ -31,11 +31,21 @@ RunsBrowser::RunsBrowser(QWidget* parent)
   m_view->verticalHeader()->setDefaultSectionSize(22);
   m_view->horizontalHeader()->setStretchLastSection(true);
   m_view->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
-  // Name, outcome and both peaks fit the dock's default width.
-  m_view->setColumnWidth(RunsModel::NameColumn, 170);
-  m_view->setColumnWidth(RunsModel::StatusColumn, 60);
-  m_view->setColumnWidth(RunsModel::PeakAllocatedColumn, 78);
-  m_view->setColumnWidth(RunsModel::PeakReservedColumn, 78);
+  // Name, outcome and both peaks fit the dock's default width, each column as wide as its
+  // header's longest line and a typical value.
+  m_view->setColumnWidth(RunsModel::NameColumn, 160);
+  const QFontMetrics cells = m_view->fontMetrics();
+  const QFontMetrics headers = m_view->horizontalHeader()->fontMetrics();
+  for (const auto& [column, widestValue] :
+       {std::pair{RunsModel::StatusColumn, QStringLiteral("oom · mid-run")},
+        std::pair{RunsModel::PeakAllocatedColumn, QStringLiteral("888 GiB")},
+        std::pair{RunsModel::PeakReservedColumn, QStringLiteral("888 GiB")}}) {
+    int width = cells.horizontalAdvance(widestValue);
+    for (const QString& line :
+         m_model->headerData(column, Qt::Horizontal).toString().split(QLatin1Char('\n')))
+      width = std::max(width, headers.horizontalAdvance(line));
+    m_view->setColumnWidth(column, width + 14);
+  }
   m_view->setContextMenuPolicy(Qt::CustomContextMenu);
 
   m_filterEdit->setPlaceholderText(tr("Filter runs (name, source, outcome, config)…"));

@@ -147,10 +147,11 @@ QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int rol
       return tr("Device");
     case EventsColumn:
       return tr("Events");
+    // Two lines, so that both peaks and their names fit the dock's default width.
     case PeakAllocatedColumn:
-      return tr("Peak allocated");
+      return tr("Peak\nallocated");
     case PeakReservedColumn:
-      return tr("Peak reserved");
+      return tr("Peak\nreserved");
     case CreatedColumn:
       return tr("Created");
     default:

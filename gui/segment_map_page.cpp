@@ -33,16 +33,31 @@ const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, Frame
   return &(*stacks)[id.value - 1];
 }
 
+QString shortSourcePath(const std::string& path) {
+  // What a reader recognises: the package path of installed code (torch/nn/modules/module.py),
+  // else the path as recorded.
+  const QString full = QString::fromStdString(path);
+  for (const QLatin1String marker :
+       {QLatin1String("/site-packages/"), QLatin1String("/dist-packages/"),
+        QLatin1String("/lib/python")}) {
+    const qsizetype at = full.lastIndexOf(marker);
+    if (at >= 0)
+      return full.mid(at + marker.size());
+  }
+  return full;
+}
+
 QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames) {
   const std::size_t shown = maxFrames == 0 ? frames.size() : std::min(frames.size(), maxFrames);
+  // One frame per row, its function above its place, so a narrow panel wraps nothing.
   QString html = QStringLiteral("<table cellspacing=0 cellpadding=1>");
   for (std::size_t i = 0; i < shown; ++i) {
     const storage::StackFrame& frame = frames[i];
     html += QStringLiteral(
-                "<tr><td><tt>%1</tt></td><td>&nbsp;<span style='color:gray'>%2:%3</span>"
+                "<tr><td><tt>%1</tt><br>&nbsp;&nbsp;<span style='color:gray'>%2:%3</span>"
                 "</td></tr>")
                 .arg(QString::fromStdString(frame.name).toHtmlEscaped(),
-                     QString::fromStdString(frame.filename).toHtmlEscaped())
+                     shortSourcePath(frame.filename).toHtmlEscaped())
                 .arg(frame.line);
   }
   html += QStringLiteral("</table>");
@@ -53,6 +68,14 @@ QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t ma
 }
 
 QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t maxFrames) {
+  if (id.value == 0 && stacks && !stacks->empty())
+    // The run has stacks, this block none: stacks="python" records Python frames only, and
+    // allocations made off the Python thread (autograd's backward engine) have none.
+    return QObject::tr(
+        "<i>No stack was recorded for this block: it was allocated outside Python code (e.g. by "
+        "autograd's backward thread), and <tt>stacks=\"python\"</tt> records Python frames "
+        "only. <tt>torch.cuda.memory._record_memory_history(stacks=\"all\")</tt> also records "
+        "C++ frames.</i>");
   if (id.value == 0)
     return QObject::tr(
         "<i>No stack was recorded for this block (record the snapshot with "
@@ -146,11 +169,14 @@ void SegmentMapWidget::selectAddress(std::uint64_t addr) {
 void SegmentMapWidget::findSelection() {
   m_selected.reset();
   if (m_selectLargest && !m_views.empty()) {
-    Bytes largest = 0;
+    // The largest block whose stack was recorded (the point of selecting one is to see where it
+    // was allocated), else the largest.
+    std::pair<bool, Bytes> best{false, 0};
     for (const SegmentView& view : m_views)
       for (const Piece& piece : view.pieces)
-        if (piece.kind == PieceKind::allocated && piece.size > largest) {
-          largest = piece.size;
+        if (const std::pair<bool, Bytes> rank{piece.frames.value != 0, piece.size};
+            piece.kind == PieceKind::allocated && rank > best) {
+          best = rank;
           m_selectedAddr = piece.addr;
         }
     m_selectLargest = false;
@@ -432,6 +458,7 @@ void SegmentMapPage::clear() {
   m_eventCount = 0;
   m_eventIndex = 0;
   m_stackJob.cancel();
+  m_pendingSelection.reset();
   m_oomCauses.clear();
   m_limit.reset();
   m_map->clear();
@@ -512,9 +539,21 @@ void SegmentMapPage::setEvent(std::uint64_t eventIndex) {
       });
 }
 
+void SegmentMapPage::selectBlock(std::uint64_t addr) {
+  if (m_job.busy()) {
+    m_pendingSelection = addr;  // in the state being loaded, not the one on screen
+    return;
+  }
+  m_map->selectAddress(addr);
+}
+
 void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
   m_snapshot = std::move(snapshot);
   m_map->setSnapshot(*m_snapshot);
+  if (m_pendingSelection && !m_job.busy()) {
+    m_map->selectAddress(*m_pendingSelection);
+    m_pendingSelection.reset();
+  }
   const auto cause = m_oomCauses.find(m_snapshot->eventIndex);
   m_map->setOomVerdict(cause == m_oomCauses.end() ? QString()
                                                   : QString::fromStdString(cause->second));

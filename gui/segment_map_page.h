@@ -22,6 +22,9 @@ namespace fragscope::gui {
 using FrameStacks = std::vector<std::vector<storage::StackFrame>>;
 // The frames of `id` (empty for none or unknown).
 const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id);
+// A recorded source path as the frames show it: the part after site-packages/ (or lib/pythonX/)
+// for installed code, else the whole path.
+QString shortSourcePath(const std::string& path);
 // A stack as HTML lines "name  file:line", innermost first as PyTorch records it; at most
 // `maxFrames` (then "… N more"), 0 = all.
 QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames);
@@ -45,8 +48,8 @@ class SegmentMapWidget : public QWidget {
   // The clicked piece (kept across events while the block at that address lives).
   const Piece* selectedPiece(const SegmentView** segment = nullptr) const;
   void selectAt(const QPointF& position);
-  // Selects the live block at `addr` (kept while it lives; found when the next state loads);
-  // 0 = the largest live block of the state shown next.
+  // Selects the live block at `addr` in the state shown (kept while it lives; found again when
+  // the next state loads); 0 = the largest live block with a recorded stack, else the largest.
   void selectAddress(std::uint64_t addr);
   // The tooltip text for a piece.
   QString describePiece(const Piece& piece, const SegmentView& segment) const;
@@ -102,6 +105,9 @@ class SegmentMapPage : public QWidget {
   // The selected block's details and stack.
   QTextBrowser* framesPanel() const { return m_frames; }
   bool busy() const { return m_job.busy() || m_stackJob.busy(); }
+  // Selects a block as SegmentMapWidget::selectAddress does, in the state being loaded when one
+  // is (a cursor just moved), else in the state shown.
+  void selectBlock(std::uint64_t addr);
 
  public slots:
   // The state after the first `eventIndex` events.
@@ -137,6 +143,7 @@ class SegmentMapPage : public QWidget {
   QTextBrowser* m_frames;
   std::map<std::uint64_t, std::string> m_oomCauses;
   std::optional<Bytes> m_limit;
+  std::optional<std::uint64_t> m_pendingSelection;
   JobTracker m_job{this};
   JobTracker m_stackJob{this};
 };

@@ -4,10 +4,12 @@
 // percentage, --help without a display, legends that keep underscores, stacks on hover and in
 // the frames panel, and the post-mortem's statements (request, shortfall, honest ranking, the
 // fragmentation report of a run without OOM, the banner that agrees with the diagnosis).
+#include <QHeaderView>
 #include <QMouseEvent>
 #include <QProcess>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QTableView>
 #include <QTest>
 
 #include <qcustomplot.h>
@@ -16,6 +18,7 @@
 #include "engine/workload/experiment.h"
 #include "engine/workload/runner.h"
 #include "gui/application.h"
+#include "gui/band_timeline_page.h"
 #include "gui/compare_page.h"
 #include "gui/designer_page.h"
 #include "gui/main_window.h"
@@ -181,6 +184,52 @@ class TestReviewDefects : public QObject {
     // Renaming one away from the clash shows plain names again.
     model.updateName(storage::RunId(4), QStringLiteral("bs16-a"));
     QCOMPARE(model.index(1, RunsModel::NameColumn).data().toString(), QStringLiteral("bs16"));
+  }
+
+  // At the first launch's dock width, name, outcome and both peaks are in view, each column
+  // at least as wide as every line of its header and an "oom · mid-run" outcome.
+  void runsColumnsFitTheirHeadersAtTheDefaultWidth() {
+    auto window = openWindow(m_db);
+    QTableView* view = window->runsBrowser()->view();
+    QVERIFY(test::waitFor([&] { return view->model()->rowCount() > 0 && view->isVisible(); }));
+    const QFontMetrics headers = view->horizontalHeader()->fontMetrics();
+    int right = 0;
+    for (int column : {int(RunsModel::NameColumn), int(RunsModel::StatusColumn),
+                       int(RunsModel::PeakAllocatedColumn), int(RunsModel::PeakReservedColumn)}) {
+      const QString header = view->model()->headerData(column, Qt::Horizontal).toString();
+      for (const QString& line : header.split(QLatin1Char('\n')))
+        QVERIFY2(view->columnWidth(column) >= headers.horizontalAdvance(line), qPrintable(line));
+      right = std::max(right, view->columnViewportPosition(column) + view->columnWidth(column));
+    }
+    QVERIFY(view->columnWidth(RunsModel::StatusColumn) >=
+            view->fontMetrics().horizontalAdvance(QStringLiteral("oom · mid-run")));
+    QVERIFY2(right <= view->viewport()->width(),
+             qPrintable(QStringLiteral("%1 > %2").arg(right).arg(view->viewport()->width())));
+  }
+
+  // gpt_oom_cap ran under a 6 GiB per-process cap: the Active Memory and Segments over Time
+  // pages draw it as the timeline does ("6.00 GiB allowed"), inside the plotted range.
+  void bandPagesDrawTheCapLine() {
+    auto window = openWindow(m_db);
+    window->showRun(m_realOom);
+    for (BandTimelinePage* page : {window->activeMemoryPage(), window->segmentTimelinePage()}) {
+      window->showPage(page == window->activeMemoryPage() ? MainWindow::Page::activeMemory
+                                                          : MainWindow::Page::segmentTimeline);
+      QVERIFY(test::waitFor(
+          [&] { return page->data().run == m_realOom && !page->busy() && page->raster().width; },
+          60000));
+      QCOMPARE(page->data().limit, std::optional<Bytes>(6 * kGiB));
+      QVERIFY(page->capLine()->visible());
+      QCOMPARE(page->capLine()->point1->value(), 6.0 * kGiB);
+      QCOMPARE(page->capLabel()->text(), QStringLiteral("6.00 GiB allowed"));
+      QVERIFY(page->raster().maxBytes > static_cast<std::int64_t>(6 * kGiB));
+    }
+    // A run without a cap (an import without stats) has none.
+    window->showRun(m_stacked);
+    BandTimelinePage* page = window->segmentTimelinePage();
+    QVERIFY(test::waitFor([&] { return page->data().run == m_stacked && !page->busy(); }, 60000));
+    QVERIFY(!page->data().limit);
+    QVERIFY(!page->capLine()->visible());
   }
 
   void deleteQuestionNamesTheRuns() {
