@@ -24,6 +24,7 @@
 #include "gui/summary_page.h"
 #include "gui/timeline_page.h"
 #include "gui_test_util.h"
+#include "main_window_test_util.h"
 
 using namespace fragscope;
 using namespace fragscope::gui;
@@ -38,14 +39,7 @@ class TestMainWindow : public QObject {
   std::optional<storage::RunId> m_imported;  // gpt_oom_cap, once importThroughDragAndDrop ran
 
   std::unique_ptr<MainWindow> openWindow() { return openWindow(m_db); }
-  std::unique_ptr<MainWindow> openWindow(const QString& db) {
-    auto window = std::make_unique<MainWindow>();
-    window->resize(1400, 900);
-    if (!window->openDatabase(db))
-      return nullptr;
-    window->show();
-    return window;
-  }
+  std::unique_ptr<MainWindow> openWindow(const QString& db) { return test::openMainWindow(db); }
 
  private slots:
   void initTestCase() {

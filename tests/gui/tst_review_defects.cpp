@@ -28,6 +28,7 @@
 #include "gui/segment_map_page.h"
 #include "gui/timeline_page.h"
 #include "gui_test_util.h"
+#include "main_window_test_util.h"
 #include "storage/db/simulated_run.h"
 #include "storage/db/snapshot_import.h"
 
@@ -69,14 +70,7 @@ class TestReviewDefects : public QObject {
   storage::RunId m_plain, m_oom, m_stacked, m_realOom, m_realOk;
   std::vector<TraceEvent> m_plainEvents;
 
-  std::unique_ptr<MainWindow> openWindow(const QString& db) {
-    auto window = std::make_unique<MainWindow>();
-    window->resize(1400, 900);
-    if (!window->openDatabase(db))
-      return nullptr;
-    window->show();
-    return window;
-  }
+  std::unique_ptr<MainWindow> openWindow(const QString& db) { return test::openMainWindow(db); }
 
  private slots:
   void initTestCase() {

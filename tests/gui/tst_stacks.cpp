@@ -12,6 +12,7 @@
 #include "gui/segment_map_page.h"
 #include "gui/timeline_page.h"
 #include "gui_test_util.h"
+#include "main_window_test_util.h"
 
 using namespace fragscope;
 using namespace fragscope::gui;
@@ -30,14 +31,7 @@ class TestStacks : public QObject {
   QString m_db;
   storage::RunId m_run;
 
-  std::unique_ptr<MainWindow> openWindow() {
-    auto window = std::make_unique<MainWindow>();
-    window->resize(1400, 900);
-    if (!window->openDatabase(m_db))
-      return nullptr;
-    window->show();
-    return window;
-  }
+  std::unique_ptr<MainWindow> openWindow() { return test::openMainWindow(m_db); }
 
  private slots:
   void initTestCase() {
