@@ -29,7 +29,7 @@ RunId store_simulated_run(RunStore& store, ExperimentId experiment,
     summary["step_first_events"] = result.step_first_events;
   store.finish_run(id, result.oom ? RunStatus::oom : RunStatus::ok, summary, result.wall_seconds);
   // A long run's Summary at any cursor replays from the keyframe before it.
-  if (result.events.size() > kStatsKeyframeInterval)
+  if (run_has_stats_keyframes(result.events.size()))
     store_stats_keyframes(store, id);
   return id;
 }

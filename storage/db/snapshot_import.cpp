@@ -306,7 +306,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   result.run = run;
   // The run is committed; its allocator-state keyframes follow in their own transaction (a
   // cancel here leaves the run without them, replayed from event 0 when asked).
-  if (events.size() > kStatsKeyframeInterval) {
+  if (run_has_stats_keyframes(events.size())) {
     try {
       store_stats_keyframes(store, run, kStatsKeyframeInterval, control.cancel);
     } catch (const Cancelled&) {

@@ -296,7 +296,7 @@ std::size_t store_stats_keyframes(RunStore& store, RunId run, std::uint64_t inte
 }
 
 bool stats_keyframes_missing(const RunRecord& record) {
-  return record.event_count > kStatsKeyframeInterval && !record.summary.contains("stats_keyframes");
+  return run_has_stats_keyframes(record.event_count) && !record.summary.contains("stats_keyframes");
 }
 
 bool backfill_stats_keyframes(const std::string& path, RunId run, const CancelToken& cancel) {

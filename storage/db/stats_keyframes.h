@@ -27,6 +27,11 @@ namespace fragscope::storage {
 // At most this many events of replay from a keyframe to any cursor (~10 ms of the model).
 inline constexpr std::uint64_t kStatsKeyframeInterval = 8192;
 
+// Whether a run of `event_count` events has keyframes: a shorter one is replayed from event 0.
+inline bool run_has_stats_keyframes(std::uint64_t event_count) {
+  return event_count > kStatsKeyframeInterval;
+}
+
 struct StatsKeyframe {
   std::uint64_t event_index = 0;  // events applied; always the end of an allocator call
   snapshot::SegmentState state;   // the model's segments and blocks after them
