@@ -421,6 +421,9 @@ QString reportHtml(const ReportData& data, const ReportPlots& plots, bool embedI
                                    "figure starts from it; what happened before is not in the "
                                    "trace.")
                            .toHtmlEscaped());
+    for (const QString& warning : runImportWarnings(r))
+      html += QStringLiteral("<p class=\"warn\">%1</p>\n")
+                  .arg(QObject::tr("Import warning: %1").arg(warning).toHtmlEscaped());
     if (i < plots.runs.size())
       html += imageTag(plots.runs[i], QStringLiteral("run%1.png").arg(i), embedImages,
                        QObject::tr("%1's memory over time").arg(compareRunLabel(run.run)));

@@ -20,6 +20,17 @@ bool runStartsMidRun(const storage::RunRecord& run) {
   return truncated != run.summary.end() && truncated->is_boolean() && truncated->get<bool>();
 }
 
+QStringList runImportWarnings(const storage::RunRecord& run) {
+  QStringList warnings;
+  const auto stored = run.summary.find("warnings");
+  if (stored == run.summary.end() || !stored->is_array())
+    return warnings;
+  for (const nlohmann::json& warning : *stored)
+    if (warning.is_string())
+      warnings << QString::fromStdString(warning.get<std::string>());
+  return warnings;
+}
+
 QString outcomeText(const storage::RunRecord& run) {
   QString text = QString::fromLatin1(to_string(run.status));
   if (runStartsMidRun(run))
@@ -120,6 +131,8 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
       tip +=
           tr("\nThe trace starts mid-run: memory allocated before its first event is not in "
              "its figures.");
+    for (const QString& warning : runImportWarnings(run))
+      tip += tr("\nImport warning: %1").arg(warning);
     if (incomplete)
       tip += tr("\nIts experiment is incomplete: %1 of its %2 runs were stored (it was "
                 "cancelled, killed or ran out of disk before the last).")

@@ -98,6 +98,10 @@ std::int64_t summaryPeak(const storage::RunRecord& run, const char* series);
 // The run's trace starts mid-run (memory was in use before its first event; the import
 // reconstructed that state): its figures miss what was allocated before.
 bool runStartsMidRun(const storage::RunRecord& run);
+// What the import found wrong or doubtful in the snapshot (an inconsistent trace stored with the
+// series the trace alone gives, a trace that does not end in the final segments, ...), as stored
+// in the run's summary: the header, the runs list and the report show them on the run.
+QStringList runImportWarnings(const storage::RunRecord& run);
 // "ok", "oom · mid-run", ...: the outcome as the list, the header and the report show it.
 QString outcomeText(const storage::RunRecord& run);
 

@@ -132,6 +132,8 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   }
   result.run = imported.run;
   result.events = imported.events;
+  for (const std::string& warning : imported.warnings)
+    result.warnings << QString::fromStdString(warning);
   if (imported.truncated)
     result.warnings << QObject::tr(
         "The trace does not start at an empty allocator; the state before its first event was "

@@ -262,6 +262,16 @@ void TimelinePage::showOverview(RunOverview overview) {
                   .arg(colors::oom.name(),
                        tr("the state at the trace's first event is rebuilt from the final "
                           "snapshot; what happened before it is not in the trace"));
+  if (const QStringList warnings = runImportWarnings(record); !warnings.isEmpty()) {
+    // The first warning in full (it names what is wrong); the rest in the tooltip and the list.
+    QString shown = warnings.front();
+    if (warnings.size() > 1)
+      shown += tr(" (and %n more)", nullptr, static_cast<int>(warnings.size() - 1));
+    header +=
+        tr(" &nbsp;·&nbsp; <span style='color:%1' title='%2'><b>import warning:</b> %3</span>")
+            .arg(colors::oom.name(), warnings.join(QStringLiteral("\n")).toHtmlEscaped(),
+                 shown.toHtmlEscaped());
+  }
   if (record.event_count == 0)
     header +=
         tr(" &nbsp;·&nbsp; <b>state only</b>: the snapshot has no trace entries, the "
