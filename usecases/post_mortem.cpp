@@ -92,24 +92,6 @@ std::optional<workload::ExperimentPoint> experiment_point_of(const storage::RunR
   return std::move(experiment.points.front());
 }
 
-// The experiment document that runs a program-change row: the point's configuration with the
-// change applied, named after the row.
-nlohmann::json changed_document(const workload::ExperimentPoint& point, const std::string& row) {
-  nlohmann::json document = point.config;
-  nlohmann::json& training = document["training"];
-  const std::string micro_batch = "micro-batch ";
-  if (row.rfind(micro_batch, 0) == 0) {
-    training["batch_size"] = std::max(1, point.workload.training.batch_size / 2);
-    training["grad_accum"] = point.workload.training.grad_accum * 2;
-  } else if (row == "activation checkpointing") {
-    training["checkpointing"] = "blocks";
-    training["checkpoint_every"] = 1;
-  } else {
-    return {};
-  }
-  document["name"] = point.name + " · " + row;
-  return document;
-}
 }  // namespace
 
 StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
@@ -162,11 +144,9 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
       const analysis::Advice advice =
           analysis::advise_experiment(*point, loaded.record.name, options);
       data.what_if = advice.table;
-      for (const analysis::WhatIfRow& row : advice.table.rows) {
-        nlohmann::json document = changed_document(*point, row.name);
-        if (!document.is_null())
-          data.workload_changes[row.name] = std::move(document);
-      }
+      // The documents the program-change rows ran, for "Open in Designer".
+      for (analysis::ProgramChange& change : analysis::program_changes(*point))
+        data.workload_changes[change.name] = std::move(change.document);
     } else {
       const analysis::AdviseOptions options = advise_options(data.limit, control.cancel);
       data.what_if = analysis::run_what_if(

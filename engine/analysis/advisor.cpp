@@ -196,6 +196,61 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   return advice;
 }
 
+namespace {
+// The point's configuration with `training` set over its training section, parsed (and so
+// validated) as the designer would run it; nullopt with the model's reason when it refuses it.
+std::optional<ProgramChange> program_change(const workload::ExperimentPoint& point,
+                                            const std::string& name, const nlohmann::json& training,
+                                            std::string* refused) {
+  ProgramChange change;
+  change.name = name;
+  change.document = point.config;
+  for (const auto& [key, value] : training.items())
+    change.document["training"][key] = value;
+  change.document["name"] = point.name + " · " + name;
+  try {
+    workload::Experiment parsed = workload::parse_experiment(change.document, name);
+    if (parsed.points.size() != 1)
+      throw InputError(name + ": the configuration is not one point");
+    change.point = std::move(parsed.points.front());
+  } catch (const InputError& error) {
+    if (refused)
+      *refused = error.what();
+    return std::nullopt;
+  }
+  return change;
+}
+}  // namespace
+
+std::vector<ProgramChange> program_changes(const workload::ExperimentPoint& point,
+                                           std::vector<std::string>* refused) {
+  std::vector<ProgramChange> changes;
+  const workload::Training& training = point.workload.training;
+  const auto add = [&](const std::string& name, const nlohmann::json& set, bool note) {
+    std::string reason;
+    std::optional<ProgramChange> change = program_change(point, name, set, &reason);
+    if (change)
+      changes.push_back(std::move(*change));
+    else if (note && refused)
+      refused->push_back("no \"" + name + "\" row: " + reason);
+    return change.has_value();
+  };
+  if (training.batch_size >= 2 && training.batch_size % 2 == 0) {
+    const int batch = training.batch_size / 2;
+    const int accumulation = training.grad_accum * 2;
+    add("micro-batch " + std::to_string(batch) + " x accumulation " + std::to_string(accumulation),
+        {{"batch_size", batch}, {"grad_accum", accumulation}}, true);
+  }
+  if (training.checkpointing == workload::Checkpointing::none)
+    add("activation checkpointing", {{"checkpointing", "blocks"}, {"checkpoint_every", 1}}, true);
+  // torch.compile(model) where Inductor's recorded plans cover the model (the recorder's GPT
+  // and Llama); otherwise the per-part compile of the LayerNorms and MLPs (GPT only).
+  if (!training.compile.any() &&
+      !add("torch.compile (whole model)", {{"compile", {{"scope", "model"}}}}, false))
+    add("torch.compile (LayerNorms, MLPs)", {{"compile", true}}, true);
+  return changes;
+}
+
 Advice advise_experiment(const workload::ExperimentPoint& point, const std::string& input,
                          const AdviseOptions& options) {
   Advice advice;
@@ -223,30 +278,19 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
 
   std::vector<Mitigation> candidates = standard_mitigations(requests, config);
   const double base_time = workload::estimated_step_time_ratio(point.workload);
-  auto program_change = [&](std::string name, const workload::Workload& changed) {
-    workload::validate(changed);
+  std::vector<std::string> refused;
+  for (ProgramChange& change : program_changes(point, &refused)) {
     Mitigation m;
-    m.name = std::move(name);
-    m.config = config;
-    m.requests = std::make_shared<const RequestStream>(workload::generate(changed));
-    m.step_time_ratio =
-        base_time > 0 ? workload::estimated_step_time_ratio(changed) / base_time : 1.0;
+    m.name = std::move(change.name);
+    m.config = change.point.alloc_conf;
+    m.requests = std::make_shared<const RequestStream>(workload::generate(change.point.workload));
+    m.step_time_ratio = base_time > 0
+                            ? workload::estimated_step_time_ratio(change.point.workload) / base_time
+                            : 1.0;
     candidates.push_back(std::move(m));
-  };
-  if (point.workload.training.batch_size >= 2 && point.workload.training.batch_size % 2 == 0) {
-    workload::Workload smaller = point.workload;
-    smaller.training.batch_size /= 2;
-    smaller.training.grad_accum *= 2;
-    program_change("micro-batch " + std::to_string(smaller.training.batch_size) +
-                       " x accumulation " + std::to_string(smaller.training.grad_accum),
-                   smaller);
   }
-  if (point.workload.training.checkpointing == workload::Checkpointing::none) {
-    workload::Workload checkpointed = point.workload;
-    checkpointed.training.checkpointing = workload::Checkpointing::blocks;
-    checkpointed.training.checkpoint_every = 1;
-    program_change("activation checkpointing", checkpointed);
-  }
+  for (std::string& reason : refused)
+    advice.notes.push_back(std::move(reason));
   for (Mitigation& release :
        release_mitigations(config, options.what_if_releases, advice.profile.version))
     candidates.push_back(std::move(release));

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "engine/allocator/profile_choice.h"
 #include "engine/analysis/metrics.h"
@@ -87,9 +87,26 @@ WhatIfOptions trace_what_if_options(const TraceRequests& trace, const alloc::Pro
 
 Advice advise_snapshot(const snapshot::Snapshot& snapshot, const std::string& input,
                        const AdviseOptions& options);
-// Advises one point of an experiment. Program changes join the candidates: half the micro-batch
-// with twice the accumulation, and activation checkpointing of every block, each with its
-// estimated step time relative to the point.
+
+// A change to an experiment point's program: the point's configuration with the change set, as
+// the experiment document that runs it (what the Experiment Designer opens), and the point that
+// document parses to (what the what-if row runs).
+struct ProgramChange {
+  std::string name;  // the what-if row's name
+  nlohmann::json document;
+  workload::ExperimentPoint point;
+};
+// The program changes of a point, each only when the point does not have it already: half the
+// micro-batch with twice the accumulation (an even micro-batch), activation checkpointing of
+// every block, and torch.compile (of the whole model where its Inductor plans are modelled, else
+// of the LayerNorms and MLPs). A change the workload model refuses for this point (validate's
+// InputError) is left out, its reason in `refused` when given.
+std::vector<ProgramChange> program_changes(const workload::ExperimentPoint& point,
+                                           std::vector<std::string>* refused = nullptr);
+
+// Advises one point of an experiment. The program changes join the candidates, each run from
+// its own document with its estimated step time relative to the point; a refused change is a
+// note.
 Advice advise_experiment(const workload::ExperimentPoint& point, const std::string& input,
                          const AdviseOptions& options);
 
