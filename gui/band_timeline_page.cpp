@@ -73,7 +73,7 @@ BandData loadBandData(const QString& databasePath, storage::RunId run, LifetimeK
       job->progress(static_cast<double>(end) / static_cast<double>(record.event_count));
   }
   data.lifetimes = std::make_shared<const Lifetimes>(std::move(builder).finish());
-  data.stacks = std::make_shared<const FrameStacks>(store->frame_stacks(run));
+  data.stacks = std::make_shared<const FrameStacks>(loadFrameStacks(*store, run));
   return data;
 }
 

@@ -365,7 +365,7 @@ void EventHistoryPage::setRun(storage::RunId run, std::uint64_t eventCount,
   const QString path = m_databasePath;
   m_stacksJob.start(
       [path, run](const JobContext&) {
-        return std::make_shared<const FrameStacks>(openReader(path)->frame_stacks(run));
+        return std::make_shared<const FrameStacks>(loadFrameStacks(*openReader(path), run));
       },
       [this](std::shared_ptr<const FrameStacks> stacks) { setStacks(std::move(stacks)); },
       [this](const QString& message) { m_status->setText(message); });

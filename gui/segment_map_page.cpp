@@ -27,10 +27,17 @@ QColor privatePoolOutline() {
 }
 }  // namespace
 
+FrameStacks loadFrameStacks(storage::RunStore& store, storage::RunId run) {
+  FrameStacks stacks;
+  stacks.frames = store.frame_stacks(run);
+  stacks.simulated = store.run(run).source == storage::RunSource::simulated;
+  return stacks;
+}
+
 const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id) {
-  if (!stacks || id.value == 0 || id.value > stacks->size())
+  if (!stacks || id.value == 0 || id.value > stacks->frames.size())
     return nullptr;
-  return &(*stacks)[id.value - 1];
+  return &stacks->frames[id.value - 1];
 }
 
 QString shortSourcePath(const std::string& path) {
@@ -68,6 +75,13 @@ QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t ma
 }
 
 QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t maxFrames) {
+  if (id.value == 0 && stacks && stacks->simulated)
+    // Recording with stacks="all" cannot help here: no Python code ran.
+    return QObject::tr(
+        "<i>No stack: this run was computed by FragScope's allocator model (a simulated "
+        "experiment or a what-if replay), which runs no Python code, so there are no frames to "
+        "record. A simulated experiment labels its allocations instead: colour the Active "
+        "Memory page by category.</i>");
   if (id.value == 0 && stacks && !stacks->empty())
     // The run has stacks, this block none: stacks="python" records Python frames only, and
     // allocations made off the Python thread (autograd's backward engine) have none.
@@ -475,7 +489,7 @@ void SegmentMapPage::setRun(storage::RunId run, std::uint64_t eventCount) {
   m_stackJob.start(
       [path, run](const JobContext&) {
         auto store = openReader(path);
-        return std::make_shared<const FrameStacks>(store->frame_stacks(run));
+        return std::make_shared<const FrameStacks>(loadFrameStacks(*store, run));
       },
       [this](std::shared_ptr<const FrameStacks> stacks) {
         m_map->setStacks(std::move(stacks));

@@ -18,8 +18,16 @@
 
 namespace fragscope::gui {
 
-// A run's stacks: (*stacks)[i] is FrameStackId{i + 1}, as the store keeps them.
-using FrameStacks = std::vector<std::vector<storage::StackFrame>>;
+// A run's stacks: frames[i] is FrameStackId{i + 1}, as the store keeps them.
+struct FrameStacks {
+  std::vector<std::vector<storage::StackFrame>> frames;
+  // The run was computed by the allocator model (a simulated experiment, a what-if replay): no
+  // Python code ran, so it has no stacks to have recorded.
+  bool simulated = false;
+  bool empty() const { return frames.empty(); }
+};
+// Every stack of a run, with whether it is simulated (read off the GUI thread).
+FrameStacks loadFrameStacks(storage::RunStore& store, storage::RunId run);
 // The frames of `id` (empty for none or unknown).
 const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id);
 // A recorded source path as the frames show it: the part after site-packages/ (or lib/pythonX/)

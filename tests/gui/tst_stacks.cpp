@@ -136,6 +136,44 @@ class TestStacks : public QObject {
     QVERIFY(window->segmentMapPage()->framesPanel()->toPlainText().contains(
         QStringLiteral("make_mask")));
   }
+
+  // A simulated run has no Python stacks at all: its blocks say so, on the segment map, the
+  // Active Memory page and the event list, instead of telling the user to record with
+  // stacks="all" (which cannot help a run no Python code made).
+  void simulatedRunSaysWhyItHasNoStacks() {
+    storage::RunId run;
+    {
+      storage::RunStore store(m_db.toStdString());
+      storage::RunRecord record;
+      record.name = "simulated";
+      record.source = storage::RunSource::simulated;
+      const storage::RunId begun = store.begin_run(record);
+      const std::vector<TraceEvent> events{
+          {TraceAction::segment_alloc, kSegment, 1024 * kMiB, StreamId{0}, 0, {}},
+          {TraceAction::alloc, kBig, 600 * kMiB, StreamId{0}, 0, {}}};
+      store.append_events(begun, events);
+      run = store.finish_run(begun, storage::RunStatus::ok).id;
+    }
+    auto window = openWindow();
+    QVERIFY(window);
+    window->showRunAt(run, 2, kBig);
+    window->showPage(MainWindow::Page::activeMemory);
+    QVERIFY(test::waitFor([&] { return window->timelinePage()->overview() && !window->busy(); },
+                          60000));
+    const QString panel = window->segmentMapPage()->framesPanel()->toPlainText();
+    QVERIFY2(panel.contains(QStringLiteral("allocator model")), qPrintable(panel));
+    QVERIFY2(!panel.contains(QStringLiteral("stacks=")), qPrintable(panel));
+    BandTimelinePage* active = window->activeMemoryPage();
+    QVERIFY(active->selected());
+    const QString band = active->framesPanel()->toPlainText();
+    QVERIFY2(band.contains(QStringLiteral("allocator model")), qPrintable(band));
+    QVERIFY2(!band.contains(QStringLiteral("stacks=")), qPrintable(band));
+    // The same words wherever a block's stack is asked for (the event list's tooltip).
+    FrameStacks simulated;
+    simulated.simulated = true;
+    QCOMPARE(blockStackHtml(&simulated, FrameStackId{}, 16),
+             blockStackHtml(active->data().stacks.get(), FrameStackId{}, 16));
+  }
 };
 
 QTEST_MAIN(TestStacks)
