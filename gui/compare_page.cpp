@@ -561,7 +561,7 @@ void ComparePage::showPeakMaps() {
                               compareRunLabel(run).toHtmlEscaped(),
                               formatCount(run.atPeak->eventIndex),
                               formatBytes(static_cast<double>(summary.reserved)))
-                         .arg(summary.segments)
+                         .arg(summary.segments + summary.expandableRanges)
                          .arg(formatBytes(static_cast<double>(summary.live)),
                               formatBytes(static_cast<double>(summary.largestFree))));
       map = new SegmentMapWidget(cell);

@@ -111,7 +111,7 @@ ReportData loadReportData(const QString& databasePath, const std::vector<storage
       finding.deviceFree = overview.oomDetails[i].addr;
       finding.reserved = summary.reserved;
       finding.live = summary.live;
-      finding.freeCached = summary.freeInSplit + summary.freeWhole;
+      finding.freeCached = summary.freeBytes();
       finding.largestFree = summary.largestFree;
       run.ooms.push_back(finding);
     }
@@ -338,7 +338,7 @@ QString peakMapHtml(const ComparedRun& run, const QImage& map, std::size_t index
                               "segments, %4 live, largest free block %5.")
                       .arg(formatCount(run.atPeak->eventIndex),
                            bytes(static_cast<double>(summary.reserved)))
-                      .arg(summary.segments)
+                      .arg(summary.segments + summary.expandableRanges)
                       .arg(bytes(static_cast<double>(summary.live)),
                            bytes(static_cast<double>(summary.largestFree))),
                   pieceLegendHtml()) +

@@ -3,8 +3,10 @@
 #include <QFileInfo>
 #include <algorithm>
 
+#include "engine/snapshot/segment_state.h"
 #include "gui/job_tracker.h"
 #include "gui/pool_overview.h"
+#include "storage/db/stats_at.h"
 
 namespace fragscope::gui {
 
@@ -129,7 +131,16 @@ SegmentSnapshotAt loadSegmentSnapshot(const QString& databasePath, storage::RunI
   if (!next.empty())
     snapshot.nextEvent = next.front();
   snapshot.views = segmentViews(snapshot.state);
-  snapshot.summary = summarize(snapshot.views);
+  // The free figures by the block sizes the run's allocator config gives its live requests
+  // (a config that does not parse leaves the gaps between requests counted as free).
+  std::optional<fragscope::snapshot::LayoutRules> rules;
+  try {
+    rules =
+        fragscope::snapshot::LayoutRules::from_config(storage::allocator_config_of(record).config);
+  } catch (const std::exception&) {
+    rules.reset();
+  }
+  snapshot.summary = summarize(snapshot.views, rules ? &*rules : nullptr);
   snapshot.pools = poolsAt(record.summary, snapshot.views);
   snapshot.segmentPools = segmentPools(record.summary, snapshot.views);
   return snapshot;

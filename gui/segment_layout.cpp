@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/snapshot/segment_state.h"
+
 namespace fragscope::gui {
 
 namespace {
@@ -94,33 +96,70 @@ std::vector<SegmentView> segmentViews(const storage::SegmentMap& map) {
   return views;
 }
 
-SegmentMapSummary summarize(const std::vector<SegmentView>& views) {
+namespace {
+// Bytes the allocator gave each live piece of `view` beyond its request (0 for free pieces).
+std::vector<Bytes> roundingOf(const SegmentView& view, const snapshot::LayoutRules& rules) {
+  std::vector<Bytes> rounding(view.pieces.size(), 0);
+  const std::uint64_t end = view.segment.base + view.segment.size;
+  for (std::size_t i = 0; i < view.pieces.size(); ++i) {
+    const Piece& piece = view.pieces[i];
+    if (piece.kind != PieceKind::allocated && piece.kind != PieceKind::pendingFree)
+      continue;
+    // The gap the block sits in: up to the next live piece, else the segment's end.
+    std::uint64_t gapEnd = end;
+    for (std::size_t j = i + 1; j < view.pieces.size(); ++j)
+      if (view.pieces[j].kind == PieceKind::allocated ||
+          view.pieces[j].kind == PieceKind::pendingFree) {
+        gapEnd = view.pieces[j].addr;
+        break;
+      }
+    const Bytes gap = gapEnd > piece.addr ? gapEnd - piece.addr : piece.size;
+    const Bytes rounded = std::min(gap, rules.round_size(piece.size));
+    const Bytes block = rules.should_split(gap, rounded) ? rounded : gap;
+    rounding[i] = block > piece.size ? block - piece.size : 0;
+  }
+  return rounding;
+}
+}  // namespace
+
+SegmentMapSummary summarize(const std::vector<SegmentView>& views,
+                            const snapshot::LayoutRules* rules) {
   SegmentMapSummary summary;
-  summary.segments = views.size();
   for (const SegmentView& view : views) {
+    const bool expandable = view.pool == SegmentKind::expandable;
+    (expandable ? summary.expandableRanges : summary.segments) += 1;
     summary.reserved += view.segment.size;
-    for (const Piece& piece : view.pieces) {
+    const std::vector<Bytes> rounding =
+        rules ? roundingOf(view, *rules) : std::vector<Bytes>(view.pieces.size(), 0);
+    Bytes roundingBefore = 0;  // of the live piece just before, taken from the gap after it
+    for (std::size_t i = 0; i < view.pieces.size(); ++i) {
+      const Piece& piece = view.pieces[i];
       switch (piece.kind) {
         case PieceKind::allocated:
-          ++summary.blocks;
-          summary.live += piece.size;
-          break;
         case PieceKind::pendingFree:
           ++summary.blocks;
           summary.live += piece.size;
-          summary.pendingFree += piece.size;
-          break;
+          if (piece.kind == PieceKind::pendingFree)
+            summary.pendingFree += piece.size;
+          roundingBefore = rounding[i];
+          continue;
         case PieceKind::freeInSplitSegment:
-          summary.freeInSplit += piece.size;
+        case PieceKind::freeWholeSegment: {
+          const Bytes free = piece.size - std::min(piece.size, roundingBefore);
+          if (expandable)
+            summary.freeExpandable += free;
+          else if (piece.kind == PieceKind::freeWholeSegment)
+            summary.freeWhole += free;
+          else
+            summary.freeInSplit += free;
+          summary.largestFree = std::max(summary.largestFree, free);
           break;
-        case PieceKind::freeWholeSegment:
-          summary.freeWhole += piece.size;
-          break;
+        }
       }
+      roundingBefore = 0;
     }
-    summary.largestFree = std::max(summary.largestFree, view.largestFree);
   }
-  const Bytes free = summary.freeInSplit + summary.freeWhole;
+  const Bytes free = summary.freeBytes();
   if (free > 0)
     summary.externalFragmentation =
         1.0 - static_cast<double>(summary.largestFree) / static_cast<double>(free);

@@ -11,6 +11,10 @@
 
 #include "storage/db/segment_map.h"
 
+namespace fragscope::snapshot {
+struct LayoutRules;
+}
+
 namespace fragscope::gui {
 
 enum class PieceKind : std::uint8_t {
@@ -40,24 +44,35 @@ struct SegmentView {
   Bytes largestFree = 0;
 };
 
+// The state's figures as PyTorch's memory_stats() names them where it has them ("all" pools).
 struct SegmentMapSummary {
-  std::size_t segments = 0;
-  std::size_t blocks = 0;
-  Bytes reserved = 0;
-  Bytes live = 0;  // allocated + pending free (request sizes)
+  std::size_t segments = 0;          // segment: cudaMalloc'd segments (not expandable ones)
+  std::size_t expandableRanges = 0;  // mapped ranges of expandable segments
+  std::size_t blocks = 0;            // active: allocated + pending free
+  Bytes reserved = 0;                // reserved_bytes
+  Bytes live = 0;                    // requested_bytes: allocated + pending free, request sizes
   Bytes pendingFree = 0;
-  Bytes freeInSplit = 0;
-  Bytes freeWhole = 0;
+  // Free blocks, by the block sizes the allocator gave the live ones (summarize's `rules`):
+  Bytes freeInSplit = 0;     // inactive_split_bytes: in cudaMalloc'd segments with a live block
+  Bytes freeExpandable = 0;  // mapped and free in expandable segments
+  Bytes freeWhole = 0;       // cudaMalloc'd segments without a live block (empty_cache frees them)
   Bytes largestFree = 0;
   // 1 - largest free block / all free bytes: 0 when the free memory is one piece.
   double externalFragmentation = 0;
+  Bytes freeBytes() const { return freeInSplit + freeExpandable + freeWhole; }
 };
 
 // PyTorch's small pool lives in 2 MiB segments (kSmallBuffer); everything else is large.
 SegmentKind segmentKindOf(const storage::SegmentRange& segment);
 
 std::vector<SegmentView> segmentViews(const storage::SegmentMap& map);
-SegmentMapSummary summarize(const std::vector<SegmentView>& views);
+// A trace records request sizes only, so a live piece ends where its request does. With `rules`
+// (the run's allocator config) each live block is given the size PyTorch's allocator gave it:
+// the request rounded, or the whole gap up to the next live block when the rest was too small
+// to split; the free figures are then PyTorch's (the rounding is not free memory). Without
+// rules, the gaps between requests count as free.
+SegmentMapSummary summarize(const std::vector<SegmentView>& views,
+                            const snapshot::LayoutRules* rules = nullptr);
 
 // Where each piece goes on screen: segments are laid end to end in address order along rows of
 // equal byte width that wrap, so every byte gets the same area and a 2 MiB segment is visibly

@@ -578,11 +578,11 @@ void SegmentMapPage::showSnapshot(SegmentSnapshotAt snapshot) {
          "reserved %5, live %6, free in split segments %7, free whole segments %8, largest free "
          "%9 &nbsp;·&nbsp; external fragmentation %10%")
           .arg(formatCount(m_snapshot->eventIndex), formatCount(m_snapshot->eventCount))
-          .arg(summary.segments)
+          .arg(summary.segments + summary.expandableRanges)
           .arg(summary.blocks)
           .arg(formatBytes(static_cast<double>(summary.reserved)),
                formatBytes(static_cast<double>(summary.live)),
-               formatBytes(static_cast<double>(summary.freeInSplit)),
+               formatBytes(static_cast<double>(summary.freeInSplit + summary.freeExpandable)),
                formatBytes(static_cast<double>(summary.freeWhole)),
                formatBytes(static_cast<double>(summary.largestFree)))
           .arg(summary.externalFragmentation * 100, 0, 'f', 1);

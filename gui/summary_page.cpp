@@ -25,8 +25,27 @@ QString rule() {
 }
 }  // namespace
 
+SegmentMapSummary summaryFigures(const SegmentSnapshotAt& state, const PyTorchSummaryAt* model) {
+  SegmentMapSummary figures = state.summary;
+  if (!model || model->diverged || model->run != state.run ||
+      model->eventIndex != state.eventIndex ||
+      model->modelReserved != static_cast<std::int64_t>(figures.reserved))
+    return figures;
+  // A wholly free segment holds no block, so the map has it exactly; the rest of the free bytes
+  // (reserved - active_bytes) lie in split segments (inactive_split_bytes) or expandable ones.
+  const auto free =
+      static_cast<Bytes>(std::max<std::int64_t>(0, model->modelReserved - model->modelActiveBytes));
+  figures.freeInSplit = static_cast<Bytes>(std::max<std::int64_t>(0, model->modelInactiveSplit));
+  figures.freeWhole = std::min(figures.freeWhole, free);
+  figures.freeExpandable = free - std::min(free, figures.freeInSplit + figures.freeWhole);
+  figures.largestFree = std::min(figures.largestFree, free);
+  figures.externalFragmentation =
+      free > 0 ? 1.0 - static_cast<double>(figures.largestFree) / static_cast<double>(free) : 0;
+  return figures;
+}
+
 QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state,
-                         const QString& recordedEnvironment) {
+                         const QString& recordedEnvironment, const PyTorchSummaryAt* model) {
   const auto bytes = [](std::int64_t value) { return formatBytes(static_cast<double>(value)); };
   QString text;
   text += rule();
@@ -52,16 +71,22 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
   text += row(QObject::tr("Metric"), QObject::tr("At cursor"), QObject::tr("Run peak"));
   text += rule();
   if (state) {
-    const SegmentMapSummary& summary = state->summary;
+    const SegmentMapSummary summary = summaryFigures(*state, model);
     text += row(QObject::tr("Reserved memory"), bytes(static_cast<std::int64_t>(summary.reserved)),
                 bytes(summaryPeak(run, "reserved")));
-    text +=
-        row(QObject::tr("Live blocks (request bytes)"),
-            bytes(static_cast<std::int64_t>(summary.live)), bytes(summaryPeak(run, "allocated")));
+    // PyTorch's requested_bytes, its peak too (the allocated peak counts rounded blocks); a run
+    // stored before the store kept that peak shows none.
+    const std::int64_t requestedPeak = summaryPeak(run, "requested");
+    text += row(QObject::tr("Live blocks (request bytes)"),
+                bytes(static_cast<std::int64_t>(summary.live)),
+                requestedPeak > 0 ? bytes(requestedPeak) : QString());
     text += row(QObject::tr("  of which pending free"),
                 bytes(static_cast<std::int64_t>(summary.pendingFree)));
     text += row(QObject::tr("Free in split segments"),
                 bytes(static_cast<std::int64_t>(summary.freeInSplit)));
+    if (summary.expandableRanges > 0)
+      text += row(QObject::tr("Free in expandable segments"),
+                  bytes(static_cast<std::int64_t>(summary.freeExpandable)));
     text += row(QObject::tr("Free whole segments"),
                 bytes(static_cast<std::int64_t>(summary.freeWhole)));
     text += row(QObject::tr("Largest free block"),
@@ -69,6 +94,9 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
     text += row(QObject::tr("External fragmentation"),
                 QString::number(summary.externalFragmentation * 100, 'f', 1) + QLatin1Char('%'));
     text += row(QObject::tr("Segments"), QString::number(summary.segments));
+    if (summary.expandableRanges > 0)
+      text +=
+          row(QObject::tr("Expandable mapped ranges"), QString::number(summary.expandableRanges));
     text += row(QObject::tr("Live blocks"), QString::number(summary.blocks));
   } else {
     text += row(QObject::tr("Reserved memory"), QString(), bytes(summaryPeak(run, "reserved")));
@@ -135,6 +163,8 @@ PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId 
   out.modelSegments = state.stats.segment[StatType::aggregate].current;
   out.modelRequested = state.stats.requested_bytes[StatType::aggregate].current;
   out.modelAllocations = state.stats.active[StatType::aggregate].current;
+  out.modelActiveBytes = state.stats.active_bytes[StatType::aggregate].current;
+  out.modelInactiveSplit = state.stats.inactive_split_bytes[StatType::aggregate].current;
   if (state.replayed_from == 0 && state.event_index > storage::kStatsKeyframeInterval) {
     const storage::RunRecord record = store->run(run);
     const auto outcome = record.summary.find("stats_keyframes");
@@ -293,9 +323,10 @@ void SummaryPage::refresh() {
   } else if (!m_replayError.isEmpty()) {
     m_status->setText(tr("memory_summary() could not be computed: %1").arg(m_replayError));
   }
-  text += stateSummaryText(
-      *m_run, m_state ? &*m_state : nullptr,
-      m_pytorch && m_pytorch->run == m_run->id ? m_pytorch->recordedEnvironment : QString());
+  const bool ownRun = m_pytorch && m_pytorch->run == m_run->id;
+  text += stateSummaryText(*m_run, m_state ? &*m_state : nullptr,
+                           ownRun ? m_pytorch->recordedEnvironment : QString(),
+                           ownRun ? &*m_pytorch : nullptr);
   // Keep the reader's place while stepping through events.
   const int scroll = m_text->verticalScrollBar()->value();
   m_text->setPlainText(text);

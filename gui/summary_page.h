@@ -16,9 +16,12 @@
 
 namespace fragscope::gui {
 
-// The text shown on the page under PyTorch's summary; also used by the reports.
+struct PyTorchSummaryAt;
+// The text shown on the page under PyTorch's summary; also used by the reports. With `model`,
+// the model's replay at the same event, its figures are used where the map's cannot be exact.
 QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt* state,
-                         const QString& recordedEnvironment = {});
+                         const QString& recordedEnvironment = {},
+                         const PyTorchSummaryAt* model = nullptr);
 
 // PyTorch's memory_summary() after the first `eventIndex` events of a run, with how it was
 // obtained; loaded off the GUI thread.
@@ -38,6 +41,8 @@ struct PyTorchSummaryAt {
   std::int64_t modelSegments = 0;
   std::int64_t modelRequested = 0;
   std::int64_t modelAllocations = 0;
+  std::int64_t modelActiveBytes = 0;
+  std::int64_t modelInactiveSplit = 0;
   // The environment the run was recorded in (fragscope-record's NAME.env.json), as text; empty
   // when the run has none.
   QString recordedEnvironment;
@@ -47,6 +52,12 @@ struct PyTorchSummaryAt {
 };
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
                                     std::uint64_t eventIndex);
+// The figures of FragScope's table at the cursor: the segment map's, and where a trace cannot
+// tell them exactly those of `model`, the model's replay at the same event when it followed the
+// recording: a trace records request sizes only, so the map infers each block's rounding by the
+// split rule, which misses a block that took a whole small gap and whose neighbour was freed
+// later (off by less than 1 MiB each); the replay has PyTorch's inactive_split_bytes itself.
+SegmentMapSummary summaryFigures(const SegmentSnapshotAt& state, const PyTorchSummaryAt* model);
 // When the model's replay diverged: the recording's figures at the cursor (the segment map's)
 // beside the model's, so the page never shows the model's table as what PyTorch had.
 QString divergenceText(const PyTorchSummaryAt& model, const SegmentSnapshotAt& recorded);

@@ -1,13 +1,17 @@
 // The summary page, offscreen: PyTorch's memory_summary() at the cursor. A real recording at its
 // end prints exactly what PyTorch printed (the fixture's summary.txt); an earlier cursor prints
 // the state there, replayed off the GUI thread, and a newer cursor supersedes an older one.
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTest>
+#include <cstdlib>
 
 #include "engine/allocator/summary.h"
 #include "engine/snapshot/snapshot.h"
+#include "gui/format.h"
 #include "gui/summary_page.h"
 #include "gui_test_util.h"
 #include "storage/db/snapshot_import.h"
@@ -55,6 +59,116 @@ class TestSummaryPage : public QObject {
                 options)
                 .run;
     m_record = store.run(m_run);
+  }
+
+  // Every row of FragScope's own table at the end of a real recording against the
+  // memory_stats() PyTorch returned there (NAME.stats.json): the figures PyTorch also has must be
+  // PyTorch's, so the page never disagrees with the memory_summary() table above it.
+  void ownRowsAgreeWithRecordedMemoryStats_data() {
+    QTest::addColumn<QString>("pickle");
+    const QDir fixtures(QStringLiteral(FRAGSCOPE_FIXTURES));
+    for (const QString& dir :
+         QStringList{fixtures.path(), fixtures.path() + QStringLiteral("-turn2")})
+      for (const QFileInfo& file : QDir(dir).entryInfoList({QStringLiteral("*.stats.json")})) {
+        const QString pickle = file.absolutePath() + QLatin1Char('/') +
+                               file.fileName().chopped(int(sizeof(".stats.json") - 1)) +
+                               QStringLiteral(".pickle.gz");
+        if (QFileInfo::exists(pickle))
+          QTest::newRow(qPrintable(file.fileName())) << pickle;
+      }
+  }
+  void ownRowsAgreeWithRecordedMemoryStats() {
+    QFETCH(QString, pickle);
+    QString statsPath = pickle;
+    statsPath.replace(QStringLiteral(".pickle.gz"), QStringLiteral(".stats.json"));
+    QFile statsFile(statsPath);
+    QVERIFY(statsFile.open(QIODevice::ReadOnly));
+    const nlohmann::json recorded = nlohmann::json::parse(statsFile.readAll().toStdString());
+    const nlohmann::json& stats = recorded.at("memory_stats");
+    const auto stat = [&](const char* key) { return stats.at(key).get<std::int64_t>(); };
+
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("stats.db"));
+    storage::RunRecord record;
+    {
+      storage::RunStore store(db.toStdString());
+      storage::ImportOptions options;
+      options.name = QFileInfo(pickle).fileName().toStdString();
+      options.recorded_stats = recorded;
+      const auto imported =
+          storage::import_snapshot(store, snapshot::read_snapshot(pickle.toStdString()), options);
+      record = store.run(imported.run);
+    }
+    const SegmentSnapshotAt state = loadSegmentSnapshot(db, record.id, record.event_count);
+    const SegmentMapSummary& summary = state.summary;
+    // The figures, as numbers ...
+    QCOMPARE(static_cast<std::int64_t>(summary.reserved), stat("reserved_bytes.all.current"));
+    QCOMPARE(static_cast<std::int64_t>(summary.live), stat("requested_bytes.all.current"));
+    QCOMPARE(static_cast<std::int64_t>(summary.blocks), stat("active.all.current"));
+    QCOMPARE(static_cast<std::int64_t>(summary.freeInSplit),
+             stat("inactive_split_bytes.all.current"));
+    QCOMPARE(static_cast<std::int64_t>(summary.segments), stat("segment.all.current"));
+    QCOMPARE(static_cast<std::int64_t>(summary.freeBytes()),
+             stat("reserved_bytes.all.current") - stat("active_bytes.all.current"));
+    // ... and as the page prints them, with the run's peaks beside them.
+    const QString text = stateSummaryText(record, &state);
+    const auto row = [&](const QString& name) {
+      const QRegularExpression line(QStringLiteral("\\| ") + QRegularExpression::escape(name) +
+                                    QStringLiteral(" +\\| +([^|]*?) +\\| +([^|]*?) *\\|"));
+      const QRegularExpressionMatch match = line.match(text);
+      return match.hasMatch() ? QStringList{match.captured(1), match.captured(2)} : QStringList{};
+    };
+    const auto bytes = [](std::int64_t value) { return formatBytes(static_cast<double>(value)); };
+    QCOMPARE(row(QStringLiteral("Reserved memory")),
+             (QStringList{bytes(stat("reserved_bytes.all.current")),
+                          bytes(stat("reserved_bytes.all.peak"))}));
+    QCOMPARE(row(QStringLiteral("Live blocks (request bytes)")),
+             (QStringList{bytes(stat("requested_bytes.all.current")),
+                          bytes(stat("requested_bytes.all.peak"))}));
+    QCOMPARE(row(QStringLiteral("Free in split segments")),
+             (QStringList{bytes(stat("inactive_split_bytes.all.current")), QString()}));
+    QCOMPARE(row(QStringLiteral("Segments")),
+             (QStringList{QString::number(stat("segment.all.current")), QString()}));
+    QCOMPARE(row(QStringLiteral("Live blocks")),
+             (QStringList{QString::number(stat("active.all.current")), QString()}));
+
+    // Inside the run, where live blocks carry their rounding (the recording's end has few), the
+    // page's figures against the model's replay there, which is PyTorch's memory_stats() (the
+    // replay is byte-exact on these recordings).
+    for (const std::uint64_t at :
+         {record.event_count / 4, record.event_count / 2, record.event_count * 3 / 4}) {
+      const PyTorchSummaryAt model = loadPyTorchSummary(db, record.id, at);
+      QVERIFY(!model.diverged);
+      const SegmentSnapshotAt there = loadSegmentSnapshot(db, record.id, model.eventIndex);
+      const SegmentMapSummary figures = summaryFigures(there, &model);
+      storage::RunStore store(db.toStdString(), storage::OpenMode::read_only);
+      const alloc::DeviceStats stats = storage::memory_stats_at(store, record.id, at).stats;
+      const auto current = [&](const alloc::StatArray& array) {
+        return array[alloc::StatType::aggregate].current;
+      };
+      const QByteArray where = "after event " + QByteArray::number(model.eventIndex);
+      QVERIFY2(static_cast<std::int64_t>(figures.reserved) == current(stats.reserved_bytes),
+               where.constData());
+      QVERIFY2(static_cast<std::int64_t>(figures.live) == current(stats.requested_bytes),
+               where.constData());
+      QVERIFY2(static_cast<std::int64_t>(figures.blocks) == current(stats.active),
+               where.constData());
+      QVERIFY2(static_cast<std::int64_t>(figures.segments) == current(stats.segment),
+               where.constData());
+      QVERIFY2(
+          static_cast<std::int64_t>(figures.freeInSplit) == current(stats.inactive_split_bytes),
+          where.constData());
+      QVERIFY2(static_cast<std::int64_t>(figures.freeBytes()) ==
+                   current(stats.reserved_bytes) - current(stats.active_bytes),
+               where.constData());
+      QVERIFY(figures.largestFree <= figures.freeBytes());
+      // The map alone (no replay yet) infers the rounding by the split rule: within 1 MiB of
+      // PyTorch's for each live block.
+      const SegmentMapSummary map = there.summary;
+      const auto off = std::abs(static_cast<std::int64_t>(map.freeInSplit) -
+                                current(stats.inactive_split_bytes));
+      QVERIFY2(off <= static_cast<std::int64_t>(map.blocks * kMiB), where.constData());
+    }
   }
 
   void divergedReplayPutsTheRecordingsFiguresFirst() {
