@@ -1,10 +1,16 @@
 // The timeline's category stack, offscreen: a labelled run shows one stacked band per category
 // whose running sums are the store's category_timeline for the range on screen (re-queried on
-// zoom); an unlabelled run shows no stack and offers no toggle.
+// zoom); an unlabelled run shows no stack and offers no toggle. The Active Memory page's bands take
+// the same category colours, and a mid-run trace is marked in the Timeline's header.
 #include <QSignalSpy>
 #include <QTest>
 
+#include <map>
+
 #include "gui/application.h"
+#include "gui/band_timeline_page.h"
+#include "gui/format.h"
+#include "gui/live_bands.h"
 #include "gui/plot_style.h"
 #include "gui/timeline_page.h"
 #include "gui_test_util.h"
@@ -53,7 +59,7 @@ class TestTimelineCategories : public QObject {
  private:
   QTemporaryDir m_dir;
   QString m_db;
-  storage::RunId m_labelled, m_unlabelled;
+  storage::RunId m_labelled, m_unlabelled, m_stacked, m_midRun;
 
   // Waits until the page has the category answer for its current zoom and nothing is loading.
   static bool waitForCategories(TimelinePage& page, QSignalSpy& spy) {
@@ -103,6 +109,24 @@ class TestTimelineCategories : public QObject {
     storage::RunStore store(m_db.toStdString());
     m_labelled = addLabelledRun(store, "labelled", test::wavyTrace(30000, 7, false));
     m_unlabelled = test::addRun(store, "imported", test::wavyTrace(20000, 8, false));
+    // Two stacks, given to allocations in turn.
+    std::vector<TraceEvent> events = test::wavyTrace(4000, 9, false);
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].action == TraceAction::alloc)
+        events[i].frames = FrameStackId{static_cast<std::uint32_t>(1 + i % 2)};
+    storage::RunRecord record;
+    record.name = "stacked";
+    record.source = storage::RunSource::imported;
+    const storage::RunId stacked = store.begin_run(record);
+    const std::vector<std::vector<storage::StackFrame>> stacks{{{"model.py", 42, "forward"}},
+                                                               {{"optim.py", 9, "step"}}};
+    store.set_frame_stacks(stacked, stacks);
+    store.append_events(stacked, events);
+    m_stacked = store.finish_run(stacked, storage::RunStatus::ok).id;
+    m_midRun = test::addRun(store, "tail", test::wavyTrace(3000, 10, false));
+    nlohmann::json summary = store.run(m_midRun).summary;
+    summary["truncated"] = true;
+    store.update_summary(m_midRun, summary);
   }
 
   void labelledRunShowsTheStoresCategoryStack() {
@@ -207,6 +231,65 @@ class TestTimelineCategories : public QObject {
     QVERIFY(!page.categoriesShown());
     for (QCPGraph* graph : page.categoryGraphs())
       QVERIFY(graph->data()->isEmpty());
+  }
+
+  // The Active Memory page colours a labelled run's bands by category (the Timeline's colours),
+  // a run without labels by stack when it has stacks, else one colour per allocation; "by stack"
+  // gives the allocations of one stack one colour (issue #17: "coloured by category or by
+  // stack").
+  void activeMemoryColoursByCategoryOrStack() {
+    BandTimelinePage page(LifetimeKind::allocations);
+    page.resize(1000, 500);
+    page.show();
+    page.setDatabase(m_db);
+    page.setRun(m_labelled);
+    QVERIFY(test::waitFor([&] { return page.data().run == m_labelled && !page.busy(); }, 60000));
+    const Lifetimes& labelled = *page.data().lifetimes;
+    QVERIFY(labelled.labelled);
+    QCOMPARE(page.colouring()->currentData().toInt(),
+             static_cast<int>(BandTimelinePage::Colouring::category));
+    std::size_t activations = 0;
+    for (std::size_t i = 0; i < labelled.items.size(); ++i) {
+      QCOMPARE(page.colourOf(i), colors::category(labelled.items[i].category));
+      activations += labelled.items[i].category == Category::activation ? 1 : 0;
+    }
+    QVERIFY(activations > 0);
+
+    page.setRun(m_stacked);
+    QVERIFY(test::waitFor([&] { return page.data().run == m_stacked && !page.busy(); }, 60000));
+    const Lifetimes& stacked = *page.data().lifetimes;
+    QVERIFY(!stacked.labelled && stacked.hasStacks);
+    QCOMPARE(page.colouring()->currentData().toInt(),
+             static_cast<int>(BandTimelinePage::Colouring::stack));
+    std::map<std::uint32_t, QColor> byStack;
+    for (std::size_t i = 0; i < stacked.items.size(); ++i) {
+      const auto [it, added] = byStack.emplace(stacked.items[i].frames.value, page.colourOf(i));
+      QCOMPARE(page.colourOf(i), it->second);
+    }
+    QVERIFY(byStack.size() >= 2);
+    QVERIFY(byStack.at(1) != byStack.at(2));
+  }
+
+  // A trace that starts mid-run says so in the Timeline's header (issue #17: "truncated or
+  // mid-run traces are not marked in the header").
+  void midRunTraceIsMarkedInTheHeader() {
+    TimelinePage page;
+    page.resize(1000, 500);
+    page.show();
+    page.setDatabase(m_db);
+    QSignalSpy data(&page, &TimelinePage::dataReady);
+    const auto header = [&] {
+      QString text;
+      for (const QLabel* label : page.findChildren<QLabel*>())
+        text += label->text();
+      return text;
+    };
+    page.setRun(m_unlabelled);
+    QVERIFY(test::waitFor([&] { return page.overview() && !page.busy(); }));
+    QVERIFY(!header().contains(QStringLiteral("starts mid-run")));
+    page.setRun(m_midRun);
+    QVERIFY(test::waitFor([&] { return page.overview() && !page.busy(); }));
+    QVERIFY2(header().contains(QStringLiteral("starts mid-run")), qPrintable(header()));
   }
 };
 
