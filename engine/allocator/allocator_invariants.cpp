@@ -136,7 +136,7 @@ bool check_invariants(const AllocatorState& state, std::string* why) {
       if (is_free) {
         if (b->mapped) {
           ++free_mapped;
-          if (!pool.blocks.contains(b))
+          if (!pool.holds(b))
             return fail(why, where() + ": free block missing from its pool");
         } else {
           ++free_unmapped;

@@ -71,7 +71,7 @@ std::vector<std::uint64_t> CachingAllocator::Impl::seed(const std::vector<SeedSe
         addresses.push_back(taken->ptr);
         if (!last) {
           block = taken->next;
-          home_pool->blocks.erase(block);
+          home_pool->erase(block);
         }
       }
     }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/allocator/best_fit_index.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/event_sink.h"
@@ -62,26 +63,10 @@ struct Segment {
   Block* head = nullptr;
 };
 
-// The best-fit index: (stream, size, address) ascending (spec §2.2).
-struct SizeKey {
-  std::uint64_t stream;
-  Bytes size;
-  std::uint64_t ptr;
-};
-struct BySize {
-  using is_transparent = void;
-  static SizeKey key(const Block* b) { return {b->stream, b->size, b->ptr}; }
-  static bool less(const SizeKey& a, const SizeKey& b) {
-    if (a.stream != b.stream)
-      return a.stream < b.stream;
-    if (a.size != b.size)
-      return a.size < b.size;
-    return a.ptr < b.ptr;
-  }
-  bool operator()(const Block* a, const Block* b) const { return less(key(a), key(b)); }
-  bool operator()(const Block* a, const SizeKey& b) const { return less(key(a), b); }
-  bool operator()(const SizeKey& a, const Block* b) const { return less(a, key(b)); }
-};
+// A free block's place in its pool's best-fit index (spec §2.2).
+inline SizeKey size_key(const Block* b) {
+  return {b->stream, b->size, b->ptr};
+}
 
 // Unmapped blocks of expandable segments: (stream, address) ascending.
 struct AddressKey {
@@ -106,8 +91,8 @@ struct ByAddress {
 
 struct BlockPool {
   BlockPool(std::pmr::memory_resource* nodes, PoolKind k, PrivatePool* o = nullptr)
-      : blocks(nodes), unmapped(nodes), kind(k), owner(o) {}
-  std::pmr::set<Block*, BySize> blocks;          // free, mapped blocks
+      : unmapped(nodes), kind(k), owner(o) {}
+  BestFitIndex blocks;                           // free, mapped blocks
   std::pmr::set<Block*, ByAddress> unmapped;     // expandable segments' unmapped ranges
   std::uint64_t get_free_blocks_call_count = 0;  // the GC age clock
   PoolKind kind;
@@ -115,8 +100,11 @@ struct BlockPool {
 
   void insert(Block* block) {
     block->gc_count_base = get_free_blocks_call_count;
-    blocks.insert(block);
+    blocks.insert(size_key(block), block);
   }
+  // Takes a free block out of the best-fit index (no-op when it is not there).
+  void erase(const Block* block) { blocks.erase(size_key(block), block); }
+  bool holds(const Block* block) const { return blocks.contains(size_key(block), block); }
 };
 
 // A CUDA graph's or MemPool's own small and large block pools (PyTorch's PrivatePool).

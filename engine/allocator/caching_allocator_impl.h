@@ -161,17 +161,17 @@ struct CachingAllocator::Impl : AllocatorState {
     if (gc_enabled())
       ++pool.get_free_blocks_call_count;
     auto it = pool.blocks.lower_bound(SizeKey{stream, size, 0});
-    if (it == pool.blocks.end() || (*it)->stream != stream)
+    if (it == pool.blocks.end() || it.key().stream != stream)
       return nullptr;
     if ((*it)->segment->expandable) {
       // Best fit counts a block next to the unmapped tail as the size it can grow to.
       auto next = std::next(it);
-      while ((*it)->segment->expandable && next != pool.blocks.end() && (*next)->stream == stream &&
-             expandable_size(*next) < expandable_size(*it)) {
+      while ((*it)->segment->expandable && next != pool.blocks.end() &&
+             next.key().stream == stream && expandable_size(*next) < expandable_size(*it)) {
         it = next++;
       }
     }
-    const Bytes candidate = (*it)->size;
+    const Bytes candidate = it.key().size;
     if (size < max_split() && candidate >= max_split())
       return nullptr;
     if (size >= max_split() && candidate >= size + config.max_non_split_rounding_size)
@@ -320,7 +320,7 @@ struct CachingAllocator::Impl : AllocatorState {
     const Bytes subsumed = src->size;
     dst->size += subsumed;
     if (src->mapped)
-      pool.blocks.erase(src);
+      pool.erase(src);
     else
       pool.unmapped.erase(src);
     delete_block(src);
@@ -379,7 +379,7 @@ struct CachingAllocator::Impl : AllocatorState {
         return nullptr;
       candidate = next;
     }
-    pool.blocks.erase(candidate);
+    pool.erase(candidate);
     return candidate;
   }
 
@@ -389,7 +389,7 @@ struct CachingAllocator::Impl : AllocatorState {
     if (block->segment->expandable || block->is_split())
       throw std::logic_error("caching allocator: release_block of a split or expandable block");
     BlockPool& pool = home(block);
-    pool.blocks.erase(block);
+    pool.erase(block);
     if (block->owner)
       --block->owner->cuda_malloc_count;
     ++stats.num_device_free;
@@ -417,7 +417,7 @@ struct CachingAllocator::Impl : AllocatorState {
     const Bytes unmapped_size = (end_page - first_page) * page;
     device.unmap_pages(unmapped_ptr, unmapped_size);
     BlockPool& pool = home(block);
-    pool.blocks.erase(block);
+    pool.erase(block);
     const Bytes before_size = unmapped_ptr - block->ptr;
     if (before_size > 0) {
       Block* before = new_block();
@@ -475,10 +475,10 @@ struct CachingAllocator::Impl : AllocatorState {
   }
 
   void release_blocks(BlockPool& pool) {
+    // Releasing erases from the index, which invalidates its iterators: walk a copy.
+    const std::vector<Block*> blocks(pool.blocks.begin(), pool.blocks.end());
     std::vector<Block*> to_unmap;
-    for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
-      Block* block = *it;
-      ++it;
+    for (Block* block : blocks) {
       if (block->segment->expandable)
         to_unmap.push_back(block);
       else if (!block->is_split())
@@ -522,26 +522,27 @@ struct CachingAllocator::Impl : AllocatorState {
       return false;
     const Bytes key_size = std::max(size, max_split());
     auto it = pool.blocks.lower_bound(SizeKey{stream, key_size, 0});
-    if (it == pool.blocks.end() || (*it)->stream != stream || (*it)->segment->expandable) {
+    if (it == pool.blocks.end() || it.key().stream != stream || (*it)->segment->expandable) {
       // No single block is large enough: release oversize blocks, largest first.
       if (it == pool.blocks.begin())
         return false;
       Bytes released = 0;
+      std::vector<Block*> to_release;  // released after the walk: erasing moves the index
       --it;
-      while (released < key_size && (*it)->size >= max_split() && (*it)->stream == stream) {
-        auto current = it;
-        const bool is_first = current == pool.blocks.begin();
-        if (!is_first)
-          --it;
+      while (released < key_size && it.key().size >= max_split() && it.key().stream == stream) {
+        Block* current = *it;
         // A split oversize block exists only in a state seeded under another config's split
         // rule (a what-if from a mid-run trace's start): it cannot be returned on its own.
-        if (!(*current)->segment->expandable && !(*current)->is_split()) {
-          released += (*current)->size;
-          release_block(*current);
+        if (!current->segment->expandable && !current->is_split()) {
+          released += current->size;
+          to_release.push_back(current);
         }
-        if (is_first)
+        if (it == pool.blocks.begin())
           break;
+        --it;
       }
+      for (Block* block : to_release)
+        release_block(block);
       return released >= key_size;
     }
     if ((*it)->is_split())
@@ -572,9 +573,9 @@ struct CachingAllocator::Impl : AllocatorState {
     while (reclaimed < target && freed && freeable > 0) {
       const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable);
       freed = false;
-      for (auto it = large.blocks.begin(); it != large.blocks.end();) {
-        Block* block = *it;
-        ++it;
+      // Releasing erases from the index, which invalidates its iterators: walk a copy.
+      const std::vector<Block*> blocks(large.blocks.begin(), large.blocks.end());
+      for (Block* block : blocks) {
         const std::uint64_t age = large.get_free_blocks_call_count - block->gc_count_base;
         if (!block->is_split() && !block->segment->expandable &&
             static_cast<double>(age) >= age_threshold) {

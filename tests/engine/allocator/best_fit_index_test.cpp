@@ -1,0 +1,100 @@
+// BestFitIndex against std::set: the same (stream, size, address) order, lower_bound and
+// erase through random inserts and erases that split, merge and empty its chunks.
+#include <gtest/gtest.h>
+
+#include <iterator>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "engine/allocator/allocator_state.h"
+
+namespace fragscope::alloc::detail {
+namespace {
+
+using Key = std::tuple<std::uint64_t, Bytes, std::uint64_t>;
+
+Key tuple_of(const SizeKey& k) {
+  return {k.stream, k.size, k.ptr};
+}
+
+void expect_same(const BestFitIndex& index, const std::set<Key>& reference) {
+  ASSERT_EQ(index.size(), reference.size());
+  auto want = reference.begin();
+  for (auto it = index.begin(); it != index.end(); ++it, ++want) {
+    ASSERT_EQ(tuple_of(it.key()), *want);
+    ASSERT_EQ(tuple_of(size_key(*it)), *want);
+  }
+  // And backwards, as release_available_cached_blocks walks it.
+  auto back = reference.rbegin();
+  for (auto it = index.end(); it != index.begin(); ++back) {
+    --it;
+    ASSERT_EQ(tuple_of(it.key()), *back);
+  }
+}
+
+TEST(BestFitIndex, KeepsStdSetOrderThroughRandomInsertsAndErases) {
+  std::mt19937_64 random(19);
+  std::vector<Block> blocks(4000);
+  std::vector<bool> present(blocks.size(), false);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].stream = random() % 3 == 0 ? 0 : 0x7f00 + random() % 2;
+    blocks[i].size = (1 + random() % 64) * 512;  // many equal sizes: address breaks the tie
+    blocks[i].ptr = 0x1000000 + i * 0x10000;
+  }
+  BestFitIndex index;
+  std::set<Key> reference;
+  // Grow to thousands (chunks split), shrink to a few (chunks merge and empty), grow again.
+  for (int phase = 0; phase < 3; ++phase) {
+    const int insert_percent = phase == 1 ? 15 : 85;
+    for (int step = 0; step < 20000; ++step) {
+      const std::size_t i = random() % blocks.size();
+      Block* b = &blocks[i];
+      if (random() % 100 < static_cast<unsigned>(insert_percent)) {
+        EXPECT_EQ(index.insert(size_key(b), b), !present[i]);
+        reference.insert(tuple_of(size_key(b)));
+        present[i] = true;
+      } else {
+        EXPECT_EQ(index.erase(size_key(b), b), present[i]);
+        reference.erase(tuple_of(size_key(b)));
+        present[i] = false;
+      }
+      EXPECT_EQ(index.contains(size_key(b), b), present[i]);
+      if (step % 997 == 0) {
+        expect_same(index, reference);
+        // lower_bound finds the same entry for searches between and on keys.
+        for (int probe = 0; probe < 50; ++probe) {
+          const SizeKey key{probe % 3 == 0 ? 0 : 0x7f00 + random() % 3, (random() % 70) * 512,
+                            probe % 2 ? 0 : blocks[i].ptr};
+          auto got = index.lower_bound(key);
+          auto want = reference.lower_bound(tuple_of(key));
+          ASSERT_EQ(got == index.end(), want == reference.end());
+          if (want != reference.end()) {
+            ASSERT_EQ(tuple_of(got.key()), *want);
+          }
+        }
+      }
+    }
+    expect_same(index, reference);
+  }
+}
+
+TEST(BestFitIndex, EraseNeedsTheSameBlockUnderItsKey) {
+  Block a;
+  a.stream = 0;
+  a.size = 1024;
+  a.ptr = 0x2000;
+  Block same_key = a;
+  BestFitIndex index;
+  EXPECT_TRUE(index.insert(size_key(&a), &a));
+  EXPECT_FALSE(index.insert(size_key(&a), &a));
+  EXPECT_FALSE(index.contains(size_key(&same_key), &same_key));
+  EXPECT_FALSE(index.erase(size_key(&same_key), &same_key));
+  EXPECT_TRUE(index.erase(size_key(&a), &a));
+  EXPECT_TRUE(index.empty());
+  EXPECT_EQ(index.begin(), index.end());
+}
+
+}  // namespace
+}  // namespace fragscope::alloc::detail
