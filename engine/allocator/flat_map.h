@@ -4,7 +4,9 @@
 // deletion (no tombstones), grown at half load. Key 0 marks an empty slot and cannot be stored.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace fragscope::alloc {
@@ -68,6 +70,14 @@ class FlatMap64 {
     return true;
   }
 
+  // Calls f(key, value) for every entry, in no particular order.
+  template <typename F>
+  void for_each(F f) const {
+    for (const Slot& slot : slots_)
+      if (slot.key != 0)
+        f(slot.key, slot.value);
+  }
+
   void clear() {
     for (Slot& slot : slots_)
       slot = Slot{};
@@ -105,6 +115,55 @@ class FlatMap64 {
   std::vector<Slot> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
+};
+
+// FlatMap64 for keys read from a file, which may be 0 (a hostile trace's address): key 0 is
+// kept beside the table.
+template <typename Value>
+class FlatAddressMap {
+ public:
+  explicit FlatAddressMap(std::size_t capacity = 1024) : map_(capacity) {}
+
+  std::size_t size() const { return map_.size() + (zero_ ? 1 : 0); }
+  Value* find(std::uint64_t key) {
+    if (key == 0)
+      return zero_ ? &*zero_ : nullptr;
+    return map_.find(key);
+  }
+  const Value* find(std::uint64_t key) const {
+    return const_cast<FlatAddressMap*>(this)->find(key);
+  }
+  bool contains(std::uint64_t key) const { return find(key) != nullptr; }
+  // Inserts unless the key is present (like std::unordered_map::emplace); true if inserted.
+  bool emplace(std::uint64_t key, Value value) {
+    if (contains(key))
+      return false;
+    insert_or_assign(key, std::move(value));
+    return true;
+  }
+  void insert_or_assign(std::uint64_t key, Value value) {
+    if (key == 0)
+      zero_ = std::move(value);
+    else
+      map_.insert_or_assign(key, std::move(value));
+  }
+  bool erase(std::uint64_t key) {
+    if (key != 0)
+      return map_.erase(key);
+    const bool had = zero_.has_value();
+    zero_.reset();
+    return had;
+  }
+  template <typename F>
+  void for_each(F f) const {
+    if (zero_)
+      f(std::uint64_t{0}, *zero_);
+    map_.for_each(f);
+  }
+
+ private:
+  FlatMap64<Value> map_;
+  std::optional<Value> zero_;
 };
 
 }  // namespace fragscope::alloc

@@ -1,13 +1,14 @@
 #include "engine/replay/replay.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
-#include <set>
 #include <unordered_map>
 
+#include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
 #include "engine/snapshot/timeline.h"
 
@@ -66,11 +67,27 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
 
 namespace {
 
+// segment_events(a) == segment_events(b) without building either list.
+bool same_segment_events(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b) {
+  auto next = [](const std::vector<TraceEvent>& events, std::size_t i) {
+    while (i < events.size() && !is_segment_action(events[i].action))
+      ++i;
+    return i;
+  };
+  std::size_t i = next(a, 0);
+  std::size_t j = next(b, 0);
+  for (; i < a.size() && j < b.size(); i = next(a, i + 1), j = next(b, j + 1))
+    if (a[i].action != b[j].action || a[i].size != b[j].size)
+      return false;
+  return i == a.size() && j == b.size();
+}
+
+// Address -> tensor, for the conversion's live and pending blocks.
+using AddressTensors = alloc::FlatAddressMap<std::uint64_t>;
+
 // The seeds for the allocator from the reconstructed start state, one tensor per active block.
-void seed_from(const snapshot::SegmentState& initial, TraceRequests& out,
-               std::unordered_map<std::uint64_t, std::uint64_t>& live,
-               std::unordered_map<std::uint64_t, std::uint64_t>& pending,
-               std::uint64_t& next_tensor) {
+void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, AddressTensors& live,
+               AddressTensors& pending, std::uint64_t& next_tensor) {
   const auto& blocks = initial.block_map();
   for (const auto& [address, segment] : initial.segment_map()) {
     alloc::SeedSegment seed;
@@ -113,22 +130,26 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   out.entries = trace.size();
   auto& requests = out.requests.requests;
   requests.reserve(trace.size());
-  out.expected_events.reserve(trace.size());
   out.expected_entry_index.reserve(trace.size());
 
-  std::set<std::uint64_t> streams;
-  for (const TraceEvent& e : trace)
-    streams.insert(e.stream.value);
+  // The distinct streams, as far as a third (only "exactly two" matters).
+  std::vector<std::uint64_t> streams;
+  for (const TraceEvent& e : trace) {
+    if (std::find(streams.begin(), streams.end(), e.stream.value) == streams.end()) {
+      streams.push_back(e.stream.value);
+      if (streams.size() > 2)
+        break;
+    }
+  }
   // The stream that used a block freed with pending events: not recorded in the trace.
   auto use_stream = [&](std::uint64_t allocation_stream) {
     if (streams.size() == 2)
-      return allocation_stream == *streams.begin() ? *streams.rbegin() : *streams.begin();
+      return allocation_stream == streams[0] ? streams[1] : streams[0];
     return kSyntheticUseStream;
   };
 
-  std::unordered_map<std::uint64_t, std::uint64_t> live;     // address -> tensor
-  std::unordered_map<std::uint64_t, std::uint64_t> pending;  // address -> tensor awaiting events
-  live.reserve(4096);
+  AddressTensors live(4096);     // address -> tensor
+  AddressTensors pending(1024);  // address -> tensor awaiting events
   std::uint64_t next_tensor = 1;
   if (initial)
     seed_from(*initial, out, live, pending, next_tensor);
@@ -138,14 +159,12 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
     const TraceEvent& e = trace[i];
     if (router)
       router->before_entry(trace, i, out.requests);
-    if (e.action != TraceAction::snapshot) {
-      out.expected_events.push_back(e);
+    if (e.action != TraceAction::snapshot)
       out.expected_entry_index.push_back(i);
-    }
     switch (e.action) {
       case TraceAction::alloc: {
         const std::uint64_t tensor = next_tensor++;
-        if (!live.emplace(e.addr, tensor).second || pending.contains(e.addr))
+        if (!live.emplace(e.addr, tensor) || pending.contains(e.addr))
           throw InputError(entry_name(i) + ": alloc at " + hex(e.addr) +
                            ", which is still allocated");
         requests.push_back(Request{RequestOp::malloc, TensorId{tensor}, e.size, e.stream, {}});
@@ -153,13 +172,13 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
         break;
       }
       case TraceAction::free_requested: {
-        auto it = live.find(e.addr);
-        if (it == live.end()) {
+        const std::uint64_t* found = live.find(e.addr);
+        if (!found) {
           ++out.unmatched_frees;
           break;
         }
-        const std::uint64_t tensor = it->second;
-        live.erase(it);
+        const std::uint64_t tensor = *found;
+        live.erase(e.addr);
         const bool completes_now = i + 1 < trace.size() &&
                                    trace[i + 1].action == TraceAction::free_completed &&
                                    trace[i + 1].addr == e.addr;
@@ -175,11 +194,9 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
         break;
       }
       case TraceAction::free_completed: {
-        auto it = pending.find(e.addr);
-        if (it != pending.end()) {
-          requests.push_back(
-              Request{RequestOp::events_ready, TensorId{it->second}, 0, e.stream, {}});
-          pending.erase(it);
+        if (const std::uint64_t* tensor = pending.find(e.addr)) {
+          requests.push_back(Request{RequestOp::events_ready, TensorId{*tensor}, 0, e.stream, {}});
+          pending.erase(e.addr);
         }
         break;
       }
@@ -308,7 +325,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   if (recorded_config)
     device.set_free_memory_at_ooms(std::move(free_at_ooms));
 
-  ReservedRecorder recorder(requests.expected_events.size());
+  ReservedRecorder recorder(requests.expected_entry_index.size());
   alloc::RunOptions run_options;
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
@@ -369,8 +386,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     return result;
 
   result.compared = true;
-  result.segment_events_match =
-      segment_events(result.events) == segment_events(requests.expected_events);
+  // The trace's snapshot entries are no segment events: the trace itself is the expectation.
+  result.segment_events_match = same_segment_events(result.events, trace);
   std::vector<RecordedOom> got_ooms;
   for (const alloc::RequestOom& oom : result.run.ooms)
     got_ooms.push_back(RecordedOom{oom.allocs_before, oom.oom.rounded_size, oom.oom.device_free});
@@ -378,28 +395,28 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
 
   // Addresses inside expandable reservations are the simulated device's, not the driver's.
   const bool compare_addresses = !config.expandable_segments;
-  const auto& expected = requests.expected_events;
+  const auto& expected = requests.expected_entry_index;  // trace[expected[i]] is event i
   const std::size_t common = std::min(expected.size(), result.events.size());
   for (std::size_t i = 0; i <= common; ++i) {
     if (i == common) {
       if (expected.size() != result.events.size()) {
         Divergence d;
         d.event_index = i;
-        d.trace_entry = i < expected.size() ? requests.expected_entry_index[i] : trace.size();
+        d.trace_entry = i < expected.size() ? expected[i] : trace.size();
         if (i < expected.size())
-          d.expected = expected[i];
+          d.expected = trace[expected[i]];
         if (i < result.events.size())
           d.got = result.events[i];
         result.first_divergence = d;
       }
       break;
     }
-    const TraceEvent& want = expected[i];
+    const TraceEvent& want = trace[expected[i]];
     const TraceEvent& got = result.events[i];
     const bool same = want.action == got.action && want.size == got.size &&
                       want.stream == got.stream && (!compare_addresses || want.addr == got.addr);
     if (!same) {
-      result.first_divergence = Divergence{i, requests.expected_entry_index[i], want, got};
+      result.first_divergence = Divergence{i, expected[i], want, got};
       break;
     }
   }
@@ -455,13 +472,17 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
         "final segments (" +
         rebuild_error + "); replayed from an empty allocator");
   // Active blocks at the start that the trace frees: no entry records their block size.
-  std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
-  for (const TraceEvent& e : trace) {
-    if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
-        e.action == TraceAction::free_completed)
-      freed_first.emplace(e.addr, e.action != TraceAction::alloc);
-  }
-  if (initial) {
+  const bool any_active =
+      initial &&
+      std::any_of(initial->block_map().begin(), initial->block_map().end(),
+                  [](const auto& block) { return block.second.state != BlockState::inactive; });
+  if (any_active) {
+    std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
+    for (const TraceEvent& e : trace) {
+      if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
+          e.action == TraceAction::free_completed)
+        freed_first.emplace(e.addr, e.action != TraceAction::alloc);
+    }
     for (const auto& [address, block] : initial->block_map()) {
       auto it = freed_first.find(address);
       if (block.state != BlockState::inactive && it != freed_first.end() && it->second)

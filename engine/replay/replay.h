@@ -40,9 +40,9 @@ struct TraceRequests {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> segments;
   std::vector<RecordedOom> ooms;
   std::vector<std::size_t> oom_requests;  // index in `requests` of each recorded OOM's malloc
-  // The recorded entries the model also emits (everything but `snapshot`), in order.
-  std::vector<TraceEvent> expected_events;
-  std::vector<std::size_t> expected_entry_index;  // trace index of each expected event
+  // The trace index of each recorded entry the model also emits (everything but `snapshot`),
+  // in order: the trace itself holds the expected events.
+  std::vector<std::size_t> expected_entry_index;
   // Frees of addresses neither the trace nor the seeded state allocated: skipped.
   std::size_t unmatched_frees = 0;
   // The state before the first entry, for a trace that starts mid-run (empty otherwise); its

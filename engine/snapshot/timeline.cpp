@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
 
 namespace fragscope::snapshot {
@@ -122,16 +123,16 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
   const auto& events = trace_of(snapshot, device);
   std::map<std::uint64_t, RangeSegment> segs;
   // Hashed while walking back through every entry (a 1.2M-entry trace made the ordered map a
-  // quarter of build_timeline); ordered once the walk is done.
-  std::unordered_map<std::uint64_t, LiveBlock> walking;
-  walking.reserve(1024);
+  // quarter of build_timeline, and a node-based hash map a tenth of a replay); ordered once the
+  // walk is done.
+  alloc::FlatAddressMap<LiveBlock> walking(1024);
   for (const Segment& s : snapshot.segments) {
     if (s.device != device)
       continue;
     segs[s.address] = RangeSegment{s.total_size, s.stream, s.pool, s.is_expandable};
     for (const Block& b : s.blocks) {
       if (b.state != BlockState::inactive)
-        walking[b.address] = LiveBlock{b.size, b.requested_size, b.state, b.frames};
+        walking.insert_or_assign(b.address, LiveBlock{b.size, b.requested_size, b.state, b.frames});
     }
   }
   try {
@@ -141,15 +142,16 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
           walking.erase(e->addr);
           break;
         case TraceAction::free_requested: {
-          auto it = walking.find(e->addr);
-          if (it != walking.end())
-            it->second.state = BlockState::active_allocated;
+          if (LiveBlock* block = walking.find(e->addr))
+            block->state = BlockState::active_allocated;
           else
-            walking[e->addr] = LiveBlock{0, e->size, BlockState::active_allocated, {}};
+            walking.insert_or_assign(e->addr,
+                                     LiveBlock{0, e->size, BlockState::active_allocated, {}});
           break;
         }
         case TraceAction::free_completed:
-          walking[e->addr] = LiveBlock{0, e->size, BlockState::active_pending_free, {}};
+          walking.insert_or_assign(e->addr,
+                                   LiveBlock{0, e->size, BlockState::active_pending_free, {}});
           break;
         case TraceAction::segment_alloc:
           segs.erase(e->addr);
@@ -169,7 +171,9 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
           break;
       }
     }
-    const std::map<std::uint64_t, LiveBlock> live(walking.begin(), walking.end());
+    std::map<std::uint64_t, LiveBlock> live;
+    walking.for_each(
+        [&live](std::uint64_t address, const LiveBlock& block) { live.emplace(address, block); });
     // Evidence for sizes the trace does not give: while a predating block is live, the free
     // space after it starts where it ends, so the first allocation the trace makes inside its gap
     // lands exactly on its end. Only a trace that frees blocks it never allocated needs it.
