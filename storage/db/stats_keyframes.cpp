@@ -31,11 +31,22 @@ std::string why_no_keyframes(const RunTrace& trace) {
   return {};
 }
 
+constexpr const char* kPrivatePools = "private pools that the replay infers";
+
+bool is_segment_event(TraceAction action) {
+  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
+         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
+}
+
 // Why the chain cannot follow the events between two keyframes (each window starts at the end of
-// an allocator call, so these local tests see what a test of the whole trace would).
+// an allocator call, so these local tests see what a test of the whole trace would). The
+// empty_cache calls the replay infers from a burst of segment_free entries are no reason: one
+// only returns whole free segments, which the next keyframe no longer holds; the private pools
+// it infers are (a keyframe's segments do not record their pool), see the window's replay.
 std::string why_no_keyframes(const std::vector<TraceEvent>& events, const StatsReplaySetup& setup) {
-  if (replay::needs_pool_inference(events, setup.options))
-    return "private pools or empty_cache calls that the replay infers";
+  for (const replay::SegmentPool& segment : setup.options.final_segments)
+    if (!segment.pool.is_default())
+      return kPrivatePools;
   for (std::size_t i = 0; i < events.size(); ++i) {
     if (events[i].action != TraceAction::free_requested)
       continue;
@@ -226,7 +237,14 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
     std::vector<TraceEvent> part =
         store.events(run, from, std::min(count, std::min(target, count) + kCallLookahead));
     std::uint64_t cut = std::min(target, count) - from;
-    while (cut < part.size() && end_of_allocator_call(part, cut) != cut)
+    // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
+    // segment_free entries, which the replay infers one call from).
+    auto inside_segment_events = [&part](std::uint64_t at) {
+      return at > 0 && at < part.size() && is_segment_event(part[at - 1].action) &&
+             is_segment_event(part[at].action);
+    };
+    while (cut < part.size() &&
+           (end_of_allocator_call(part, cut) != cut || inside_segment_events(cut)))
       ++cut;
     if (cut == part.size() && from + cut < count) {
       why = "an allocator call longer than " + std::to_string(kCallLookahead) + " events";
@@ -243,6 +261,11 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
         replay::replay_trace(part, setup.settings, options, last ? &last->state : nullptr);
     if (result.compared && result.first_divergence) {
       why = "the model diverged from the recording";
+      break;
+    }
+    if (result.pools && (result.pools->private_allocations > 0 || result.pools->pool_requests > 0 ||
+                         !result.pools->pools.empty())) {
+      why = kPrivatePools;
       break;
     }
     if (from + cut >= count)

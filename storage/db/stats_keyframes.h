@@ -7,8 +7,9 @@
 // Each keyframe is the previous one replayed forward, so the chain is exact only where the
 // model's whole state lies in its blocks and counters. A run the chain cannot follow stores none
 // and is replayed from event 0 (summary["stats_keyframes"]["none"] says why): expandable
-// segments (unmapped pages), a garbage-collection threshold (block ages), private pools or
-// inferred empty_cache calls, frees that waited for stream events (pending blocks and their
+// segments (unmapped pages), a garbage-collection threshold (block ages), private pools (a
+// keyframe's segments do not say which pool holds them; inferred empty_cache calls are followed),
+// frees that waited for stream events (pending blocks and their
 // per-stream order), a trace that starts mid-run (its start state is inferred) and a replay that
 // diverges from the recording.
 #include <cstdint>
