@@ -52,6 +52,7 @@ BandData loadBandData(const QString& databasePath, storage::RunId run, LifetimeK
   }
   BandData data;
   data.run = run;
+  data.name = QString::fromStdString(record.name);
   data.limit = storage::run_memory_limit(record);
   std::vector<Category> categories;
   for (std::uint64_t first = 0; first < record.event_count; first += kEventsPerRead) {
@@ -302,9 +303,9 @@ void BandTimelinePage::updateHeader() {
                                              [](const Lifetime& l) { return l.beforeTrace(); }));
   QString text =
       (m_kind == LifetimeKind::allocations
-           ? tr("<b>Run %1</b> · %2 allocations · peak %3 requested and live")
-           : tr("<b>Run %1</b> · %2 segments · peak %3 reserved"))
-          .arg(m_data.run.value)
+           ? tr("<b>%1</b> · %2 allocations · peak %3 requested and live")
+           : tr("<b>%1</b> · %2 segments · peak %3 reserved"))
+          .arg(m_data.name.toHtmlEscaped())
           .arg(formatCount(lifetimes.items.size()), formatBytes(static_cast<double>(peak)));
   if (before > 0)
     text += tr(" · %1 already live when the trace began (mid-run trace)").arg(formatCount(before));

@@ -30,6 +30,7 @@ namespace fragscope::gui {
 // What the page loads once per run.
 struct BandData {
   storage::RunId run{};
+  QString name;  // the run's name, as the Timeline's header and the runs list show it
   std::shared_ptr<const Lifetimes> lifetimes;
   std::shared_ptr<const FrameStacks> stacks;
   std::vector<std::uint64_t> oomEvents;

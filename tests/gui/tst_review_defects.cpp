@@ -213,6 +213,9 @@ class TestReviewDefects : public QObject {
           [&] { return page->data().run == m_realOom && !page->busy() && page->raster().width; },
           60000));
       QCOMPARE(page->data().limit, std::optional<Bytes>(6 * kGiB));
+      // Named as the Timeline and the runs list name it, not by its database id.
+      QVERIFY2(page->header()->text().startsWith(QStringLiteral("<b>gpt_oom_cap</b>")),
+               qPrintable(page->header()->text()));
       QVERIFY(page->capLine()->visible());
       QCOMPARE(page->capLine()->point1->value(), 6.0 * kGiB);
       QCOMPARE(page->capLabel()->text(), QStringLiteral("6.00 GiB allowed"));
