@@ -97,7 +97,11 @@ std::optional<workload::ExperimentPoint> experiment_point_of(const storage::RunR
 StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
                                 bool what_if_for_oom_only, const WorkControl& control) {
   StoredPostMortem data;
-  control.progress.report("diagnosing", 0, 3);
+  const auto step = [&control](std::string_view stage, std::uint64_t done) {
+    control.progress.report(stage, done * kNestedProgressUnits,
+                            kPostMortemSteps * kNestedProgressUnits);
+  };
+  step("diagnosing", 0);
   RunRequests loaded = load_requests(store, run);
   data.record = loaded.record;
   data.limit = storage::run_memory_limit(loaded.record);
@@ -111,7 +115,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
   data.post_mortems = analysis::trace_post_mortems(loaded.events, loaded.initial, loaded.config,
                                                    data.limit, &pools);
   control.check();
-  control.progress.report("measuring", 1, 3);
+  step("measuring", 1);
   try {
     analysis::MetricsRecorder::Options options;
     options.keep_samples = false;
@@ -126,7 +130,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
       data.categories_at_oom = buckets.front().bytes;
   }
   control.check();
-  control.progress.report("what-if", 2, 3);
+  step("what-if", 2);
   if (data.post_mortems.empty() && what_if_for_oom_only)
     return data;
   try {
@@ -141,6 +145,8 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
       analysis::AdviseOptions options;
       options.capacity = data.limit;
       options.cancel = control.cancel;
+      options.progress = nested_progress(control.progress, "what-if", 2, kPostMortemSteps,
+                                         kPostMortemSteps, analysis::kAdviseStages);
       const analysis::Advice advice =
           analysis::advise_experiment(*point, loaded.record.name, options);
       data.what_if = advice.table;
@@ -148,7 +154,9 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
       for (analysis::ProgramChange& change : analysis::program_changes(*point))
         data.workload_changes[change.name] = std::move(change.document);
     } else {
-      const analysis::AdviseOptions options = advise_options(data.limit, control.cancel);
+      analysis::AdviseOptions options = advise_options(data.limit, control.cancel);
+      options.progress = nested_progress(control.progress, "what-if", 2, kPostMortemSteps,
+                                         kPostMortemSteps, analysis::kWhatIfStages);
       data.what_if = analysis::run_what_if(
           loaded.requests.requests, candidates_of(loaded, options),
           analysis::trace_what_if_options(loaded.requests, loaded.profile, options));
@@ -158,7 +166,7 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
   } catch (const std::exception& error) {
     data.what_if_error = error.what();
   }
-  control.progress.report("what-if", 3, 3);
+  step("what-if", kPostMortemSteps);
   return data;
 }
 
@@ -184,7 +192,8 @@ storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
                               const std::string& mitigation, const WorkControl& control) {
   RunRequests loaded = load_requests(store, run);
   const std::optional<Bytes> limit = storage::run_memory_limit(loaded.record);
-  const analysis::AdviseOptions options = advise_options(limit, control.cancel);
+  analysis::AdviseOptions options = advise_options(limit, control.cancel);
+  options.progress = control.progress;  // the row's run: ("requests", done, requests)
   const auto candidates = candidates_of(loaded, options);
   const auto chosen =
       std::find_if(candidates.begin(), candidates.end(),

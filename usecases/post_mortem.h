@@ -22,6 +22,9 @@
 
 namespace fragscope::usecases {
 
+// The steps post_mortem_of reports: diagnosing, measuring, the what-if.
+inline constexpr std::uint64_t kPostMortemSteps = 3;
+
 struct StoredPostMortem {
   storage::RunRecord record;
   std::optional<Bytes> limit;  // the per-process limit the run had, when known
@@ -42,8 +45,10 @@ struct StoredPostMortem {
   std::map<std::string, nlohmann::json> workload_changes;
 };
 
-// Polls `control` between the stages ("diagnosing", "measuring", "what-if") and throws Cancelled.
-// With `what_if_for_oom_only`, a run without OOM gets no what-if table.
+// Polls `control` between the stages ("diagnosing", "measuring", "what-if") and inside the
+// what-if's runs, and throws Cancelled. Reports (stage, done, kPostMortemSteps ·
+// kNestedProgressUnits): each stage one step, the what-if moving through its step as its rows run,
+// the whole at the end. With `what_if_for_oom_only`, a run without OOM gets no what-if table.
 StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
                                 bool what_if_for_oom_only = false, const WorkControl& control = {});
 
@@ -53,6 +58,8 @@ analysis::Advice advice_of(const StoredPostMortem& post_mortem);
 // Replays the run's requests under the named mitigation (a standard what-if row's name) on the
 // same device the what-if row ran on, and stores the result as a simulated run named
 // "<run> · <mitigation>"; returns its id. An unknown name is an InputError listing the names.
+// Reports the replay as ("requests", done, requests) (alloc::kRunStages); a cancel (polled inside
+// the replay and before the run is stored) stores nothing.
 storage::RunId run_mitigation(storage::RunStore& store, storage::RunId run,
                               const std::string& mitigation, const WorkControl& control = {});
 

@@ -17,6 +17,7 @@ TwinRun store_twin(storage::RunStore& store, storage::RunId recording,
   alloc::RunOptions options;
   options.allowed_memory = limit;
   options.cancel = control.cancel;
+  options.progress = control.progress;
   TwinRun twin;
   twin.result = alloc::run_requests(requests, point.alloc_conf, device, &recorder, options);
   control.check();

@@ -21,7 +21,8 @@ struct TwinRun {
 
 // Simulates `point` on a device of `gpu_total` bytes within `limit`, stores it as
 // "<point> [model twin]" (device "simulated <gpu_name>") in `experiment`, and links it as the
-// twin of `recording`. Polls `control` inside the run (fragscope::Cancelled stores nothing).
+// twin of `recording`. Polls `control` inside the run (fragscope::Cancelled stores nothing) and
+// reports the run to it as ("requests", done, requests) (alloc::kRunStages).
 TwinRun store_twin(storage::RunStore& store, storage::RunId recording,
                    std::optional<storage::ExperimentId> experiment,
                    const workload::ExperimentPoint& point, Bytes gpu_total, Bytes limit,

@@ -106,8 +106,10 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
 
   const auto& list = requests.requests;
   for (std::size_t index = 0; index < list.size(); ++index) {
-    if (index % kCancelPollRequests == 0)
+    if (index % kCancelPollRequests == 0) {
+      options.progress.report(kRunStages[0].name, index, list.size());
       options.cancel.throw_if_cancelled();
+    }
     const Request& r = list[index];
     ++result.requests_run;
     switch (r.op) {
@@ -194,6 +196,7 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
         throw std::logic_error(where(index) + "allocator invariant violated: " + why);
     }
   }
+  options.progress.report(kRunStages[0].name, list.size(), list.size());
   result.stats = allocator.stats();
   if (options.keep_final_segments)
     result.final_segments = allocator.snapshot();

@@ -8,6 +8,7 @@
 
 #include "engine/allocator/caching_allocator.h"
 #include "engine/core/cancel.h"
+#include "engine/core/progress.h"
 #include "engine/core/request.h"
 
 namespace fragscope::alloc {
@@ -38,6 +39,9 @@ struct RunOptions {
   AllocatorProfile profile;
   // Polled every kCancelPollRequests requests: a cancelled run throws fragscope::Cancelled.
   CancelToken cancel;
+  // Told ("requests", requests done, requests) at every poll of `cancel`, and (n, n) once the run
+  // is over (also when an OOM stopped it early): kRunStages.
+  Progress progress;
   // The counters as they stood at the seeded state (an allocator-state keyframe's), restored
   // after seeding; unset: the seeded state's peaks and totals start afresh.
   std::optional<DeviceStats> initial_stats;
@@ -48,6 +52,9 @@ struct RunOptions {
 // How often run_requests polls RunOptions::cancel: a few microseconds of allocator work between
 // polls, so a cancel is seen within a millisecond.
 inline constexpr std::size_t kCancelPollRequests = 4096;
+
+// The one stage run_requests reports, for fraction_progress.
+inline constexpr ProgressStage kRunStages[] = {{"requests", 1}};
 
 struct RunResult {
   DeviceStats stats;  // final memory_stats()

@@ -129,6 +129,7 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
   alloc::RunOptions run_options;
   run_options.allowed_memory = options.capacity;
   run_options.cancel = options.cancel;
+  run_options.progress = progress_as(options.progress, kAdviseStages[0].name);
   alloc::run_requests(requests, config, device, &recorder, run_options);
   const snapshot::SegmentState empty(snapshot::LayoutRules::from_config(config));
   if (metrics) {
@@ -156,6 +157,7 @@ WhatIfOptions trace_what_if_options(const TraceRequests& trace, const alloc::Pro
   what_if.capacity = options.capacity;
   what_if.threads = options.threads;
   what_if.cancel = options.cancel;
+  what_if.progress = options.progress;
   what_if.recorded_segments = trace.recorded_segments;
   what_if.initial_segments = trace.initial_segments;
   what_if.profile = profile.profile();
@@ -171,6 +173,7 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   static const std::vector<TraceEvent> kNoEvents;
   const auto& events = device < snap.device_traces.size() ? snap.device_traces[device] : kNoEvents;
 
+  options.progress.report(kAdviseStages[0].name, 0, 1);
   Advice advice;
   advice.input = input;
   advice.kind = "snapshot";
@@ -188,6 +191,8 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   advice.profile = snapshot::profile_choice(snap.torch_version);
   if (std::string note = mid_run_what_if_note(trace.initial_segments); !note.empty())
     advice.notes.push_back(std::move(note));
+  options.cancel.throw_if_cancelled();
+  options.progress.report(kAdviseStages[0].name, 1, 1);
   const WhatIfOptions what_if = trace_what_if_options(trace, advice.profile, options);
   advice.device_memory = what_if.device_memory;
   const std::vector<Mitigation> candidates =
@@ -271,6 +276,7 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
   what_if.device_total = point.device.total_memory;
   what_if.threads = options.threads;
   what_if.cancel = options.cancel;
+  what_if.progress = options.progress;
   advice.device_memory = what_if.device_memory;
 
   const RequestStream requests = workload::generate(point.workload);

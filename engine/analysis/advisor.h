@@ -27,7 +27,14 @@ struct AdviseOptions {
   // Releases to try the same run under (release_mitigations): "would upgrading have avoided it".
   std::vector<TorchVersion> what_if_releases;
   CancelToken cancel;  // polled inside every run: fragscope::Cancelled
+  // Told how far the advice has come, in the stages of kAdviseStages.
+  Progress progress;
 };
+
+// What advise_snapshot and advise_experiment report to AdviseOptions::progress, in order:
+// "baseline" (the recording measured and its OOMs diagnosed, 1 of 1 when done; for an experiment
+// the baseline's run, as alloc::run_requests reports it), then run_what_if's "candidates".
+inline constexpr ProgressStage kAdviseStages[] = {{"baseline", 1}, {"candidates", 4}};
 
 struct Advice {
   std::string input;  // file name as given
@@ -52,8 +59,8 @@ struct Advice {
 std::string mid_run_what_if_note(const std::vector<alloc::SeedSegment>& initial_segments);
 
 // Post-mortems of a simulated run: the model emits the same oom entries PyTorch records, so the
-// run's own events are diagnosed like a trace. `metrics`, when given, receives the run's
-// metrics (no per-event samples).
+// run's own events are diagnosed like a trace; its run reports to options.progress as "baseline".
+// `metrics`, when given, receives the run's metrics (no per-event samples).
 std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
                                                  const alloc::AllocatorConfig& config,
                                                  const WhatIfOptions& options,

@@ -49,8 +49,23 @@ Mitigation candidate(std::string name, const alloc::AllocatorConfig& baseline,
 
 // `requests_ideal` is ideal_peak(requests, options.initial_segments), computed once per sweep:
 // it only depends on the stream, and every candidate that keeps the baseline stream shares it.
+alloc::RunResult run_with_progress(const RequestStream& requests, const Mitigation& candidate,
+                                   const WhatIfOptions& options, alloc::EventSink* sink,
+                                   Progress progress) {
+  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
+  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
+  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+  alloc::RunOptions run_options;
+  run_options.allowed_memory = options.capacity;
+  run_options.initial_segments = options.initial_segments;
+  run_options.profile = candidate.profile ? *candidate.profile : options.profile;
+  run_options.cancel = options.cancel;
+  run_options.progress = std::move(progress);
+  return alloc::run_requests(requests, candidate.config, device, sink, run_options);
+}
+
 WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
-                  const WhatIfOptions& options, std::size_t index) {
+                  const WhatIfOptions& options, std::size_t index, Progress progress) {
   WhatIfRow row;
   row.candidate = index;
   row.name = m.name;
@@ -64,7 +79,8 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     return row;
   }
   try {
-    const alloc::RunResult result = run_candidate(stream, m, options);
+    const alloc::RunResult result =
+        run_with_progress(stream, m, options, nullptr, std::move(progress));
     row.ok = result.ooms.empty();
     if (!result.ooms.empty()) {
       row.first_oom_request = result.ooms.front().request_index;
@@ -91,15 +107,7 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
 
 alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& candidate,
                                const WhatIfOptions& options, alloc::EventSink* sink) {
-  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
-  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
-  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
-  alloc::RunOptions run_options;
-  run_options.allowed_memory = options.capacity;
-  run_options.initial_segments = options.initial_segments;
-  run_options.profile = candidate.profile ? *candidate.profile : options.profile;
-  run_options.cancel = options.cancel;
-  return alloc::run_requests(requests, candidate.config, device, sink, run_options);
+  return run_with_progress(requests, candidate, options, sink, options.progress);
 }
 
 RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
@@ -268,10 +276,15 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
   threads = std::clamp<unsigned>(
       threads, 1, static_cast<unsigned>(std::max<std::size_t>(candidates.size(), 1)));
   std::atomic<std::size_t> next{0};
+  PartsProgress progress(options.progress, kWhatIfStages[0].name, candidates.size());
+  progress.start();
   auto work = [&] {
     // Each worker takes the next candidate; results land in their candidate's slot.
-    for (std::size_t i = next++; i < candidates.size() && !options.cancel.cancelled(); i = next++)
-      rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i);
+    for (std::size_t i = next++; i < candidates.size() && !options.cancel.cancelled(); i = next++) {
+      rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i, progress.part(i));
+      if (!options.cancel.cancelled())
+        progress.set(i, 1);
+    }
   };
   {
     std::vector<std::jthread> pool;

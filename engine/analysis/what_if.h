@@ -26,6 +26,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/cancel.h"
 #include "engine/core/devices.h"
+#include "engine/core/progress.h"
 #include "engine/core/request.h"
 #include "engine/core/units.h"
 
@@ -97,7 +98,15 @@ struct WhatIfOptions {
   alloc::AllocatorProfile profile;
   // Polled between candidates and inside each run: run_what_if then throws fragscope::Cancelled.
   CancelToken cancel;
+  // run_what_if: ("candidates", done, candidates · kNestedProgressUnits), each row's run counting
+  // its share of kNestedProgressUnits as it goes (kWhatIfStages); called from the worker threads,
+  // one report at a time. run_candidate: its run's ("requests", done, requests)
+  // (alloc::kRunStages).
+  Progress progress;
 };
+
+// The one stage run_what_if reports, for fraction_progress.
+inline constexpr ProgressStage kWhatIfStages[] = {{"candidates", 1}};
 
 struct WhatIfRow {
   std::size_t candidate = 0;  // index into the candidates given

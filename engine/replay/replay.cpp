@@ -290,8 +290,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
       settings.initial_segments = requests_from_trace({}, initial).initial_segments;
     // Each pass that meets a decision its pool assignment cannot explain learns which segment
     // or pool was different and runs again; the last pass's requests are replayed.
-    constexpr std::size_t kMaxPasses = 24;
     for (std::size_t pass = 1;; ++pass) {
+      options.progress.report("pools", pass - 1, kMaxPoolPasses);
       options.cancel.throw_if_cancelled();
       router = std::make_unique<PoolRouter>(settings);
       requests = requests_from_trace(trace, initial, router.get());
@@ -303,10 +303,11 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
         for (const auto& id : revised->no_split)
           std::fprintf(stderr, "pass %zu no_split %s\n", pass, to_string(id).c_str());
       }
-      if (!revised || *revised == settings.hints || pass == kMaxPasses)
+      if (!revised || *revised == settings.hints || pass == kMaxPoolPasses)
         break;
       settings.hints = *revised;
     }
+    options.progress.report("pools", 1, 1);
   } else {
     requests = requests_from_trace(trace, initial);
   }
@@ -333,6 +334,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   run_options.initial_segments = requests.initial_segments;
   run_options.profile = profile;
   run_options.cancel = options.cancel;
+  run_options.progress = options.progress;  // its stage is "requests"
   run_options.initial_stats = options.initial_stats;
   run_options.keep_final_segments = options.keep_final_segments;
 
@@ -349,8 +351,10 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
                                             dry_simulated);
     dry_device.set_ordinal(options.device);
+    alloc::RunOptions dry_options = run_options;
+    dry_options.progress = progress_as(options.progress, "sync calls");
     const auto dry =
-        alloc::run_requests(requests.requests, config, dry_device, nullptr, run_options);
+        alloc::run_requests(requests.requests, config, dry_device, nullptr, dry_options);
     const std::int64_t missing =
         *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
     if (missing > 0) {
@@ -382,8 +386,10 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
       }
     }
   }
-  if (!recorded_config)
+  if (!recorded_config) {
+    options.progress.report("comparing", 1, 1);
     return result;
+  }
 
   result.compared = true;
   // The trace's snapshot entries are no segment events: the trace itself is the expectation.
@@ -420,6 +426,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
       break;
     }
   }
+  options.progress.report("comparing", 1, 1);
   return result;
 }
 

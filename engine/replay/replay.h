@@ -16,6 +16,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/cancel.h"
 #include "engine/core/devices.h"
+#include "engine/core/progress.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "engine/replay/pool_inference.h"
@@ -117,12 +118,24 @@ struct ReplayOptions {
   int device = 0;
   // Polled between pool-inference passes and inside the model's run: fragscope::Cancelled.
   CancelToken cancel;
+  // Told how far the replay has come, in the stages of kReplayStages.
+  Progress progress;
   // Replaying on from an allocator-state keyframe (`initial` its blocks): its counters
   // (alloc::RunOptions::initial_stats).
   std::optional<alloc::DeviceStats> initial_stats;
   // Keep the model's final segments and blocks in ReplayResult::run.final_segments.
   bool keep_final_segments = false;
 };
+
+// What replay_trace reports to ReplayOptions::progress, in order: "pools" (pass k of at most
+// kMaxPoolPasses; 1 of 1 when the inference is done), "sync calls" (the dry run that counts
+// empty_cache calls, when recorded_sync_all_streams is set), "requests" (the model's run, as
+// alloc::run_requests reports it) and "comparing" (1 of 1 once the result is complete). Stages a
+// replay does not need are skipped.
+inline constexpr ProgressStage kReplayStages[] = {
+    {"pools", 2}, {"sync calls", 1}, {"requests", 2}, {"comparing", 0.1}};
+// The most pool-inference passes a replay makes.
+inline constexpr std::size_t kMaxPoolPasses = 24;
 
 // Whether the replay must infer pool requests and empty_cache calls for this trace: the final
 // snapshot shows private pools, or the trace returns segments outside an OOM path.

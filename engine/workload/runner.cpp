@@ -87,7 +87,8 @@ std::vector<std::uint64_t> step_first_events(const RequestStream& stream,
 
 }  // namespace
 
-PointResult run_point(const ExperimentPoint& point, bool record_events, const CancelToken& cancel) {
+PointResult run_point(const ExperimentPoint& point, bool record_events, const CancelToken& cancel,
+                      const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
   const alloc::AllocatorConfig& config = point.alloc_conf;
   const RequestStream stream = generate(point.workload);
@@ -95,6 +96,7 @@ PointResult run_point(const ExperimentPoint& point, bool record_events, const Ca
   alloc::RunOptions options;
   options.stop_on_oom = true;
   options.cancel = cancel;
+  options.progress = progress;
   if (point.device.allowed > 0)
     options.allowed_memory = point.device.allowed;
   LabellingSink sink(stream);

@@ -38,8 +38,9 @@ struct PointResult {
 };
 
 // A cancelled `cancel` stops the run within a few thousand requests (fragscope::Cancelled).
+// `progress` is told the run's ("requests", done, requests) (alloc::kRunStages), ending at 1 of 1.
 PointResult run_point(const ExperimentPoint& point, bool record_events,
-                      const CancelToken& cancel = {});
+                      const CancelToken& cancel = {}, const Progress& progress = {});
 
 // {"name","outcome","peak_allocated","peak_reserved","memory_stats","oom","steps_completed",
 //  "estimated_step_time_ratio"} — the CLI's and the stored run summary's shape.

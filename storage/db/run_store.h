@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/cancel.h"
+#include "engine/core/progress.h"
 #include "engine/core/request.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
@@ -153,6 +154,9 @@ struct EventColumns {
 
 class RunStore;
 
+// The one stage RunStore::category_timeline reports, for fraction_progress.
+inline constexpr ProgressStage kCategoryTimelineStages[] = {{"categories", 1}};
+
 // Opens the store at `path` for a command: with `must_exist`, a missing file is a DatabaseError
 // "no such database" instead of a new, empty database.
 std::unique_ptr<RunStore> open_run_store(const std::string& path, OpenMode mode, bool must_exist);
@@ -240,10 +244,12 @@ class RunStore {
   // label (and every allocation of an unlabelled run) count as Category::unknown. Bucketed like
   // timeline(), from the category pyramid stored at ingest; a run stored before the pyramid
   // existed (schema < 8) is replayed from its first event. `cancel` is polled per chunk or row
-  // read.
+  // read; `progress` is told ("categories", done, total) as the pyramid's pieces are read (a run
+  // replayed: its events), ending at total of total when the buckets are complete
+  // (kCategoryTimelineStages).
   std::vector<CategoryBucket> category_timeline(RunId run, std::uint64_t first, std::uint64_t end,
-                                                std::size_t buckets,
-                                                const CancelToken& cancel = {});
+                                                std::size_t buckets, const CancelToken& cancel = {},
+                                                const Progress& progress = {});
   // The index of the first event at or after `time_us` (event_count when none): maps a time
   // axis onto the event axis that timeline() takes.
   std::uint64_t event_at_time(RunId run, std::int64_t time_us);
@@ -283,7 +289,8 @@ class RunStore {
                                              std::uint64_t end_bucket, const CancelToken& cancel);
   std::vector<CategoryBucket> category_timeline_by_replay(RunId run, std::uint64_t first,
                                                           std::uint64_t end, std::size_t buckets,
-                                                          const CancelToken& cancel);
+                                                          const CancelToken& cancel,
+                                                          const Progress& progress);
   void flush_chunk(Ingest& ingest);
   void write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows);
   EventChunk load_chunk(RunId run, std::uint64_t chunk_first);

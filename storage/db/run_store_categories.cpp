@@ -110,66 +110,92 @@ std::vector<CategoryBucket> RunStore::category_level(RunId run, int level,
 
 std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
                                                         std::uint64_t end, std::size_t buckets,
-                                                        const CancelToken& cancel) {
+                                                        const CancelToken& cancel,
+                                                        const Progress& progress) {
+  constexpr std::string_view kStage = kCategoryTimelineStages[0].name;
   end = std::min(end, this->run(run).event_count);
-  if (end <= first || buckets == 0)
+  if (end <= first || buckets == 0) {
+    progress.report(kStage, 1, 1);
     return {};
+  }
   auto stored = db_->prepare("SELECT max(level) FROM category_levels WHERE run_id = ?");
   stored.bind_int(1, run.value);
   if (!stored.step() || stored.column_is_null(0))
-    return category_timeline_by_replay(run, first, end, buckets, cancel);
+    return category_timeline_by_replay(run, first, end, buckets, cancel, progress);
   const int top_level = static_cast<int>(stored.column_int(0));
 
   const std::uint64_t width = (end - first) / buckets;
-  if (width < kLevel0Events) {
-    const auto singles = category_singles(run, first, end, cancel);
-    return regroup_level_buckets<CategoryBucket>(singles, first, end, buckets);
-  }
   int level = 0;
-  while (level < top_level && level_bucket_events(level + 1) <= width)
+  while (width >= kLevel0Events && level < top_level && level_bucket_events(level + 1) <= width)
     ++level;
 
   // [first, end) as aligned pyramid buckets no wider than `level`'s: single events up to the
   // first level-0 boundary, then ever coarser buckets up to each next boundary, `level`'s
   // buckets, and ever finer ones down to `end`. Each output bucket then covers exactly its
-  // events, and at most a few dozen events are read one by one.
+  // events, and at most a few dozen events are read one by one. Narrower buckets than level 0's
+  // are read as single events.
+  struct Piece {
+    int level = -1;  // -1: single events [first, end); else buckets [first, end) of that level
+    std::uint64_t first = 0;
+    std::uint64_t end = 0;
+  };
+  std::vector<Piece> pieces;
+  if (width < kLevel0Events) {
+    pieces.push_back({-1, first, end});
+  } else {
+    std::uint64_t pos = first;
+    const auto align_up = [](std::uint64_t value, std::uint64_t size) {
+      return (value + size - 1) / size * size;
+    };
+    const std::uint64_t head_end = std::min(end, align_up(pos, kLevel0Events));
+    pieces.push_back({-1, pos, head_end});
+    pos = head_end;
+    int climbed = 0;
+    while (climbed < level) {
+      const std::uint64_t size = level_bucket_events(climbed);
+      const std::uint64_t boundary = align_up(pos, level_bucket_events(climbed + 1));
+      const std::uint64_t stop = std::max(pos, std::min(boundary, end / size * size));
+      pieces.push_back({climbed, pos / size, stop / size});
+      pos = stop;
+      if (pos != boundary)
+        break;  // `end` comes before the next coarser boundary: descend from here
+      ++climbed;
+    }
+    for (int l = climbed; l >= 0; --l) {
+      const std::uint64_t size = level_bucket_events(l);
+      const std::uint64_t stop = std::max(pos, end / size * size);
+      pieces.push_back({l, pos / size, stop / size});
+      pos = stop;
+    }
+    pieces.push_back({-1, pos, end});
+  }
+
+  // Progress by piece read; the last unit is the regrouping.
+  const std::uint64_t units = pieces.size() + 1;
+  progress.report(kStage, 0, units);
   std::vector<CategoryBucket> source;
-  auto append = [&](std::vector<CategoryBucket> part) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    const auto part = piece.level < 0
+                          ? category_singles(run, piece.first, piece.end, cancel)
+                          : category_level(run, piece.level, piece.first, piece.end, cancel);
     source.insert(source.end(), part.begin(), part.end());
-  };
-  std::uint64_t pos = first;
-  const auto align_up = [](std::uint64_t value, std::uint64_t size) {
-    return (value + size - 1) / size * size;
-  };
-  const std::uint64_t head_end = std::min(end, align_up(pos, kLevel0Events));
-  append(category_singles(run, pos, head_end, cancel));
-  pos = head_end;
-  int climbed = 0;
-  while (climbed < level) {
-    const std::uint64_t size = level_bucket_events(climbed);
-    const std::uint64_t boundary = align_up(pos, level_bucket_events(climbed + 1));
-    const std::uint64_t stop = std::max(pos, std::min(boundary, end / size * size));
-    append(category_level(run, climbed, pos / size, stop / size, cancel));
-    pos = stop;
-    if (pos != boundary)
-      break;  // `end` comes before the next coarser boundary: descend from here
-    ++climbed;
+    progress.report(kStage, i + 1, units);
+    cancel.throw_if_cancelled();
   }
-  for (int l = climbed; l >= 0; --l) {
-    const std::uint64_t size = level_bucket_events(l);
-    const std::uint64_t stop = std::max(pos, end / size * size);
-    append(category_level(run, l, pos / size, stop / size, cancel));
-    pos = stop;
-  }
-  append(category_singles(run, pos, end, cancel));
-  return regroup_level_buckets<CategoryBucket>(source, first, end, buckets);
+  auto out = regroup_level_buckets<CategoryBucket>(source, first, end, buckets);
+  progress.report(kStage, units, units);
+  return out;
 }
 
 // Runs stored before the pyramid existed: replay the events from the first one.
 std::vector<CategoryBucket> RunStore::category_timeline_by_replay(RunId run, std::uint64_t first,
                                                                   std::uint64_t end,
                                                                   std::size_t buckets,
-                                                                  const CancelToken& cancel) {
+                                                                  const CancelToken& cancel,
+                                                                  const Progress& progress) {
+  constexpr std::string_view kStage = kCategoryTimelineStages[0].name;
+  progress.report(kStage, 0, end);
   std::vector<CategoryBucket> out;
   std::vector<Category> category_of_label;
   for (const auto& label : labels(run)) {
@@ -210,7 +236,10 @@ std::vector<CategoryBucket> RunStore::category_timeline_by_replay(RunId run, std
     // continue into this chunk.
     pending.insert(pending.begin(), out.begin(), out.end());
     out = regroup_level_buckets<CategoryBucket>(pending, first, end, buckets);
+    if (index < end)
+      progress.report(kStage, index, end);
   }
+  progress.report(kStage, end, end);
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "storage/db/category_pyramid.h"
 #include "storage/db/run_store.h"
+#include "tests/progress_test_util.h"
 #include "tests/storage/storage_test_util.h"
 
 namespace fragscope::storage {
@@ -167,6 +168,33 @@ TEST_F(CategoryPyramid, CancelledQueriesStop) {
   cancel.cancel();
   EXPECT_THROW(store.category_timeline(id, 0, run_->events.size(), 10, cancel), Cancelled);
   EXPECT_THROW(store.category_timeline(id, 3, 40, 10, cancel), Cancelled);
+}
+
+// A query reports the events it has read, growing to 1 once its buckets are complete, from the
+// pyramid and by replay alike; a cancel midway stops it (fragscope::Cancelled, no buckets), and the
+// next query is answered as before.
+TEST_F(CategoryPyramid, ProgressGrowsToOneAndACancelMidwayStops) {
+  RunStore store(":memory:");
+  const RunId id = store_labelled(store, *run_);
+  const std::uint64_t n = run_->events.size();
+  const auto query = [&](const CancelToken& cancel, const Progress& progress) {
+    return store.category_timeline(id, 1, n - 1, 977, cancel, progress);
+  };
+  for (const bool pyramid : {true, false}) {
+    SCOPED_TRACE(pyramid ? "from the pyramid" : "by replay");
+    if (!pyramid)
+      store.database().exec("DELETE FROM category_levels");
+    const auto expected = query({}, {});
+    fragscope::test::ProgressRecorder whole(kCategoryTimelineStages);
+    EXPECT_EQ(query({}, whole.progress()), expected);
+    EXPECT_TRUE(fragscope::test::grows_to_one(whole, 3));
+
+    fragscope::test::ProgressRecorder halfway(kCategoryTimelineStages);
+    halfway.cancel_at = 0.5;
+    EXPECT_THROW(query(halfway.token, halfway.progress()), Cancelled);
+    EXPECT_TRUE(fragscope::test::stopped_before(halfway, 0.99));
+    EXPECT_EQ(query({}, {}), expected);
+  }
 }
 
 TEST(CategoryPyramidIngest, LabelsComeBeforeTheLabelledEvents) {

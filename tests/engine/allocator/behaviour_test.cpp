@@ -3,10 +3,13 @@
 // invariant checker after every call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
+#include "engine/allocator/event_sink.h"
 #include "engine/allocator/run.h"
 #include "tests/engine/allocator/allocator_test_util.h"
+#include "tests/progress_test_util.h"
 
 namespace fragscope::alloc::test {
 namespace {
@@ -212,6 +215,36 @@ TEST(Run, ACancelledRunStopsAtTheNextPoll) {
   EXPECT_THROW(run_requests(stream, AllocatorConfig{}, again, nullptr, options), Cancelled);
   SimulatedDevice uncancelled(1_GiB);
   EXPECT_EQ(run_requests(stream, AllocatorConfig{}, uncancelled).allocs, kTensors);
+}
+
+// The run reports its requests as it goes and ends at 1; a cancel halfway stops it there.
+TEST(Run, ProgressGrowsToOneAndACancelHalfwayStopsThere) {
+  RequestStream stream;
+  constexpr std::uint64_t kTensors = 8 * kCancelPollRequests;
+  for (std::uint64_t t = 1; t <= kTensors; ++t) {
+    stream.requests.push_back(Request{RequestOp::malloc, TensorId{t}, 1_KiB, StreamId{0}, {}});
+    stream.requests.push_back(Request{RequestOp::free, TensorId{t}, 0, StreamId{0}, {}});
+  }
+  fragscope::test::ProgressRecorder whole(kRunStages);
+  RunOptions options;
+  options.progress = whole.progress();
+  SimulatedDevice device(1_GiB);
+  EXPECT_EQ(run_requests(stream, AllocatorConfig{}, device, nullptr, options).allocs, kTensors);
+  EXPECT_TRUE(fragscope::test::grows_to_one(whole, 2 * kTensors / kCancelPollRequests));
+
+  fragscope::test::ProgressRecorder halfway(kRunStages);
+  halfway.cancel_at = 0.5;
+  options.progress = halfway.progress();
+  options.cancel = halfway.token;
+  TraceRecorder events;
+  SimulatedDevice again(1_GiB);
+  EXPECT_THROW(run_requests(stream, AllocatorConfig{}, again, &events, options), Cancelled);
+  EXPECT_TRUE(fragscope::test::stopped_before(halfway, 0.5));
+  // Cancelled at the poll that reported one half: no request after it ran.
+  const auto allocs =
+      std::count_if(events.events().begin(), events.events().end(),
+                    [](const TraceEvent& e) { return e.action == TraceAction::alloc; });
+  EXPECT_EQ(static_cast<std::uint64_t>(allocs), kTensors / 2);
 }
 
 // --- the same randomized workload under several policies --------------------------------------

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/analysis/analysis_test_util.h"
+#include "tests/progress_test_util.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -89,6 +90,30 @@ TEST(AlignSteps, MarkersLandBetweenTheirRequestsEvents) {
   EXPECT_EQ(metrics.steps[1].device_calls.segment_frees, 1u);
   EXPECT_EQ(metrics.steps[2].bytes_allocated, 30_MiB);
   EXPECT_EQ(metrics.steps[0].peak.reserved, 32_MiB);
+}
+
+// The advice of a recording reports its baseline, then its what-if rows, growing to 1; a cancel
+// halfway through the rows stops them (fragscope::Cancelled, no advice).
+TEST(AdvisorFixture, ProgressGrowsToOneAndACancelStopsTheRows) {
+  const auto& snap = test::fixture("gpt_oom_cap");
+  fragscope::test::ProgressRecorder whole(kAdviseStages);
+  AdviseOptions options;
+  options.capacity = 6_GiB;
+  options.threads = 2;
+  options.progress = whole.progress();
+  const Advice advice = advise_snapshot(snap, "gpt_oom_cap", options);
+  EXPECT_TRUE(fragscope::test::grows_to_one(whole, 2 + advice.table.rows.size()));
+
+  fragscope::test::ProgressRecorder halfway(kAdviseStages);
+  const double baseline =
+      kAdviseStages[0].share / (kAdviseStages[0].share + kAdviseStages[1].share);
+  halfway.cancel_at = baseline + (1 - baseline) / 2;
+  options.threads = 1;
+  options.progress = halfway.progress();
+  options.cancel = halfway.token;
+  EXPECT_THROW(advise_snapshot(snap, "gpt_oom_cap", options), Cancelled);
+  EXPECT_TRUE(fragscope::test::stopped_before(
+      halfway, halfway.cancel_at + (1 - baseline) / static_cast<double>(advice.table.rows.size())));
 }
 
 // gpt_oom_cap under its 6 GiB limit: the recording's post-mortem, the baseline replay failing

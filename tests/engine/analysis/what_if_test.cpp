@@ -5,6 +5,7 @@
 #include "engine/analysis/analysis_test_util.h"
 #include "engine/analysis/trace_requests.h"
 #include "engine/core/error.h"
+#include "tests/progress_test_util.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -128,6 +129,37 @@ TEST(WhatIf, ACancelIsNotARowError) {
   EXPECT_NO_THROW(run_what_if(s, candidates, cancelled));
   cancelled.cancel.cancel();
   EXPECT_THROW(run_what_if(s, candidates, cancelled), Cancelled);
+}
+
+// Every row's run moves the progress as it goes (the workers report one at a time), which ends at 1
+// once the last row is done; a cancel a third of the way stops the row running then and starts no
+// other (no table: fragscope::Cancelled).
+TEST(WhatIf, ProgressGrowsRowByRowAndACancelStopsTheRest) {
+  RequestStream s;
+  for (std::uint64_t t = 100; t < 100 + 2 * alloc::kCancelPollRequests; ++t) {
+    s.requests.push_back(malloc_of(t, 1_KiB));
+    s.requests.push_back(free_of(t));
+  }
+  for (const Request& r : fragmenting_stream().requests)
+    s.requests.push_back(r);
+  const auto candidates = standard_mitigations(s, alloc::AllocatorConfig{});
+  ASSERT_GE(candidates.size(), 6u);
+
+  fragscope::test::ProgressRecorder whole(kWhatIfStages);
+  WhatIfOptions reported = options(100_MiB, 3);
+  reported.progress = whole.progress();
+  const WhatIfTable table = run_what_if(s, candidates, reported);
+  EXPECT_EQ(to_json(table).dump(), to_json(run_what_if(s, candidates, options(100_MiB, 3))).dump());
+  EXPECT_TRUE(fragscope::test::grows_to_one(whole, 2 * candidates.size()));
+
+  fragscope::test::ProgressRecorder third(kWhatIfStages);
+  third.cancel_at = 1.0 / 3;
+  WhatIfOptions cancelled = options(100_MiB, 1);
+  cancelled.progress = third.progress();
+  cancelled.cancel = third.token;
+  EXPECT_THROW(run_what_if(s, candidates, cancelled), Cancelled);
+  EXPECT_TRUE(fragscope::test::stopped_before(
+      third, 1.0 / 3 + 1.0 / static_cast<double>(candidates.size())));
 }
 
 TEST(WhatIf, RanksCandidatesThatAvoidTheOomFirst) {
