@@ -12,16 +12,6 @@
 namespace fragscope::analysis {
 namespace {
 
-void take_max(MemorySample& peak, const MemorySample& s) {
-  peak.allocated = std::max(peak.allocated, s.allocated);
-  peak.reserved = std::max(peak.reserved, s.reserved);
-  peak.active = std::max(peak.active, s.active);
-  peak.requested = std::max(peak.requested, s.requested);
-  peak.inactive_split = std::max(peak.inactive_split, s.inactive_split);
-  peak.largest_free = std::max(peak.largest_free, s.largest_free);
-  peak.segments = std::max(peak.segments, s.segments);
-}
-
 void count_call(DeviceCalls& calls, TraceAction action) {
   switch (action) {
     case TraceAction::segment_alloc:
@@ -51,14 +41,6 @@ DeviceCalls& DeviceCalls::operator+=(const DeviceCalls& other) {
   return *this;
 }
 
-double MemorySample::external_fragmentation() const {
-  const Bytes free = cached_free();
-  if (free == 0)
-    return 0.0;
-  const Bytes largest = std::min(largest_free, free);
-  return 1.0 - static_cast<double>(largest) / static_cast<double>(free);
-}
-
 double RunMetrics::gmlake_fragmentation() const {
   if (peak.reserved == 0)
     return 0.0;
@@ -66,16 +48,7 @@ double RunMetrics::gmlake_fragmentation() const {
 }
 
 MemorySample sample_of(const snapshot::SegmentState& state) {
-  const snapshot::TimelineSample& t = state.sample();
-  MemorySample s;
-  s.allocated = t.allocated;
-  s.reserved = t.reserved;
-  s.active = t.active;
-  s.requested = t.requested;
-  s.inactive_split = t.inactive_split;
-  s.largest_free = t.largest_free;
-  s.segments = t.segments;
-  return s;
+  return state.sample();
 }
 
 std::vector<FreeBlock> free_blocks(const snapshot::SegmentState& state) {

@@ -20,6 +20,7 @@
 
 #include "engine/allocator/config.h"
 #include "engine/allocator/sizes.h"
+#include "engine/core/memory_sample.h"
 #include "engine/core/mempool_id.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/trace.h"
@@ -39,23 +40,9 @@ struct DeviceCalls {
   friend bool operator==(const DeviceCalls&, const DeviceCalls&) = default;
 };
 
-// The memory state after one event ("all" pools, PyTorch's memory_stats() meanings).
-struct MemorySample {
-  Bytes allocated = 0;       // allocated_bytes: blocks handed out
-  Bytes reserved = 0;        // reserved_bytes: cudaMalloc'd + mapped bytes
-  Bytes active = 0;          // active_bytes: allocated + freed blocks awaiting stream events
-  Bytes requested = 0;       // requested_bytes: unrounded sizes of active blocks
-  Bytes inactive_split = 0;  // free bytes inside split segments ("Non-releasable")
-  Bytes largest_free = 0;    // largest cached free block, any pool or stream
-  std::uint64_t segments = 0;
-
-  Bytes cached_free() const { return reserved > active ? reserved - active : 0; }
-  Bytes cached_unused() const { return reserved > allocated ? reserved - allocated : 0; }
-  Bytes rounding_waste() const { return active > requested ? active - requested : 0; }
-  // 1 - largest_free / cached_free; 0 when nothing is cached.
-  double external_fragmentation() const;
-  friend bool operator==(const MemorySample&, const MemorySample&) = default;
-};
+// The memory state after one event: engine/core's MemorySample, the one the segment state tracks
+// (the GUI names it analysis::MemorySample).
+using fragscope::MemorySample;
 
 // Free cached memory of one (stream, pool): what a request on that stream could reuse.
 struct FreeSpace {

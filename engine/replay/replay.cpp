@@ -1,7 +1,6 @@
 #include "engine/replay/replay.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -10,6 +9,7 @@
 
 #include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
+#include "engine/core/hex.h"
 #include "engine/snapshot/timeline.h"
 
 namespace fragscope::replay {
@@ -24,12 +24,6 @@ bool is_segment_action(TraceAction action) {
 
 std::string entry_name(std::size_t index) {
   return "trace entry " + std::to_string(index);
-}
-
-std::string hex(std::uint64_t value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "0x%" PRIx64, value);
-  return buffer;
 }
 
 }  // namespace
@@ -51,7 +45,7 @@ bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOpti
 namespace {
 
 std::string describe_event(const TraceEvent& e) {
-  return std::string(to_string(e.action)) + " addr=" + hex(e.addr) +
+  return std::string(to_string(e.action)) + " addr=" + hex_address(e.addr) +
          " size=" + std::to_string(e.size) + " stream=" + std::to_string(e.stream.value);
 }
 
@@ -165,7 +159,7 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
       case TraceAction::alloc: {
         const std::uint64_t tensor = next_tensor++;
         if (!live.emplace(e.addr, tensor) || pending.contains(e.addr))
-          throw InputError(entry_name(i) + ": alloc at " + hex(e.addr) +
+          throw InputError(entry_name(i) + ": alloc at " + hex_address(e.addr) +
                            ", which is still allocated");
         requests.push_back(Request{RequestOp::malloc, TensorId{tensor}, e.size, e.stream, {}});
         ++out.allocs;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/core/memory_sample.h"
 #include "engine/core/trace.h"
 #include "engine/core/units.h"
 #include "engine/snapshot/snapshot.h"
@@ -41,18 +42,6 @@ struct LayoutRules {
   // Whether a free block of `block_size` is split when `rounded` bytes of it are handed out.
   bool should_split(Bytes block_size, Bytes rounded) const;
   friend bool operator==(const LayoutRules&, const LayoutRules&) = default;
-};
-
-// The series a timeline plots, all as PyTorch's memory_stats() names them ("all" pools).
-struct TimelineSample {
-  Bytes allocated = 0;         // allocated_bytes: blocks handed out and not yet freed
-  Bytes reserved = 0;          // reserved_bytes: cudaMalloc'd + mapped bytes
-  Bytes active = 0;            // active_bytes: allocated + freed blocks awaiting stream events
-  Bytes requested = 0;         // requested_bytes: unrounded sizes of active blocks
-  std::uint64_t segments = 0;  // cudaMalloc'd segments (mapped expandable ranges not counted)
-  Bytes inactive_split = 0;    // free bytes inside split, non-expandable segments
-  Bytes largest_free = 0;      // largest free block anywhere
-  friend bool operator==(const TimelineSample&, const TimelineSample&) = default;
 };
 
 class SegmentState {
@@ -82,7 +71,7 @@ class SegmentState {
   // allocating inside an allocated block, ...) is an InputError saying which.
   void apply(const TraceEvent& event);
 
-  const TimelineSample& sample() const { return totals_; }
+  const MemorySample& sample() const { return totals_; }
   const LayoutRules& rules() const { return rules_; }
   std::size_t block_count() const { return blocks_.size(); }
   std::size_t segment_count() const { return segments_.size(); }
@@ -126,7 +115,7 @@ class SegmentState {
   std::map<std::uint64_t, SegmentInfo> segments_;
   std::map<std::uint64_t, BlockInfo> blocks_;
   std::map<Bytes, std::uint32_t> free_sizes_;  // size -> number of free blocks of that size
-  TimelineSample totals_;
+  MemorySample totals_;
 };
 
 }  // namespace fragscope::snapshot

@@ -18,6 +18,7 @@
 
 #include "engine/allocator/config.h"
 #include "engine/core/block_state.h"
+#include "engine/core/frame.h"
 #include "engine/core/pool_kind.h"
 #include "engine/core/strong_id.h"
 #include "engine/core/torch_version.h"
@@ -25,13 +26,6 @@
 #include "engine/core/units.h"
 
 namespace fragscope::snapshot {
-
-struct Frame {
-  std::string filename;
-  std::int64_t line = 0;
-  std::string name;
-  friend bool operator==(const Frame&, const Frame&) = default;
-};
 
 // Every distinct frame is stored once, every distinct stack of frames once; FrameStackId{0} is
 // the empty stack, so "no stack recorded" needs no special case.

@@ -19,16 +19,6 @@ const std::vector<TraceEvent>& trace_of(const Snapshot& snapshot, int device) {
   return snapshot.device_traces[static_cast<std::size_t>(device)];
 }
 
-void take_max(TimelineSample& peak, const TimelineSample& s) {
-  peak.allocated = std::max(peak.allocated, s.allocated);
-  peak.reserved = std::max(peak.reserved, s.reserved);
-  peak.active = std::max(peak.active, s.active);
-  peak.requested = std::max(peak.requested, s.requested);
-  peak.segments = std::max(peak.segments, s.segments);
-  peak.inactive_split = std::max(peak.inactive_split, s.inactive_split);
-  peak.largest_free = std::max(peak.largest_free, s.largest_free);
-}
-
 struct RangeSegment {
   Bytes size = 0;
   StreamId stream{};

@@ -1,5 +1,5 @@
 #pragma once
-// Memory over time from a snapshot's trace: one TimelineSample after every trace entry, built in
+// Memory over time from a snapshot's trace: one MemorySample after every trace entry, built in
 // one forward pass of SegmentState. When the trace does not start at the beginning (ring buffer
 // full, recording started late), the state at its first entry is rebuilt by walking back from the
 // final segments, as memory_viz does, and the timeline says so. (Stored runs are downsampled by
@@ -16,12 +16,12 @@ namespace fragscope::snapshot {
 
 struct Timeline {
   int device = 0;
-  TimelineSample initial;               // before the first trace entry
-  std::vector<TimelineSample> samples;  // samples[i]: after trace entry i
-  TimelineSample peak;                  // per-series maximum over initial and samples
-  bool truncated = false;               // the trace starts with memory already in use
-  std::size_t predating_segments = 0;   // segments that existed before the first entry
-  std::size_t predating_blocks = 0;     // live blocks allocated before the first entry
+  MemorySample initial;                // before the first trace entry
+  std::vector<MemorySample> samples;   // samples[i]: after trace entry i
+  MemorySample peak;                   // per-series maximum over initial and samples
+  bool truncated = false;              // the trace starts with memory already in use
+  std::size_t predating_segments = 0;  // segments that existed before the first entry
+  std::size_t predating_blocks = 0;    // live blocks allocated before the first entry
   // Predating blocks freed by the trace have no recorded block size. Most are pinned down by the
   // trace itself (the next allocation after them lands on their end); the rest follow PyTorch's
   // split rule, which can be wrong for a block that was not split and whose neighbour was freed

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/cancel.h"
+#include "engine/core/frame.h"
 #include "engine/core/progress.h"
 #include "engine/core/request.h"
 #include "engine/core/strong_id.h"
@@ -99,13 +100,9 @@ struct ExperimentRecord {
   std::string created_at;
 };
 
-// One stack frame as PyTorch records it.
-struct StackFrame {
-  std::string filename;
-  std::int64_t line = 0;
-  std::string name;
-  friend bool operator==(const StackFrame&, const StackFrame&) = default;
-};
+// A stored stack's frame is the snapshot's own Frame (engine/core/frame.h); StackFrame is the name
+// the GUI's pages still use for it.
+using StackFrame = Frame;
 
 // A run's label table (RequestStream::labels): the category of each labelled allocation.
 struct RunLabel {
@@ -184,7 +181,7 @@ class RunStore {
   RunId begin_run(RunRecord record, const SegmentMap& initial = {}, SeriesPoint start = {});
   void append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns = {});
   // The stacks that events' FrameStackIds refer to: stacks[i] is FrameStackId{i + 1}.
-  void set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
+  void set_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks);
   void set_labels(RunId run, std::span<const RequestLabel> labels);  // labels[i] is LabelId{i}
   void add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report);
   // The environment fingerprint the run was recorded in (NAME.env.json, already checked with
@@ -228,9 +225,9 @@ class RunStore {
   std::vector<SeriesPoint> series(RunId run, std::uint64_t first, std::uint64_t end);
   std::vector<LabelId> labels_of_events(RunId run, std::uint64_t first, std::uint64_t end);
   std::vector<RunLabel> labels(RunId run);
-  std::vector<StackFrame> frame_stack(RunId run, FrameStackId stack);
+  std::vector<Frame> frame_stack(RunId run, FrameStackId stack);
   // Every stack of the run: result[i] is FrameStackId{i + 1} (as set_frame_stacks took them).
-  std::vector<std::vector<StackFrame>> frame_stacks(RunId run);
+  std::vector<std::vector<Frame>> frame_stacks(RunId run);
   std::vector<OomReport> oom_reports(RunId run);
   // The run's recorded environment fingerprint; nullopt when it was stored without one.
   std::optional<nlohmann::json> recorded_environment(RunId run);
@@ -277,7 +274,7 @@ class RunStore {
   void append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns);
   void commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
                      double wall_seconds, const CancelToken& cancel);
-  void write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks);
+  void write_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks);
   void write_labels(RunId run, std::span<const RequestLabel> labels);
   // Memory by category (run_store_categories.cpp).
   void track_categories(Ingest& ingest, const TraceEvent& event, LabelId label);

@@ -173,12 +173,12 @@ void RunStore::write_timeline_rows(RunId run, const std::vector<TimelineBuilder:
                                       [](const auto& buckets) { return encode_buckets(buckets); });
 }
 
-void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
+void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
   ingest_for(run);
   abort_on_failure([&] { write_frame_stacks(run, stacks); });
 }
 
-void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<StackFrame>> stacks) {
+void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
   for (const char* table : {"strings", "frames", "frame_stacks"}) {
     auto erase = db_->prepare(std::string("DELETE FROM ") + table + " WHERE run_id = ?");
     erase.bind_int(1, run.value);

@@ -147,8 +147,8 @@ std::vector<RunLabel> RunStore::labels(RunId run) {
   return out;
 }
 
-std::vector<StackFrame> RunStore::frame_stack(RunId run, FrameStackId stack) {
-  std::vector<StackFrame> frames;
+std::vector<Frame> RunStore::frame_stack(RunId run, FrameStackId stack) {
+  std::vector<Frame> frames;
   if (stack.value == 0)
     return frames;
   auto query = db_->prepare("SELECT frame_ids FROM frame_stacks WHERE run_id = ? AND id = ?");
@@ -168,14 +168,14 @@ std::vector<StackFrame> RunStore::frame_stack(RunId run, FrameStackId stack) {
     frame_query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(in.varint()));
     if (!frame_query.step())
       in.fail("stack refers to a missing frame");
-    frames.push_back(StackFrame{frame_query.column_text(1), frame_query.column_int(0),
-                                frame_query.column_text(2)});
+    frames.push_back(
+        Frame{frame_query.column_text(1), frame_query.column_int(0), frame_query.column_text(2)});
     frame_query.reset();
   }
   return frames;
 }
 
-std::vector<std::vector<StackFrame>> RunStore::frame_stacks(RunId run) {
+std::vector<std::vector<Frame>> RunStore::frame_stacks(RunId run) {
   std::unordered_map<std::int64_t, std::string> strings;
   auto string_query = db_->prepare("SELECT id, text FROM strings WHERE run_id = ?");
   string_query.bind_int(1, run.value);
@@ -188,16 +188,16 @@ std::vector<std::vector<StackFrame>> RunStore::frame_stacks(RunId run) {
       throw DatabaseError(what + ": a frame refers to missing string " + std::to_string(id));
     return it->second;
   };
-  std::unordered_map<std::int64_t, StackFrame> frames;
+  std::unordered_map<std::int64_t, Frame> frames;
   auto frame_query =
       db_->prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
   frame_query.bind_int(1, run.value);
   while (frame_query.step()) {
     frames[frame_query.column_int(0)] =
-        StackFrame{text(frame_query.column_int(1)), frame_query.column_int(2),
-                   text(frame_query.column_int(3))};
+        Frame{text(frame_query.column_int(1)), frame_query.column_int(2),
+              text(frame_query.column_int(3))};
   }
-  std::vector<std::vector<StackFrame>> stacks;
+  std::vector<std::vector<Frame>> stacks;
   auto stack_query =
       db_->prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
   stack_query.bind_int(1, run.value);

@@ -37,7 +37,7 @@ SeriesPoint series_of(const SegmentMap& state) {
   return point;
 }
 
-SeriesPoint point_of(const snapshot::TimelineSample& sample) {
+SeriesPoint point_of(const MemorySample& sample) {
   return {static_cast<std::int64_t>(sample.allocated), static_cast<std::int64_t>(sample.reserved),
           static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
 }
@@ -216,13 +216,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   const RunId run = store.begin_run(record, initial, start);
   try {
     stage("stacks", 0, 1);
-    std::vector<std::vector<StackFrame>> stacks;
+    std::vector<std::vector<Frame>> stacks;
     for (std::size_t id = 1; id < snapshot.frames.stack_count(); ++id) {
-      std::vector<StackFrame> stack;
-      for (const auto& frame :
-           snapshot.frames.stack_frames(FrameStackId{static_cast<std::uint32_t>(id)}))
-        stack.push_back(StackFrame{frame.filename, frame.line, frame.name});
-      stacks.push_back(std::move(stack));
+      stacks.push_back(snapshot.frames.stack_frames(FrameStackId{static_cast<std::uint32_t>(id)}));
     }
     if (!stacks.empty())
       store.set_frame_stacks(run, stacks);

@@ -152,7 +152,7 @@ TEST(RunStore, MismatchedColumnsAreRefused) {
 TEST(RunStore, FrameStacksAreInterned) {
   RunStore store(":memory:");
   const RunId id = store.begin_run(simulated_run("stacks"));
-  const std::vector<std::vector<StackFrame>> stacks = {
+  const std::vector<std::vector<Frame>> stacks = {
       {{"model.py", 10, "forward"}, {"train.py", 3, "main"}},
       {{"model.py", 10, "forward"}, {"model.py", 20, "attention"}, {"train.py", 3, "main"}}};
   store.set_frame_stacks(id, stacks);
@@ -236,7 +236,7 @@ TEST(RunStore, DeletingARunRemovesEveryRowOfIt) {
   const RunId keep = store_run(store, synthetic_trace(1000), "keep");
   const RunId id = store.begin_run(simulated_run("doomed"));
   store.append_events(id, synthetic_trace(kEventsPerChunk + 99));
-  store.set_frame_stacks(id, std::vector<std::vector<StackFrame>>{{{"a.py", 1, "f"}}});
+  store.set_frame_stacks(id, std::vector<std::vector<Frame>>{{{"a.py", 1, "f"}}});
   store.set_labels(id, std::vector<RequestLabel>{{}, {Category::gradient, "g", 1}});
   store.add_oom_report(id, 5, {{"requested", 1024}});
   store.finish_run(id, RunStatus::oom);

@@ -38,7 +38,7 @@ TEST_P(FixtureTimeline, PeaksEqualTheRecordedMemoryStats) {
   EXPECT_EQ(tl.peak.requested, recorded_stat(name, "requested_bytes.all.peak"));
   EXPECT_EQ(tl.peak.segments, recorded_stat(name, "segment.all.peak"));
   EXPECT_EQ(tl.peak.inactive_split, recorded_stat(name, "inactive_split_bytes.all.peak"));
-  const TimelineSample& last = tl.samples.back();
+  const MemorySample& last = tl.samples.back();
   EXPECT_EQ(last.allocated, recorded_stat(name, "allocated_bytes.all.current"));
   EXPECT_EQ(last.reserved, recorded_stat(name, "reserved_bytes.all.current"));
   EXPECT_EQ(last.active, recorded_stat(name, "active_bytes.all.current"));
@@ -86,8 +86,8 @@ TEST_P(TruncatedTrace, SameStatesAsTheFullTraceOverTheKeptPart) {
   // Before then only guessed block sizes may differ, each by at most 1 MiB of allocation slack.
   const Bytes slack = tl.guessed_blocks * kMiB;
   for (std::size_t i = 0; i < tl.exact_from; ++i) {
-    const TimelineSample& a = tl.samples[i];
-    const TimelineSample& b = full_tl.samples[dropped + i];
+    const MemorySample& a = tl.samples[i];
+    const MemorySample& b = full_tl.samples[dropped + i];
     ASSERT_EQ(a.reserved, b.reserved) << "at kept entry " << i;
     ASSERT_EQ(a.requested, b.requested) << "at kept entry " << i;
     ASSERT_EQ(a.segments, b.segments) << "at kept entry " << i;
