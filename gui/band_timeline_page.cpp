@@ -282,7 +282,7 @@ void BandTimelinePage::showData(BandData data) {
     m_capLine->point1->setCoords(0, y);
     m_capLine->point2->setCoords(1, y);
     m_capLabel->position->setCoords(0.01, y);
-    m_capLabel->setText(tr("%1 allowed").arg(formatBytes(y)));
+    m_capLabel->setText(formatAllowed(y));
     m_capLine->setVisible(true);
     m_capLabel->setVisible(true);
   }

@@ -110,7 +110,7 @@ std::vector<QCPGraph*> plotMemoryLimits(QCustomPlot* plot, const ComparisonData&
     line->setPen(QPen(colors::oom, 1.4, Qt::DotLine));
     QString name =
         limits.size() == 1
-            ? QObject::tr("%1 allowed").arg(formatBytes(y))
+            ? formatAllowed(y)
             : QObject::tr("%1 allowed (%2)").arg(formatBytes(y), owners.join(QStringLiteral(", ")));
     if (y > top * 1.08)
       name += QObject::tr(", above the plot");

@@ -1,6 +1,7 @@
 #include "gui/format.h"
 
 #include <QLocale>
+#include <QObject>
 #include <array>
 #include <cmath>
 
@@ -37,6 +38,10 @@ QString formatBytesDelta(double delta) {
     return QStringLiteral("±0");
   const QString magnitude = formatBytes(std::fabs(delta));
   return (delta > 0 ? QStringLiteral("+") : QStringLiteral("\u2212")) + magnitude;
+}
+
+QString formatAllowed(double bytes) {
+  return QObject::tr("%1 allowed").arg(formatBytes(bytes));
 }
 
 namespace colors {

@@ -15,6 +15,8 @@ QString formatBytes(double bytes);
 QString formatCount(std::uint64_t count);
 // Signed difference "+12.0 MiB" / "−3.00 GiB" (a minus sign, not a hyphen).
 QString formatBytesDelta(double delta);
+// A per-process memory cap in PyTorch's own words: "6.00 GiB allowed".
+QString formatAllowed(double bytes);
 
 // The series colours of the timeline and the block colours of the segment map. One table so the
 // legend, the plot and the report agree; tuned to read on both the light and the dark palette.

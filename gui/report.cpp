@@ -285,8 +285,7 @@ QString runFieldsHtml(const storage::RunRecord& r) {
   if (r.capacity)
     field(QObject::tr("Capacity"), bytes(static_cast<double>(r.capacity)));
   if (const auto limit = storage::run_memory_limit(r); limit && *limit != r.capacity)
-    field(QObject::tr("Memory limit"),
-          QObject::tr("%1 allowed").arg(bytes(static_cast<double>(*limit))));
+    field(QObject::tr("Memory limit"), formatAllowed(static_cast<double>(*limit)));
   field(QObject::tr("PyTorch"), QString::fromStdString(r.environment.torch_version));
   field(QObject::tr("Allocator rules"),
         QString::fromStdString(storage::profile_choice_of(r).describe()));

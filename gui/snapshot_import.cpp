@@ -24,6 +24,11 @@ bool isSnapshotFile(const QString& path) {
 }
 
 namespace {
+void appendWarnings(QStringList& into, const std::vector<std::string>& warnings) {
+  for (const std::string& warning : warnings)
+    into << QString::fromStdString(warning);
+}
+
 QString runNameFor(const QString& filePath) {
   return QString::fromStdString(storage::run_name_for(filePath.toStdString()));
 }
@@ -98,8 +103,7 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
 
   ImportResult result;
   result.name = runNameFor(filePath);
-  for (const std::string& warning : snap.warnings)
-    result.warnings << QString::fromStdString(warning);
+  appendWarnings(result.warnings, snap.warnings);
 
   storage::ImportOptions options;
   options.name = result.name.toStdString();
@@ -132,8 +136,7 @@ ImportResult importSnapshotFile(const QString& databasePath, const QString& file
   }
   result.run = imported.run;
   result.events = imported.events;
-  for (const std::string& warning : imported.warnings)
-    result.warnings << QString::fromStdString(warning);
+  appendWarnings(result.warnings, imported.warnings);
   if (imported.truncated)
     result.warnings << QObject::tr(
         "The trace does not start at an empty allocator; the state before its first event was "

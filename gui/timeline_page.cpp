@@ -285,8 +285,7 @@ void TimelinePage::showOverview(RunOverview overview) {
     const double y = static_cast<double>(*limit);
     m_cap->setData({0.0, static_cast<double>(std::max<std::uint64_t>(record.event_count, 1))},
                    {y, y}, true);
-    // PyTorch's words for a per-process cap ("6.00 GiB allowed").
-    m_cap->setName(tr("%1 allowed").arg(formatBytes(y)));
+    m_cap->setName(formatAllowed(y));
     m_cap->addToLegend();
   }
   updateOomMarkers();
