@@ -11,9 +11,14 @@
 // falls under a quarter full merges with its successor when both fit in half a chunk, and an
 // emptied chunk goes back to a spare list: steady-state inserts and erases allocate nothing.
 //
-// Differences from std::set a caller must know: inserting or erasing invalidates every
+// A block whose key changes while it stays free (a split's remainder, a free block that grows by
+// a merge) moves to its new place with rekey(): one shift of the entries between the two places
+// instead of an erase and an insert, each with its own search and shift.
+//
+// Differences from std::set a caller must know: inserting, erasing or rekeying invalidates every
 // iterator (collect first, then erase), and erase/contains match the block pointer as well as
-// its key. A block's key fields (stream, size, ptr) must not change while it is in the index.
+// its key. A block's key fields (stream, size, ptr) must not change while it is in the index
+// except through rekey().
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -137,6 +142,12 @@ class BestFitIndex {
   }
   bool contains(const SizeKey& key, const Block* block) const { return find(key, block) != end(); }
 
+  // Gives the entry at `it` the key `key` (its block's new stream, size, ptr) and the block
+  // `block`, and moves it to its place in key order: what erase(it) then insert(key, block)
+  // does, with one shift of the entries in between when the new place is in the same chunk.
+  // `key` must not be in the index (other than at `it`).
+  void rekey(iterator it, const SizeKey& key, Block* block);
+
  private:
   static constexpr std::size_t kChunk = 64;
   struct Chunk {
@@ -145,10 +156,14 @@ class BestFitIndex {
   };
 
   static std::size_t position_in(const Chunk& chunk, const SizeKey& key) {
+    return position_in(chunk, 0, chunk.count, key);
+  }
+  // Within entries [from, to) of a chunk.
+  static std::size_t position_in(const Chunk& chunk, std::size_t from, std::size_t to,
+                                 const SizeKey& key) {
     const Entry* first = chunk.entries;
-    const Entry* found =
-        std::lower_bound(first, first + chunk.count, key,
-                         [](const Entry& e, const SizeKey& k) { return e.key < k; });
+    const Entry* found = std::lower_bound(
+        first + from, first + to, key, [](const Entry& e, const SizeKey& k) { return e.key < k; });
     return static_cast<std::size_t>(found - first);
   }
   std::size_t chunk_for(const SizeKey& key) const {
@@ -215,6 +230,32 @@ inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
     last_[c] = key;
   ++size_;
   return true;
+}
+
+inline void BestFitIndex::rekey(iterator it, const SizeKey& key, Block* block) {
+  const std::size_t c = it.chunk_;
+  const std::size_t pos = it.pos_;
+  Chunk& chunk = *chunks_[c];
+  Entry* entries = chunk.entries;
+  // The new place stays in this chunk when the key still falls between the previous chunk's
+  // last key and the next chunk's first: entries between the two places shift by one.
+  if (key < entries[pos].key) {
+    if (c == 0 || last_[c - 1] < key) {
+      const std::size_t to = position_in(chunk, 0, pos, key);
+      std::copy_backward(entries + to, entries + pos, entries + pos + 1);
+      entries[to] = Entry{key, block};
+      last_[c] = entries[chunk.count - 1].key;
+      return;
+    }
+  } else if (c + 1 == chunks_.size() || key < chunks_[c + 1]->entries[0].key) {
+    const std::size_t to = position_in(chunk, pos + 1, chunk.count, key);
+    std::copy(entries + pos + 1, entries + to, entries + pos);
+    entries[to - 1] = Entry{key, block};
+    last_[c] = entries[chunk.count - 1].key;
+    return;
+  }
+  erase_at(c, pos);
+  insert(key, block);
 }
 
 inline void BestFitIndex::erase_at(std::size_t c, std::size_t pos) {

@@ -157,12 +157,14 @@ struct CachingAllocator::Impl : AllocatorState {
     return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
   }
 
-  Block* get_free_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+  // get_free_block's search: the block a request takes, left in the index (end() if none), so
+  // that a split can move its remainder in place (alloc_found_block).
+  BestFitIndex::iterator find_free_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
     if (gc_enabled())
       ++pool.get_free_blocks_call_count;
     auto it = pool.blocks.lower_bound(SizeKey{stream, size, 0});
     if (it == pool.blocks.end() || it.key().stream != stream)
-      return nullptr;
+      return pool.blocks.end();
     if ((*it)->segment->expandable) {
       // Best fit counts a block next to the unmapped tail as the size it can grow to.
       auto next = std::next(it);
@@ -173,8 +175,16 @@ struct CachingAllocator::Impl : AllocatorState {
     }
     const Bytes candidate = it.key().size;
     if (size < max_split() && candidate >= max_split())
-      return nullptr;
+      return pool.blocks.end();
     if (size >= max_split() && candidate >= size + config.max_non_split_rounding_size)
+      return pool.blocks.end();
+    return it;
+  }
+
+  // get_free_block: the block found, taken out of the pool.
+  Block* get_free_block(BlockPool& pool, std::uint64_t stream, Bytes size) {
+    const auto it = find_free_block(pool, stream, size);
+    if (it == pool.blocks.end())
       return nullptr;
     Block* block = *it;
     pool.blocks.erase(it);
@@ -591,8 +601,14 @@ struct CachingAllocator::Impl : AllocatorState {
 
   // --- handing out and taking back ------------------------------------------------------------
 
-  Block* alloc_found_block(Block* block, Bytes requested, Bytes size, bool split) {
+  // `in_index`: where the block still sits in its pool's index (find_free_block), or null when
+  // it was taken out already. A split's remainder keeps that place, rekeyed; an unsplit block
+  // leaves the index.
+  Block* alloc_found_block(Block* block, Bytes requested, Bytes size, bool split,
+                           const BestFitIndex::iterator* in_index = nullptr) {
     BlockPool& pool = home(block);
+    if (in_index && !split)
+      pool.blocks.erase(*in_index);
     const bool already_split = block->is_split();
     const bool expandable = block->segment->expandable;
     const PoolKind kind = block->pool;
@@ -614,7 +630,12 @@ struct CachingAllocator::Impl : AllocatorState {
       remaining->prev = block;
       remaining->ptr += size;
       remaining->size -= size;
-      pool.insert(remaining);
+      if (in_index) {
+        remaining->gc_count_base = pool.get_free_blocks_call_count;
+        pool.blocks.rekey(*in_index, size_key(remaining), remaining);
+      } else {
+        pool.insert(remaining);
+      }
       if (already_split && !expandable) {
         decrease(stats.inactive_split_bytes, kind, to_signed(block->size));
       } else if (!expandable) {
@@ -697,7 +718,9 @@ struct CachingAllocator::Impl : AllocatorState {
     const Bytes alloc_size = allocation_size(size, config);
     bool expandable = expandable_active(pool);
 
-    Block* block = get_free_block(pool, stream, size);
+    const auto found = find_free_block(pool, stream, size);
+    const bool in_index = found != pool.blocks.end();
+    Block* block = in_index ? *found : nullptr;
     if (!block) {
       if (gc_enabled())
         garbage_collect_cached_blocks();
@@ -742,7 +765,8 @@ struct CachingAllocator::Impl : AllocatorState {
       return result;
     }
     const bool split = should_split(block, size, expandable);
-    result.address = alloc_found_block(block, requested, size, split)->ptr;
+    result.address =
+        alloc_found_block(block, requested, size, split, in_index ? &found : nullptr)->ptr;
     return result;
   }
 

@@ -80,6 +80,49 @@ TEST(BestFitIndex, KeepsStdSetOrderThroughRandomInsertsAndErases) {
   }
 }
 
+// rekey moves an entry to its new key's place, within its chunk or across chunks, as erase +
+// insert would: a split's remainder (smaller size, higher address) and a merged block (larger).
+TEST(BestFitIndex, RekeyKeepsStdSetOrder) {
+  std::mt19937_64 random(23);
+  std::vector<Block> blocks(3000);
+  BestFitIndex index;
+  std::set<Key> reference;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].stream = random() % 4 == 0 ? 0 : 0x7f00;
+    blocks[i].size = (1 + random() % 512) * 512;
+    blocks[i].ptr = (i + 1) << 32;  // far apart: keys stay distinct
+    ASSERT_TRUE(index.insert(size_key(&blocks[i]), &blocks[i]));
+    reference.insert(tuple_of(size_key(&blocks[i])));
+  }
+  for (int step = 0; step < 20000; ++step) {
+    Block* b = &blocks[random() % blocks.size()];
+    auto it = index.lower_bound(size_key(b));
+    ASSERT_EQ(*it, b);
+    reference.erase(tuple_of(size_key(b)));
+    switch (random() % 3) {
+      case 0:  // the remainder of a split: the low part handed out
+        if (b->size > 512) {
+          const Bytes taken = (1 + random() % (b->size / 512 - 1)) * 512;
+          b->ptr += taken;
+          b->size -= taken;
+        }
+        break;
+      case 1:  // merged with a free neighbour
+        b->size += (1 + random() % 64) * 512;
+        break;
+      default:  // a size far away: the place is in another chunk
+        b->size = (1 + random() % 512) * 512;
+        break;
+    }
+    index.rekey(it, size_key(b), b);
+    reference.insert(tuple_of(size_key(b)));
+    EXPECT_TRUE(index.contains(size_key(b), b));
+    if (step % 499 == 0)
+      expect_same(index, reference);
+  }
+  expect_same(index, reference);
+}
+
 TEST(BestFitIndex, EraseNeedsTheSameBlockUnderItsKey) {
   Block a;
   a.stream = 0;
