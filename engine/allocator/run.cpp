@@ -1,5 +1,7 @@
 #include "engine/allocator/run.h"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +12,82 @@ namespace {
 
 std::string where(std::size_t index) {
   return "request " + std::to_string(index) + ": ";
+}
+
+// run_requests' bookkeeping per tensor: the block address of a live tensor, the tensors whose
+// malloc failed (or had size 0), the live tensors with record_stream, and the freed tensors
+// awaiting events with the address their block had. Two layouts with one interface:
+//
+// DenseTensors, for streams whose tensor ids are small (requests_from_trace numbers them 1, 2,
+// ...): arrays indexed by id, so the lookup every request makes is one load, not a hash probe.
+// HashedTensors, for any ids: flat hash maps keyed by id + 1 (key 0 is their empty marker).
+// Pending frees are rare (record_stream'ed tensors only), so both keep them in a hash map.
+class DenseTensors {
+ public:
+  explicit DenseTensors(std::size_t ids) : address_(ids), flags_(ids) {}
+  const std::uint64_t* live(std::uint64_t id) const {
+    return flags_[id] & kLive ? &address_[id] : nullptr;
+  }
+  void set_live(std::uint64_t id, std::uint64_t address) {
+    address_[id] = address;
+    flags_[id] |= kLive;
+  }
+  void erase_live(std::uint64_t id) { flags_[id] &= static_cast<std::uint8_t>(~kLive); }
+  bool failed(std::uint64_t id) const { return flags_[id] & kFailed; }
+  void set_failed(std::uint64_t id) { flags_[id] |= kFailed; }
+  bool used_elsewhere(std::uint64_t id) const { return flags_[id] & kUsedElsewhere; }
+  void set_used_elsewhere(std::uint64_t id) { flags_[id] |= kUsedElsewhere; }
+  bool take_used_elsewhere(std::uint64_t id) {
+    const bool had = used_elsewhere(id);
+    flags_[id] &= static_cast<std::uint8_t>(~kUsedElsewhere);
+    return had;
+  }
+  FlatMap64<std::uint64_t>& pending() { return pending_; }
+
+ private:
+  static constexpr std::uint8_t kLive = 1;
+  static constexpr std::uint8_t kFailed = 2;
+  static constexpr std::uint8_t kUsedElsewhere = 4;
+  std::vector<std::uint64_t> address_;
+  std::vector<std::uint8_t> flags_;
+  FlatMap64<std::uint64_t> pending_;  // keyed by id + 1
+};
+
+class HashedTensors {
+ public:
+  const std::uint64_t* live(std::uint64_t id) const { return address_of_.find(id + 1); }
+  void set_live(std::uint64_t id, std::uint64_t address) {
+    address_of_.insert_or_assign(id + 1, address);
+  }
+  void erase_live(std::uint64_t id) { address_of_.erase(id + 1); }
+  bool failed(std::uint64_t id) const { return failed_.contains(id + 1); }
+  void set_failed(std::uint64_t id) { failed_.insert_or_assign(id + 1, true); }
+  bool used_elsewhere(std::uint64_t id) const { return used_elsewhere_.contains(id + 1); }
+  void set_used_elsewhere(std::uint64_t id) { used_elsewhere_.insert_or_assign(id + 1, true); }
+  bool take_used_elsewhere(std::uint64_t id) { return used_elsewhere_.erase(id + 1); }
+  FlatMap64<std::uint64_t>& pending() { return pending_; }
+
+ private:
+  FlatMap64<std::uint64_t> address_of_;
+  FlatMap64<bool> failed_;
+  FlatMap64<bool> used_elsewhere_;
+  FlatMap64<std::uint64_t> pending_;  // keyed by id + 1
+};
+
+// Tensor ids below this bound (ids seen + slack) get DenseTensors: a table at most a few times
+// the size of the request list itself.
+std::optional<std::size_t> dense_tensor_ids(const RequestStream& requests,
+                                            const RunOptions& options) {
+  const std::size_t limit = 2 * requests.requests.size() + 4096;
+  std::uint64_t largest = 0;
+  for (const Request& r : requests.requests)
+    largest = std::max(largest, r.tensor.value);
+  for (const SeedSegment& segment : options.initial_segments)
+    for (const SeedBlock& block : segment.blocks)
+      largest = std::max(largest, block.tensor.value);
+  if (largest >= limit)
+    return std::nullopt;
+  return static_cast<std::size_t>(largest) + 1;
 }
 
 }  // namespace
@@ -49,30 +127,24 @@ void run_pool_request(CachingAllocator& allocator, const RequestStream& requests
 
 }  // namespace
 
-RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
-                       EventSink* sink, const RunOptions& options) {
-  const DeviceCallCounts calls_before = device.calls();
-  CachingAllocator allocator(config, device, sink);
-  allocator.set_profile(options.profile);
-  if (options.allowed_memory)
-    allocator.set_allowed_memory(options.allowed_memory);
+namespace {
 
-  RunResult result;
-  // Keyed by tensor id + 1 (key 0 is the maps' empty marker).
-  FlatMap64<std::uint64_t> address_of;  // live tensor -> block address
-  FlatMap64<bool> failed;               // tensors whose malloc failed (or had size 0)
-  FlatMap64<bool> used_elsewhere;       // live tensors with record_stream
-  FlatMap64<std::uint64_t> pending;     // freed tensors awaiting events -> block address
-  auto key_of = [](const Request& r, std::size_t index) {
+template <typename Tensors>
+void run_with(const RequestStream& requests, CachingAllocator& allocator, Tensors& tensors,
+              const RunOptions& options, RunResult& result) {
+  FlatMap64<std::uint64_t>& pending = tensors.pending();  // keyed by tensor id + 1
+  // The request's tensor id; UINT64_MAX is refused (id + 1 keys the hash maps).
+  auto tensor_of = [](const Request& r, std::size_t index) {
     if (r.tensor.value == UINT64_MAX)
       throw InputError(where(index) + "tensor id 18446744073709551615 is reserved");
-    return r.tensor.value + 1;
+    return r.tensor.value;
   };
 
   auto live_address = [&](const Request& r, std::size_t index) -> std::optional<std::uint64_t> {
-    if (const std::uint64_t* address = address_of.find(key_of(r, index)))
+    tensor_of(r, index);
+    if (const std::uint64_t* address = tensors.live(r.tensor.value))
       return *address;
-    if (failed.contains(key_of(r, index))) {
+    if (tensors.failed(r.tensor.value)) {
       ++result.skipped_requests;
       return std::nullopt;
     }
@@ -91,10 +163,10 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
         if (block.tensor.value == UINT64_MAX)
           throw InputError("seeded block: tensor id 18446744073709551615 is reserved");
         const std::uint64_t key = block.tensor.value + 1;
-        if (address_of.contains(key) || pending.contains(key))
+        if (tensors.live(block.tensor.value) || pending.contains(key))
           throw InputError("seeded blocks share tensor " + std::to_string(block.tensor.value));
         if (block.state == BlockState::active_allocated)
-          address_of.insert_or_assign(key, address);
+          tensors.set_live(block.tensor.value, address);
         else
           pending.insert_or_assign(key, address);
       }
@@ -114,19 +186,19 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     ++result.requests_run;
     switch (r.op) {
       case RequestOp::malloc: {
-        const std::uint64_t key = key_of(r, index);
-        if (address_of.contains(key))
+        const std::uint64_t tensor = tensor_of(r, index);
+        if (tensors.live(tensor))
           throw InputError(where(index) + "tensor " + std::to_string(r.tensor.value) +
                            " is allocated twice");
         MallocResult got = allocator.malloc(r.size, r.stream);
         if (got.ok()) {
           ++result.allocs;
           if (got.address != 0)
-            address_of.insert_or_assign(key, got.address);
+            tensors.set_live(tensor, got.address);
           else
-            failed.insert_or_assign(key, true);  // size 0: nothing to free later
+            tensors.set_failed(tensor);  // size 0: nothing to free later
         } else {
-          failed.insert_or_assign(key, true);
+          tensors.set_failed(tensor);
           result.ooms.push_back(RequestOom{index, result.allocs, std::move(*got.oom)});
           if (options.stop_on_oom) {
             result.stopped_on_oom = true;
@@ -138,33 +210,33 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
       case RequestOp::free: {
         if (auto address = live_address(r, index)) {
           allocator.free(*address);
-          const std::uint64_t key = key_of(r, index);
-          address_of.erase(key);
-          if (used_elsewhere.erase(key) &&
+          const std::uint64_t tensor = r.tensor.value;
+          tensors.erase_live(tensor);
+          if (tensors.take_used_elsewhere(tensor) &&
               allocator.block_state(*address) == BlockState::active_pending_free)
-            pending.insert_or_assign(key, *address);
+            pending.insert_or_assign(tensor + 1, *address);
         }
         break;
       }
       case RequestOp::record_stream: {
         if (auto address = live_address(r, index)) {
           allocator.record_stream(*address, r.stream);
-          used_elsewhere.insert_or_assign(key_of(r, index), true);
+          tensors.set_used_elsewhere(r.tensor.value);
         }
         break;
       }
       case RequestOp::events_ready: {
         // The tensor was freed already; its pending block is known by the address it had.
-        const std::uint64_t key = key_of(r, index);
+        const std::uint64_t key = tensor_of(r, index) + 1;
         if (const std::uint64_t* address = pending.find(key)) {
           // A free deferred during a capture may have completed already (its only other
           // stream was used inside the capture).
           if (allocator.block_state(*address) == BlockState::active_pending_free)
             allocator.mark_events_ready(*address);
           pending.erase(key);
-        } else if (failed.contains(key)) {
+        } else if (tensors.failed(r.tensor.value)) {
           ++result.skipped_requests;
-        } else if (!used_elsewhere.contains(key) && !address_of.contains(key)) {
+        } else if (!tensors.used_elsewhere(r.tensor.value) && !tensors.live(r.tensor.value)) {
           // Freed without pending events (record_stream only named its own stream): nothing
           // to wait for.
         } else {
@@ -197,6 +269,26 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     }
   }
   options.progress.report(kRunStages[0].name, list.size(), list.size());
+}
+
+}  // namespace
+
+RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
+                       EventSink* sink, const RunOptions& options) {
+  const DeviceCallCounts calls_before = device.calls();
+  CachingAllocator allocator(config, device, sink);
+  allocator.set_profile(options.profile);
+  if (options.allowed_memory)
+    allocator.set_allowed_memory(options.allowed_memory);
+
+  RunResult result;
+  if (const auto ids = dense_tensor_ids(requests, options)) {
+    DenseTensors tensors(*ids);
+    run_with(requests, allocator, tensors, options, result);
+  } else {
+    HashedTensors tensors;
+    run_with(requests, allocator, tensors, options, result);
+  }
   result.stats = allocator.stats();
   if (options.keep_final_segments)
     result.final_segments = allocator.snapshot();
