@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 #include "storage/db/packing.h"
 
@@ -69,13 +70,27 @@ std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, Serie
   return series;
 }
 
+void ChunkEncoder::Column::grow(std::size_t needed) {
+  const std::size_t capacity = std::max({needed, 2 * capacity_, std::size_t{4096}});
+  auto data = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
+  std::copy(data_.get(), data_.get() + size_, data.get());
+  data_ = std::move(data);
+  capacity_ = capacity;
+}
+
 std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec) {
+  ChunkEncoder encoder;
+  const auto blob = encoder.encode(chunk, codec);
+  return {blob.begin(), blob.end()};
+}
+
+std::span<const std::uint8_t> ChunkEncoder::encode(const EventChunk& chunk, BlobCodec codec) {
+  static_assert(kColumns == kColumnCount);
   const std::size_t count = chunk.events.size();
   const bool has_labels = !chunk.labels.empty();
-  std::array<std::vector<std::uint8_t>, kColumnCount> columns;
-  columns[kAction].reserve(count);
-  for (std::size_t c = kAddress; c < kColumnCount; ++c)
-    columns[c].reserve(count * 2);
+  for (auto& column : columns_)
+    column.clear();
+  auto& out = columns_;
 
   std::uint64_t previous_addr = 0;
   std::uint64_t previous_stream = 0;
@@ -84,22 +99,22 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec)
   SeriesPoint previous = chunk.start;
   for (std::size_t i = 0; i < count; ++i) {
     const TraceEvent& event = chunk.events[i];
-    columns[kAction].push_back(static_cast<std::uint8_t>(event.action));
-    put_signed(columns[kAddress], static_cast<std::int64_t>(event.addr - previous_addr));
-    put_varint(columns[kSize], event.size);
-    put_signed(columns[kStream], static_cast<std::int64_t>(event.stream.value - previous_stream));
-    put_signed(columns[kTime], wrapping_sub(event.time_us, previous_time));
-    put_signed(columns[kFrames], static_cast<std::int64_t>(event.frames.value) -
-                                     static_cast<std::int64_t>(previous_frames));
+    out[kAction].byte(static_cast<std::uint8_t>(event.action));
+    out[kAddress].signed_varint(static_cast<std::int64_t>(event.addr - previous_addr));
+    out[kSize].varint(event.size);
+    out[kStream].signed_varint(static_cast<std::int64_t>(event.stream.value - previous_stream));
+    out[kTime].signed_varint(wrapping_sub(event.time_us, previous_time));
+    out[kFrames].signed_varint(static_cast<std::int64_t>(event.frames.value) -
+                               static_cast<std::int64_t>(previous_frames));
     if (has_labels)
-      put_varint(columns[kLabel], chunk.labels[i].value);
+      out[kLabel].varint(chunk.labels[i].value);
     // Only what the trace alone cannot predict is stored: zero for trace-derived series.
     const SeriesPoint predicted = plus(previous, trace_delta(event));
     const SeriesPoint& actual = chunk.series[i];
-    put_signed(columns[kResidualAllocated], wrapping_sub(actual.allocated, predicted.allocated));
-    put_signed(columns[kResidualReserved], wrapping_sub(actual.reserved, predicted.reserved));
-    put_signed(columns[kResidualActive], wrapping_sub(actual.active, predicted.active));
-    put_signed(columns[kResidualRequested], wrapping_sub(actual.requested, predicted.requested));
+    out[kResidualAllocated].signed_varint(wrapping_sub(actual.allocated, predicted.allocated));
+    out[kResidualReserved].signed_varint(wrapping_sub(actual.reserved, predicted.reserved));
+    out[kResidualActive].signed_varint(wrapping_sub(actual.active, predicted.active));
+    out[kResidualRequested].signed_varint(wrapping_sub(actual.requested, predicted.requested));
     previous_addr = event.addr;
     previous_stream = event.stream.value;
     previous_time = event.time_us;
@@ -111,37 +126,32 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec)
   // for the codec to chew through.
   std::uint64_t zero_columns = 0;
   for (std::size_t c = kAddress; c < kColumnCount; ++c) {
-    auto& column = columns[c];
-    if (column.size() == count &&
-        std::all_of(column.begin(), column.end(), [](std::uint8_t byte) { return byte == 0; })) {
+    const auto bytes = columns_[c].bytes();
+    if (bytes.size() == count &&
+        std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t byte) { return byte == 0; })) {
       zero_columns |= std::uint64_t{1} << c;
-      column.clear();
+      columns_[c].clear();
     }
   }
 
-  std::vector<std::uint8_t> payload;
-  std::size_t total = 0;
-  for (const auto& column : columns)
-    total += column.size();
-  payload.reserve(total + kColumnCount * 4);
-  for (const auto& column : columns)
-    put_varint(payload, column.size());
-  for (const auto& column : columns)
-    payload.insert(payload.end(), column.begin(), column.end());
+  payload_.clear();
+  for (const auto& column : columns_)
+    put_varint(payload_, column.bytes().size());
+  for (const auto& column : columns_)
+    payload_.insert(payload_.end(), column.bytes().begin(), column.bytes().end());
 
-  std::vector<std::uint8_t> blob;
-  blob.push_back(kChunkFormat);
-  put_varint(blob, count);
-  put_varint(blob, has_labels ? kHasLabels : 0);
-  put_varint(blob, zero_columns);
-  put_signed(blob, chunk.start.allocated);
-  put_signed(blob, chunk.start.reserved);
-  put_signed(blob, chunk.start.active);
-  put_signed(blob, chunk.start.requested);
-  put_varint(blob, payload.size());
-  const auto compressed = compress_bytes(payload, codec);
-  blob.insert(blob.end(), compressed.begin(), compressed.end());
-  return blob;
+  blob_.clear();
+  blob_.push_back(kChunkFormat);
+  put_varint(blob_, count);
+  put_varint(blob_, has_labels ? kHasLabels : 0);
+  put_varint(blob_, zero_columns);
+  put_signed(blob_, chunk.start.allocated);
+  put_signed(blob_, chunk.start.reserved);
+  put_signed(blob_, chunk.start.active);
+  put_signed(blob_, chunk.start.requested);
+  put_varint(blob_, payload_.size());
+  compressor_.append(payload_, codec, blob_);
+  return blob_;
 }
 
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {

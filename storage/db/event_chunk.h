@@ -4,7 +4,9 @@
 // residuals), zstd-compressed (zlib in databases written before zstd). Column order groups like
 // values, so a chunk of a real trace costs well under 16 bytes per event, and each chunk decodes
 // on its own.
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +55,55 @@ struct EventChunk {
 // `codec`: zstd for everything stored; zlib only to compare codecs and to write old-format blobs in
 // tests (decode_chunk reads both).
 std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec = BlobCodec::zstd);
+
+// encode_chunk with its buffers (the packed columns, the payload, the blob) and its compressor
+// kept from chunk to chunk: ingest encodes one 64k-event chunk after another, and fresh buffers
+// for each were fresh pages to fault in. The same bytes as encode_chunk.
+class ChunkEncoder {
+ public:
+  // The blob of `chunk`, valid until the next encode().
+  std::span<const std::uint8_t> encode(const EventChunk& chunk, BlobCodec codec = BlobCodec::zstd);
+
+ private:
+  // One packed column: varints written through a pointer, room made once per value (the
+  // push_back per byte it replaces checked the capacity at every byte).
+  class Column {
+   public:
+    void clear() { size_ = 0; }
+    void byte(std::uint8_t value) {
+      reserve(1);
+      data_[size_++] = value;
+    }
+    void varint(std::uint64_t value) {
+      reserve(kMaxVarint);
+      while (value >= 0x80) {
+        data_[size_++] = static_cast<std::uint8_t>(value | 0x80);
+        value >>= 7;
+      }
+      data_[size_++] = static_cast<std::uint8_t>(value);
+    }
+    void signed_varint(std::int64_t value) { varint(zigzag(value)); }
+    std::span<const std::uint8_t> bytes() const { return {data_.get(), size_}; }
+
+   private:
+    static constexpr std::size_t kMaxVarint = 10;
+    void reserve(std::size_t more) {
+      if (size_ + more > capacity_)
+        grow(size_ + more);
+    }
+    void grow(std::size_t needed);
+
+    std::unique_ptr<std::uint8_t[]> data_;
+    std::size_t size_ = 0;
+    std::size_t capacity_ = 0;
+  };
+
+  static constexpr std::size_t kColumns = 11;
+  std::array<Column, kColumns> columns_;
+  std::vector<std::uint8_t> payload_;
+  std::vector<std::uint8_t> blob_;
+  Compressor compressor_;
+};
 // `what` names the blob in errors, e.g. "run 3, events 65536..": a corrupt blob is a
 // DatabaseError, never undefined behaviour.
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what);

@@ -36,38 +36,51 @@ std::vector<std::uint8_t> inflate_zlib(std::span<const std::uint8_t> compressed,
 
 }  // namespace
 
-std::vector<std::uint8_t> compress_bytes(std::span<const std::uint8_t> raw, BlobCodec codec) {
+// The frame carries a checksum, as zlib's stream does, so a damaged blob is an error and never
+// silently different events.
+struct Compressor::Context {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  Context() {
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 1);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  }
+  ~Context() { ZSTD_freeCCtx(cctx); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+};
+
+Compressor::Compressor() = default;
+
+Compressor::~Compressor() = default;
+
+void Compressor::append(std::span<const std::uint8_t> raw, BlobCodec codec,
+                        std::vector<std::uint8_t>& out) {
+  const std::size_t at = out.size();
   if (codec == BlobCodec::zlib) {
     uLongf size = compressBound(static_cast<uLong>(raw.size()));
-    std::vector<std::uint8_t> out(size);
-    const int rc = compress2(out.data(), &size, raw.data(), static_cast<uLong>(raw.size()), 1);
+    out.resize(at + size);
+    const int rc = compress2(out.data() + at, &size, raw.data(), static_cast<uLong>(raw.size()), 1);
     if (rc != Z_OK)
       throw DatabaseError("zlib compression failed (" + std::to_string(rc) + ")");
-    out.resize(size);
-    return out;
+    out.resize(at + size);
+    return;
   }
-  // One context per thread, reused: creating one per blob costs more than a small blob's
-  // compression. The frame carries a checksum, as zlib's stream does, so a damaged blob is an
-  // error and never silently different events.
-  struct Context {
-    ZSTD_CCtx* cctx = ZSTD_createCCtx();
-    Context() {
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 1);
-      ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    }
-    ~Context() { ZSTD_freeCCtx(cctx); }
-    Context(const Context&) = delete;
-    Context& operator=(const Context&) = delete;
-  };
-  thread_local Context context;
-  if (context.cctx == nullptr)
+  if (zstd_ == nullptr)
+    zstd_ = std::make_unique<Context>();
+  if (zstd_->cctx == nullptr)
     throw DatabaseError("zstd compression failed (no memory for a context)");
-  std::vector<std::uint8_t> out(ZSTD_compressBound(raw.size()));
+  out.resize(at + ZSTD_compressBound(raw.size()));
   const std::size_t size =
-      ZSTD_compress2(context.cctx, out.data(), out.size(), raw.data(), raw.size());
+      ZSTD_compress2(zstd_->cctx, out.data() + at, out.size() - at, raw.data(), raw.size());
   if (ZSTD_isError(size) != 0)
     throw DatabaseError(std::string("zstd compression failed (") + ZSTD_getErrorName(size) + ")");
-  out.resize(size);
+  out.resize(at + size);
+}
+
+std::vector<std::uint8_t> compress_bytes(std::span<const std::uint8_t> raw, BlobCodec codec) {
+  thread_local Compressor compressor;
+  std::vector<std::uint8_t> out;
+  compressor.append(raw, codec, out);
   return out;
 }
 

@@ -4,6 +4,7 @@
 // around a whole payload. Readers never trust a blob: a truncated or overlong value is a
 // DatabaseError naming the blob.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,6 +89,23 @@ class ByteReader {
 // magic, so a blob needs no codec tag and no migration rewrites old rows).
 enum class BlobCodec : std::uint8_t { zlib, zstd };
 std::vector<std::uint8_t> compress_bytes(std::span<const std::uint8_t> raw, BlobCodec codec);
+
+// compress_bytes into a caller's buffer with a zstd context of its own, both reused from blob to
+// blob: a context costs more to create than a small blob costs to compress, and a fresh output
+// buffer for every 64k-event chunk is fresh pages to fault in. One compressor per thread.
+class Compressor {
+ public:
+  Compressor();
+  ~Compressor();
+  Compressor(const Compressor&) = delete;
+  Compressor& operator=(const Compressor&) = delete;
+  // Appends the compressed bytes of `raw` to `out` (what compress_bytes returns).
+  void append(std::span<const std::uint8_t> raw, BlobCodec codec, std::vector<std::uint8_t>& out);
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> zstd_;  // created on first use
+};
 // compress_bytes with the codec new blobs are written in (zstd).
 std::vector<std::uint8_t> deflate_bytes(std::span<const std::uint8_t> raw);
 // Either codec; `expected_size` comes from the blob's header; a mismatch means a corrupt blob.

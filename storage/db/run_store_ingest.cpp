@@ -159,11 +159,19 @@ void RunStore::flush_chunk(Ingest& ingest) {
   pending.count = buffer.events.size();
   pending.first_time_us = buffer.events.front().time_us;
   pending.last_time_us = buffer.events.back().time_us;
-  pending.blob =
-      std::async(std::launch::async, [chunk = std::move(buffer)] { return encode_chunk(chunk); });
+  if (ingest.spare_work.empty()) {
+    pending.work = std::make_unique<Ingest::ChunkWork>();
+  } else {
+    pending.work = std::move(ingest.spare_work.back());
+    ingest.spare_work.pop_back();
+  }
+  // The chunk goes to the work; the buffer takes the work's emptied vectors, capacity and all.
+  std::swap(pending.work->chunk, buffer);
+  pending.blob = std::async(std::launch::async, [work = pending.work.get()] {
+    return work->encoder.encode(work->chunk);
+  });
   ingest.flushed += pending.count;
   ingest.pending.push_back(std::move(pending));
-  buffer = EventChunk{};
   buffer.start = ingest.current;
   ingest.write_keyframe();
 }

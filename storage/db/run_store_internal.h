@@ -6,6 +6,8 @@
 #include <array>
 #include <deque>
 #include <future>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,15 +94,25 @@ struct RunStore::Ingest {
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
 
+  // A full chunk and the encoder that compresses it. Recycled once its row is written: the
+  // next chunk fills the same vectors and encodes into the same buffers, where a fresh chunk
+  // (~5 MB of events and series for 64k events) and fresh encoder buffers were pages to fault
+  // in for every chunk.
+  struct ChunkWork {
+    EventChunk chunk;
+    ChunkEncoder encoder;
+  };
   // Chunks being compressed in the background, oldest first.
   struct PendingChunk {
     std::uint64_t first_event = 0;
     std::uint64_t count = 0;
     std::int64_t first_time_us = 0;
     std::int64_t last_time_us = 0;
-    std::future<std::vector<std::uint8_t>> blob;
+    std::unique_ptr<ChunkWork> work;  // before `blob`: the future, destroyed first, waits for it
+    std::future<std::span<const std::uint8_t>> blob;  // in work->encoder
   };
   std::deque<PendingChunk> pending;
+  std::vector<std::unique_ptr<ChunkWork>> spare_work;  // written chunks, emptied
   // Two chunks in flight keep both cores of a small machine busy without holding much memory.
   static constexpr std::size_t kMaxPending = 2;
 
@@ -115,9 +127,14 @@ struct RunStore::Ingest {
           .bind_int(4, oldest.first_time_us)
           .bind_int(5, oldest.last_time_us)
           .bind_blob(6, blob);
-      pending.pop_front();
       insert_chunk.run();
       insert_chunk.reset();
+      std::unique_ptr<ChunkWork> work = std::move(oldest.work);
+      pending.pop_front();
+      work->chunk.events.clear();
+      work->chunk.series.clear();
+      work->chunk.labels.clear();
+      spare_work.push_back(std::move(work));
     }
   }
 

@@ -79,6 +79,33 @@ TEST(EventChunk, ReadsZlibChunksOfOlderDatabasesAndZstdChunks) {
   EXPECT_THROW(inflate_bytes(zstd, raw.size() + 1, "blob"), DatabaseError);
 }
 
+// Ingest encodes chunk after chunk with one ChunkEncoder: nothing of an earlier chunk (a longer
+// column, a label column, a zlib blob) may leak into a later one's bytes.
+TEST(EventChunk, AReusedEncoderWritesWhatAFreshOneWrites) {
+  std::vector<EventChunk> chunks(4);
+  chunks[0].events = synthetic_trace(6000, 3);
+  chunks[0].labels.assign(chunks[0].events.size(), LabelId{5});
+  chunks[1].events = synthetic_trace(200, 4);
+  chunks[1].start = {10, 2 << 20, 10, 10};
+  chunks[2].events = synthetic_trace(9000, 6);
+  chunks[3].events = synthetic_trace(1, 7);
+  for (auto& chunk : chunks)
+    chunk.series = derive_series(chunk.events, chunk.start);
+  chunks[2].series[5].allocated += 512;  // a residual column that is not all zeros
+  ChunkEncoder encoder;
+  for (const BlobCodec codec : {BlobCodec::zstd, BlobCodec::zlib, BlobCodec::zstd}) {
+    for (const auto& chunk : chunks) {
+      const auto reused = encoder.encode(chunk, codec);
+      const auto fresh = encode_chunk(chunk, codec);
+      ASSERT_EQ(std::vector<std::uint8_t>(reused.begin(), reused.end()), fresh);
+      const EventChunk decoded = decode_chunk(reused, "reused");
+      EXPECT_EQ(decoded.events, chunk.events);
+      EXPECT_EQ(decoded.series, chunk.series);
+      EXPECT_EQ(decoded.labels, chunk.labels);
+    }
+  }
+}
+
 TEST(EventChunk, CorruptBlobsAreErrorsNotCrashes) {
   EventChunk chunk;
   chunk.events = synthetic_trace(3000, 2);
