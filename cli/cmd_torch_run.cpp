@@ -229,7 +229,7 @@ int run_torch_run(const std::vector<std::string>& argv) {
     import.source = storage::RunSource::torch;
     import.environment = environment_of(stats);
     const storage::ImportResult real =
-        storage::import_snapshot(store, snapshot::read_snapshot(snapshot_file), import);
+        storage::import_snapshot(store, snapshot::read_snapshot_spooled(snapshot_file), import);
 
     const usecases::TwinRun twin =
         usecases::store_twin(store, real.run, experiment_id, *point, gpu_total, limit,

@@ -39,8 +39,7 @@ std::vector<DeviceChoice> deviceChoices(const snapshot::Snapshot& snapshot) {
   for (std::size_t device = 0; device < snapshot.device_count(); ++device) {
     DeviceChoice choice;
     choice.device = device;
-    if (device < snapshot.device_traces.size())
-      choice.entries = snapshot.device_traces[device].size();
+    choice.entries = snapshot.trace_size(device);
     for (const auto& segment : snapshot.segments)
       choice.segments += segment.device == static_cast<int>(device) ? 1 : 0;
     if (choice.entries == 0 && choice.segments == 0)

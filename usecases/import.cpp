@@ -8,7 +8,7 @@ Recording read_recording(const std::string& path, const std::string& stats_file,
                          const std::string& environment_file) {
   Recording recording;
   recording.path = path;
-  recording.snapshot = snapshot::read_snapshot(path);
+  recording.snapshot = snapshot::read_snapshot_spooled(path);
   if (!stats_file.empty()) {
     recording.stats = storage::read_recording_stats(stats_file);
     recording.stats_file = stats_file;

@@ -190,14 +190,12 @@ bool Value::is_node() const {
 
 Machine::Machine(ByteSource& source, const ReadLimits& limits, ListSink* sink)
     : source_(source), limits_(limits), sink_(sink) {
-  // Grown by doubling, the memo and the trace's event list were copied and faulted in again and
-  // again (a third of a large import was page faults). Reserving from the input's size costs
-  // only address space: pages are touched when used. The sizes assume the densest pickles seen
-  // (a denser one just grows as before) and are capped, so a forged gzip size cannot ask for
-  // more than kMaxReservedBytes each.
+  // Grown by doubling, the trace's event list was copied and faulted in again and again (a third
+  // of a large import was page faults). Reserving from the input's size costs only address
+  // space: pages are touched when used. The size assumes the densest pickles seen (a denser one
+  // just grows as before) and is capped, so a forged gzip size cannot ask for more than
+  // kMaxReservedBytes. (The memo needs no reservation: it stays a window, see Memo.)
   const std::uint64_t bytes = std::min<std::uint64_t>(source.size_hint(), limits.max_decompressed);
-  memo_.reserve(
-      static_cast<std::size_t>(std::min(bytes / kBytesPerMemo, kMaxReservedBytes / sizeof(Value))));
   event_list_reserve_ = static_cast<std::size_t>(
       std::min(bytes / kBytesPerTraceEntry, kMaxReservedBytes / sizeof(TraceEvent)));
 }
@@ -266,7 +264,7 @@ Value Machine::new_node(Kind kind) {
 void Machine::retire(const Value& v, Value replacement) {
   Node& n = node(v);
   if (n.memo_slot != Node::kNoSlot && n.memo_slot < memo_.size())
-    memo_[n.memo_slot] = replacement;
+    memo_.set(n.memo_slot, replacement);
   if (n.escaped) {
     // Someone else may still hold this node: keep it, but as the compact replacement.
     n.kind = replacement.kind;
@@ -282,10 +280,10 @@ void Machine::retire(const Value& v, Value replacement) {
   free_nodes_.push_back(v.ref);
 }
 
-std::uint32_t Machine::new_event_list() {
+std::uint32_t Machine::new_event_list(bool reserve) {
   event_lists_.emplace_back();
   // The first trace list is usually the only long one (one device): size it for the input.
-  if (event_lists_.size() == 1)
+  if (reserve && event_lists_.size() == 1)
     event_lists_.back().reserve(event_list_reserve_);
   return static_cast<std::uint32_t>(event_lists_.size() - 1);
 }
@@ -327,9 +325,9 @@ void Machine::memo_put(std::uint64_t index) {
       fail("memo index " + std::to_string(index) + " is far beyond the memo size " +
            std::to_string(memo_.size()) + " (limit: the bytes read so far + " +
            std::to_string(limits_.max_memo_gap) + ")");
-    memo_.resize(index + 1, scalar(Kind::unset));
+    memo_.grow(index + 1);
   }
-  memo_[index] = v;
+  memo_.set(index, v);
   if (v.is_node()) {
     Node& n = node(v);
     // Stored under a second index: two holders from now on.
@@ -340,9 +338,9 @@ void Machine::memo_put(std::uint64_t index) {
 }
 
 Value Machine::memo_get(std::uint64_t index) {
-  if (index >= memo_.size() || memo_[index].kind == Kind::unset)
+  const Value v = index < memo_.size() ? memo_.get(index) : scalar(Kind::unset);
+  if (v.kind == Kind::unset)
     fail("memo index " + std::to_string(index) + " was never stored");
-  Value v = memo_[index];
   if (v.is_node())
     node(v).escaped = true;
   return v;

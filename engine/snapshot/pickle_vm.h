@@ -65,6 +65,46 @@ struct Node {
   static constexpr std::uint32_t kNoSlot = 0xffffffffu;
 };
 
+// The pickle machine's memo, compacted behind a window. A snapshot memoizes every trace entry
+// dict, so the memo has a slot per entry (16 bytes each: 160 MB for a 10M-entry trace), and once
+// an entry is converted its slot only says "entry i of list L". Slots older than the window are
+// therefore folded into runs: consecutive converted entries of one list are one run, anything
+// else is kept as it was. Reads and writes of any slot stay exact; a write to a folded slot (rare:
+// a PUT that reuses an old index, an object converted long after it was memoized) is kept beside
+// the runs.
+class Memo {
+ public:
+  // Slots [0, size()) exist; a new one reads Kind::unset until set.
+  std::uint64_t size() const { return base_ + recent_.size(); }
+  // Adds unset slots up to `size` slots.
+  void grow(std::uint64_t size);
+  Value get(std::uint64_t slot) const;
+  void set(std::uint64_t slot, const Value& value);
+  // Bytes held, for tests and measurements.
+  std::size_t memory_bytes() const;
+
+  // The newest kWindow..2*kWindow slots stay a plain array: entries are converted within a batch
+  // of APPENDS (PyTorch's pickler: 1000 items) of being memoized.
+  static constexpr std::size_t kWindow = 1u << 14;
+
+ private:
+  struct Run {
+    std::uint64_t first_slot = 0;
+    std::uint64_t count = 0;
+    bool sequence = false;  // values `first`, first.i + 1, ... (converted entries of one list)
+    Value first;
+    std::uint64_t literal = 0;  // not a sequence: values literals_[literal, literal + count)
+  };
+  void fold_oldest();
+  const Run& run_of(std::uint64_t slot) const;
+
+  std::uint64_t base_ = 0;     // slots below are in runs_
+  std::vector<Value> recent_;  // slots [base_, size())
+  std::vector<Run> runs_;      // cover [0, base_) in order
+  std::vector<Value> literals_;
+  std::unordered_map<std::uint64_t, Value> overrides_;  // writes to slots below base_
+};
+
 class Machine;
 
 // Sees every batch of items appended to a list; returns true when it consumed the batch (the items
@@ -92,7 +132,8 @@ class Machine {
   // memo or DUP'd) is freed for reuse, so the caller must drop its own reference to it; a shared
   // one stays, turned into the replacement, so every other holder reads the same value.
   void retire(const Value& v, Value replacement);
-  std::uint32_t new_event_list();
+  // `reserve`: size the first list for the input (a sink that keeps its events elsewhere does not).
+  std::uint32_t new_event_list(bool reserve = true);
   std::vector<TraceEvent>& event_list(std::uint32_t index) { return event_lists_[index]; }
   int protocol() const { return protocol_; }
   std::uint64_t offset() const { return source_.offset(); }
@@ -126,7 +167,7 @@ class Machine {
   std::uint64_t op_offset_ = 0;
   std::vector<Value> stack_;
   std::vector<std::size_t> marks_;
-  std::vector<Value> memo_;
+  Memo memo_;
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> free_nodes_;
   std::vector<std::string> strings_;
@@ -140,9 +181,8 @@ class Machine {
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
   std::uint64_t text_bytes_ = 0;
-  // Reservations from the input's size (see the constructor): pickle bytes per memo entry and per
-  // trace entry in the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).
-  static constexpr std::uint64_t kBytesPerMemo = 8;
+  // The reservation from the input's size (see the constructor): pickle bytes per trace entry in
+  // the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).
   static constexpr std::uint64_t kBytesPerTraceEntry = 24;
   static constexpr std::uint64_t kMaxReservedBytes = std::uint64_t{1} << 30;
   std::size_t event_list_reserve_ = 0;

@@ -74,13 +74,27 @@ std::size_t Snapshot::device_count() const {
   return n;
 }
 
+std::size_t Snapshot::trace_size(std::size_t device) const {
+  if (device < device_spools.size() && !device_spools[device].empty())
+    return device_spools[device].size();
+  return device < device_traces.size() ? device_traces[device].size() : 0;
+}
+
+TraceBlocks Snapshot::trace_blocks(std::size_t device) const {
+  if (device < device_spools.size() && !device_spools[device].empty())
+    return TraceBlocks(device_spools[device]);
+  if (device < device_traces.size())
+    return TraceBlocks(device_traces[device]);
+  return TraceBlocks();
+}
+
 std::size_t Snapshot::busiest_device() const {
   std::size_t best = 0;
   for (std::size_t d = 1; d < device_traces.size(); ++d) {
-    if (device_traces[d].size() > device_traces[best].size())
+    if (trace_size(d) > trace_size(best))
       best = d;
   }
-  if (best < device_traces.size() && !device_traces[best].empty())
+  if (best < device_traces.size() && trace_size(best) > 0)
     return best;
   std::vector<std::size_t> segment_counts(device_count(), 0);
   for (const Segment& segment : segments)
@@ -91,8 +105,8 @@ std::size_t Snapshot::busiest_device() const {
 
 std::size_t Snapshot::trace_entry_count() const {
   std::size_t n = 0;
-  for (const auto& t : device_traces)
-    n += t.size();
+  for (std::size_t d = 0; d < device_traces.size(); ++d)
+    n += trace_size(d);
   return n;
 }
 

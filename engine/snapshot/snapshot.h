@@ -24,6 +24,7 @@
 #include "engine/core/torch_version.h"
 #include "engine/core/trace.h"
 #include "engine/core/units.h"
+#include "engine/snapshot/event_spool.h"
 
 namespace fragscope::snapshot {
 
@@ -139,7 +140,11 @@ TorchVersionGuess guess_torch_version(const FormatFeatures& features);
 
 struct Snapshot {
   std::vector<Segment> segments;  // sorted by (device, address) as PyTorch writes them
-  std::vector<std::vector<TraceEvent>> device_traces;            // index = device
+  std::vector<std::vector<TraceEvent>> device_traces;  // index = device
+  // read_snapshot_spooled: the traces packed instead (device_traces then holds one empty vector
+  // per device, and no entry texts are kept); empty otherwise. trace_size / trace_blocks read
+  // either form.
+  std::vector<EventSpool> device_spools;
   nlohmann::json allocator_settings = nlohmann::json::object();  // as recorded (2.x+)
   // False when the file has no `allocator_settings` (2.0-2.2, memory_snapshot()): the config it
   // ran under is unknown, and replay assumes the defaults (alloc::read_allocator_settings says so).
@@ -163,6 +168,9 @@ struct Snapshot {
   // without any, the one with the most segments (a state-only snapshot); 0 for an empty one.
   std::size_t busiest_device() const;
   std::size_t trace_entry_count() const;
+  // The entries of one device's trace, in either form (0 / none for a device without one).
+  std::size_t trace_size(std::size_t device) const;
+  TraceBlocks trace_blocks(std::size_t device) const;
   // The compile_context / user_metadata of entry `index` of `device` ("" when absent).
   std::string_view compile_context(std::size_t device, std::size_t index) const;
   std::string_view user_metadata(std::size_t device, std::size_t index) const;
@@ -170,7 +178,7 @@ struct Snapshot {
   std::vector<std::vector<std::pair<std::string, std::string>>> entry_text_strings() const;
   friend bool operator==(const Snapshot& a, const Snapshot& b) {
     return a.segments == b.segments && a.device_traces == b.device_traces &&
-           a.allocator_settings == b.allocator_settings &&
+           a.device_spools == b.device_spools && a.allocator_settings == b.allocator_settings &&
            a.external_annotations == b.external_annotations && a.frames == b.frames &&
            a.format == b.format && a.entry_text_strings() == b.entry_text_strings();
   }
@@ -205,5 +213,11 @@ Snapshot read_snapshot(const std::filesystem::path& path, const ReadLimits& limi
 // The same from memory; `name` stands for the file in error messages.
 Snapshot read_snapshot_from_memory(std::span<const std::uint8_t> data, std::string_view name,
                                    const ReadLimits& limits = {});
+// The same with the traces in device_spools (~11 bytes an entry instead of 48), for an import that
+// only walks them: no per-entry compile_context / user_metadata texts are kept (the features
+// still count them).
+Snapshot read_snapshot_spooled(const std::filesystem::path& path, const ReadLimits& limits = {});
+Snapshot read_snapshot_spooled_from_memory(std::span<const std::uint8_t> data,
+                                           std::string_view name, const ReadLimits& limits = {});
 
 }  // namespace fragscope::snapshot

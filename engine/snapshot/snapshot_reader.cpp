@@ -227,7 +227,10 @@ std::int64_t as_i64(Machine& vm, const Value& v, const std::string& where) {
 // Consumes trace entry dicts as their lists are filled, so the trace never exists as dicts.
 class TraceSink : public pickle::ListSink {
  public:
-  TraceSink(const Keys& keys, Snapshot& out) : keys_(keys), out_(out), notes_(out.warnings) {}
+  // `spool`: entries go to packed EventSpools (spools()) instead of the machine's event lists,
+  // without their texts.
+  TraceSink(const Keys& keys, Snapshot& out, bool spool)
+      : keys_(keys), out_(out), notes_(out.warnings), spool_(spool) {}
 
   bool on_append(Machine& vm, Value list, std::span<Value> items) override {
     // Items that are no entries, appended to a trace: the loop below says what is wrong with them.
@@ -240,8 +243,10 @@ class TraceSink : public pickle::ListSink {
       if (!ln.items.empty())
         vm.fail("a list mixes trace entry dicts with other objects");
       ln.kind = Kind::trace_list;
-      ln.aux = vm.new_event_list();
+      ln.aux = vm.new_event_list(!spool_);
       texts_.resize(ln.aux + 1);
+      if (spool_)
+        spools_.resize(ln.aux + 1);
     }
     const std::uint32_t events_index = vm.node(list).aux;
     FrameInterner interner(vm, keys_, out_.frames, notes_, odd_frames);
@@ -255,6 +260,9 @@ class TraceSink : public pickle::ListSink {
 
   // compile_context / user_metadata of an event list, parallel to it (empty: none carried any).
   std::vector<TraceEntryText>& texts(std::uint32_t events_index) { return texts_[events_index]; }
+  // The spooled form of an event list (read_snapshot_spooled).
+  EventSpool& spool(std::uint32_t events_index) { return spools_[events_index]; }
+  bool spooling() const { return spool_; }
   std::uint64_t unknown_actions() const { return unknown_actions_; }
   std::uint64_t odd_frames = 0;
 
@@ -296,7 +304,8 @@ class TraceSink : public pickle::ListSink {
     if (earlier) {
       if (earlier->first == ~std::uint32_t{0})
         return;  // an entry with an unknown action, skipped again
-      const TraceEvent copy = vm.event_list(earlier->first)[earlier->second];
+      const TraceEvent copy = spool_ ? spools_[earlier->first].at(earlier->second)
+                                     : vm.event_list(earlier->first)[earlier->second];
       const TraceEntryText text = earlier->second < texts_[earlier->first].size()
                                       ? texts_[earlier->first][earlier->second]
                                       : TraceEntryText{};
@@ -308,14 +317,22 @@ class TraceSink : public pickle::ListSink {
     std::optional<TraceEvent> event = convert(vm, item, interner, events_index);
     if (event) {
       replacement.ref = events_index;
-      replacement.i = static_cast<std::int64_t>(vm.event_list(events_index).size() - 1);
+      replacement.i = static_cast<std::int64_t>(list_size(vm, events_index) - 1);
     } else {
       replacement.ref = ~std::uint32_t{0};
     }
     vm.retire(item, replacement);
   }
 
+  std::size_t list_size(Machine& vm, std::uint32_t events_index) {
+    return spool_ ? spools_[events_index].size() : vm.event_list(events_index).size();
+  }
+
   void push(Machine& vm, std::uint32_t events_index, const TraceEvent& event, TraceEntryText text) {
+    if (spool_) {
+      spools_[events_index].push_back(event);
+      return;
+    }
     auto& events = vm.event_list(events_index);
     events.push_back(event);
     auto& texts = texts_[events_index];
@@ -434,6 +451,8 @@ class TraceSink : public pickle::ListSink {
   std::vector<std::vector<TraceEntryText>> texts_;
   std::unordered_map<std::string, std::uint32_t, TextHash, std::equal_to<>> text_ids_;
   std::uint64_t unknown_actions_ = 0;
+  bool spool_ = false;
+  std::vector<EventSpool> spools_;  // by event list, when spool_
 };
 
 // Walks the parsed top level into the Snapshot model.
@@ -538,6 +557,8 @@ class SchemaReader {
       vm_.fail("'device_traces' has " + std::to_string(count) + " device lists, more than the " +
                std::to_string(limits_.max_devices) + " devices a snapshot can hold");
     out_.device_traces.resize(count);
+    if (sink_.spooling())
+      out_.device_spools.resize(count);
     std::vector<std::pair<std::uint32_t, std::size_t>> taken;  // event list -> device it went to
     for (std::size_t d = 0; d < count; ++d) {
       Value t = vm_.node(traces).items[d];
@@ -547,13 +568,21 @@ class SchemaReader {
         auto earlier = std::find_if(taken.begin(), taken.end(),
                                     [&](const auto& p) { return p.first == list; });
         if (earlier != taken.end()) {  // the same list object for two devices
-          budget_.charge(out_.device_traces[earlier->second].size(), "device_traces");
+          budget_.charge(out_.trace_size(earlier->second), "device_traces");
+          if (sink_.spooling()) {
+            out_.device_spools[d] = out_.device_spools[earlier->second];
+            continue;
+          }
           out_.device_traces[d] = out_.device_traces[earlier->second];
           if (earlier->second < out_.device_entry_texts.size())
             set_texts(d, out_.device_entry_texts[earlier->second]);
           continue;
         }
         taken.emplace_back(list, d);
+        if (sink_.spooling()) {
+          out_.device_spools[d] = std::move(sink_.spool(list));
+          continue;
+        }
         out_.device_traces[d] = std::move(vm_.event_list(list));
         if (!sink_.texts(list).empty())
           set_texts(d, std::move(sink_.texts(list)));
@@ -859,7 +888,7 @@ class SchemaReader {
   std::set<std::string> unknown_;
 };
 
-Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits) {
+Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits, bool spool) {
   Snapshot out;
   out.entry_texts = {std::string()};
   // The sink needs the machine's key ids and the machine needs the sink: build the machine first
@@ -872,7 +901,7 @@ Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits) {
   } forward;
   Machine vm(source, limits, &forward);
   Keys keys(vm);
-  TraceSink sink(keys, out);
+  TraceSink sink(keys, out, spool);
   forward.target = &sink;
   Value root = vm.run();
   out.pickle_protocol = vm.protocol();
@@ -893,13 +922,24 @@ Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits) {
 
 Snapshot read_snapshot(const std::filesystem::path& path, const ReadLimits& limits) {
   ByteSource source(path, limits.max_decompressed);
-  return read_snapshot_impl(source, limits);
+  return read_snapshot_impl(source, limits, false);
 }
 
 Snapshot read_snapshot_from_memory(std::span<const std::uint8_t> data, std::string_view name,
                                    const ReadLimits& limits) {
   ByteSource source(data, std::string(name), limits.max_decompressed);
-  return read_snapshot_impl(source, limits);
+  return read_snapshot_impl(source, limits, false);
+}
+
+Snapshot read_snapshot_spooled(const std::filesystem::path& path, const ReadLimits& limits) {
+  ByteSource source(path, limits.max_decompressed);
+  return read_snapshot_impl(source, limits, true);
+}
+
+Snapshot read_snapshot_spooled_from_memory(std::span<const std::uint8_t> data,
+                                           std::string_view name, const ReadLimits& limits) {
+  ByteSource source(data, std::string(name), limits.max_decompressed);
+  return read_snapshot_impl(source, limits, true);
 }
 
 }  // namespace fragscope::snapshot

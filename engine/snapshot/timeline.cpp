@@ -12,11 +12,10 @@
 namespace fragscope::snapshot {
 namespace {
 
-const std::vector<TraceEvent>& trace_of(const Snapshot& snapshot, int device) {
-  static const std::vector<TraceEvent> empty;
-  if (device < 0 || static_cast<std::size_t>(device) >= snapshot.device_traces.size())
-    return empty;
-  return snapshot.device_traces[static_cast<std::size_t>(device)];
+TraceBlocks trace_of(const Snapshot& snapshot, int device) {
+  if (device < 0)
+    return TraceBlocks();
+  return snapshot.trace_blocks(static_cast<std::size_t>(device));
 }
 
 struct RangeSegment {
@@ -110,7 +109,7 @@ std::string describe_segment_difference(const Segment& a, const Segment& b) {
 SegmentState initial_state(const Snapshot& snapshot, int device,
                            std::vector<std::uint64_t>* guessed_blocks) {
   LayoutRules rules = LayoutRules::from_allocator_settings(snapshot.allocator_settings);
-  const auto& events = trace_of(snapshot, device);
+  const TraceBlocks events = trace_of(snapshot, device);
   std::map<std::uint64_t, RangeSegment> segs;
   // Hashed while walking back through every entry (a 1.2M-entry trace made the ordered map a
   // quarter of build_timeline, and a node-based hash map a tenth of a replay); ordered once the
@@ -126,7 +125,8 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
     }
   }
   try {
-    for (auto e = events.rbegin(); e != events.rend(); ++e) {
+    events.for_each_backward([&](const TraceEvent& event, std::size_t) {
+      const TraceEvent* e = &event;
       switch (e->action) {
         case TraceAction::alloc:
           walking.erase(e->addr);
@@ -160,23 +160,30 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
         case TraceAction::oom:
           break;
       }
-    }
+    });
     std::map<std::uint64_t, LiveBlock> live;
     walking.for_each(
         [&live](std::uint64_t address, const LiveBlock& block) { live.emplace(address, block); });
     // Evidence for sizes the trace does not give: while a predating block is live, the free
     // space after it starts where it ends, so the first allocation the trace makes inside its gap
     // lands exactly on its end. Only a trace that frees blocks it never allocated needs it.
-    std::vector<std::pair<std::uint64_t, std::size_t>> allocs;  // (address, entry index)
+    // Only the first allocation at each address can be the earliest inside a gap, so one per
+    // address is kept (the trace's allocations would be a vector as long as the trace).
+    std::vector<std::pair<std::uint64_t, std::size_t>> allocs;  // (address, first alloc entry)
     std::unordered_map<std::uint64_t, std::size_t> first_free;  // address -> first free entry
     const bool sizes_unknown = std::any_of(
         live.begin(), live.end(), [](const auto& block) { return block.second.size == 0; });
-    for (std::size_t i = 0; sizes_unknown && i < events.size(); ++i) {
-      const TraceEvent& e = events[i];
-      if (e.action == TraceAction::alloc)
-        allocs.emplace_back(e.addr, i);
-      else if (e.action == TraceAction::free_requested || e.action == TraceAction::free_completed)
-        first_free.emplace(e.addr, i);
+    if (sizes_unknown) {
+      alloc::FlatAddressMap<std::size_t> first_alloc(1024);
+      events.for_each([&](const TraceEvent& e, std::size_t i) {
+        if (e.action == TraceAction::alloc)
+          first_alloc.emplace(e.addr, i);
+        else if (e.action == TraceAction::free_requested || e.action == TraceAction::free_completed)
+          first_free.emplace(e.addr, i);
+      });
+      allocs.reserve(first_alloc.size());
+      first_alloc.for_each(
+          [&allocs](std::uint64_t address, std::size_t i) { allocs.emplace_back(address, i); });
     }
     std::sort(allocs.begin(), allocs.end());
     auto first_allocation_inside = [&](std::uint64_t start, std::uint64_t end) {
@@ -244,7 +251,7 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
   }
 }
 
-Timeline build_timeline(const Snapshot& snapshot, int device) {
+Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSinks& sinks) {
   Timeline tl;
   tl.device = device;
   std::vector<std::uint64_t> guessed;
@@ -256,33 +263,44 @@ Timeline build_timeline(const Snapshot& snapshot, int device) {
   for (const auto& [addr, block] : state.block_map())
     tl.predating_blocks += block.state != BlockState::inactive ? 1 : 0;
   tl.truncated = tl.predating_segments > 0;
-  const auto& events = trace_of(snapshot, device);
+  if (sinks.on_start)
+    sinks.on_start(tl);
+  const TraceBlocks events = trace_of(snapshot, device);
   // Once every guessed block is freed (free_completed merges it away), sizes are exact again.
   std::sort(guessed.begin(), guessed.end());
   std::size_t open_guesses = guessed.size();
-  tl.exact_from = 0;
-  if (open_guesses > 0) {
-    tl.exact_from = events.size() + 1;
-    for (std::size_t i = 0; i < events.size() && open_guesses > 0; ++i) {
-      if (events[i].action == TraceAction::free_completed &&
-          std::binary_search(guessed.begin(), guessed.end(), events[i].addr)) {
-        guessed.erase(std::lower_bound(guessed.begin(), guessed.end(), events[i].addr));
-        if (--open_guesses == 0)
-          tl.exact_from = i + 1;
-      }
+  tl.exact_from = open_guesses > 0 ? events.size() + 1 : 0;
+  // Samples go out in slices of kTimelineSlice entries, so a long trace never has all of them.
+  std::vector<TraceEvent> slice_events;
+  std::vector<MemorySample> slice;
+  slice_events.reserve(std::min(kTimelineSlice, events.size()));
+  slice.reserve(std::min(kTimelineSlice, events.size()));
+  std::size_t slice_first = 0;
+  events.for_each([&](const TraceEvent& event, std::size_t i) {
+    if (open_guesses > 0 && event.action == TraceAction::free_completed &&
+        std::binary_search(guessed.begin(), guessed.end(), event.addr)) {
+      guessed.erase(std::lower_bound(guessed.begin(), guessed.end(), event.addr));
+      if (--open_guesses == 0)
+        tl.exact_from = i + 1;
     }
-  }
-  tl.samples.reserve(events.size());
-  for (std::size_t i = 0; i < events.size(); ++i) {
     try {
-      state.apply(events[i]);
+      state.apply(event);
     } catch (const InputError& e) {
       throw InputError("device " + std::to_string(device) + " trace entry " + std::to_string(i) +
                        ": " + e.what());
     }
-    tl.samples.push_back(state.sample());
-    take_max(tl.peak, tl.samples.back());
-  }
+    slice_events.push_back(event);
+    slice.push_back(state.sample());
+    take_max(tl.peak, slice.back());
+    if (slice.size() == kTimelineSlice) {
+      sinks.on_samples(slice_events, slice, slice_first);
+      slice_first += slice.size();
+      slice_events.clear();
+      slice.clear();
+    }
+  });
+  if (!slice.empty())
+    sinks.on_samples(slice_events, slice, slice_first);
   std::vector<Segment> expected;
   for (const Segment& s : snapshot.segments)
     if (s.device == device)
@@ -305,6 +323,19 @@ Timeline build_timeline(const Snapshot& snapshot, int device) {
       }
     }
   }
+  return tl;
+}
+
+Timeline build_timeline(const Snapshot& snapshot, int device) {
+  std::vector<MemorySample> samples;
+  samples.reserve(device < 0 ? 0 : snapshot.trace_size(static_cast<std::size_t>(device)));
+  TimelineSinks sinks;
+  sinks.on_samples = [&samples](std::span<const TraceEvent>, std::span<const MemorySample> slice,
+                                std::size_t) {
+    samples.insert(samples.end(), slice.begin(), slice.end());
+  };
+  Timeline tl = build_timeline(snapshot, device, sinks);
+  tl.samples = std::move(samples);
   return tl;
 }
 

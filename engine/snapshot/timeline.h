@@ -6,6 +6,8 @@
 // storage's peak-preserving pyramid, storage/db/timeline.h.)
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,5 +46,25 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
 
 // Throws InputError when the trace contradicts itself (e.g. frees an address never allocated).
 Timeline build_timeline(const Snapshot& snapshot, int device = 0);
+
+// What build_timeline hands out as it goes, for a consumer that stores the timeline instead of
+// keeping it (an import).
+struct TimelineSinks {
+  // Once the state before the first entry is known, before any sample: `header` has everything
+  // but the samples, the peak and what the end of the trace decides (exact_from,
+  // matches_final_segments). May be empty.
+  std::function<void(const Timeline& header)> on_start;
+  // Entries [first, first + events.size()) and the sample after each, in order, in slices of
+  // kTimelineSlice entries (the last one shorter).
+  std::function<void(std::span<const TraceEvent> events, std::span<const MemorySample> samples,
+                     std::size_t first)>
+      on_samples;
+};
+inline constexpr std::size_t kTimelineSlice = std::size_t{1} << 16;
+
+// build_timeline with the samples handed to `sinks` instead of kept (the returned Timeline's
+// `samples` stay empty): its memory does not grow with the trace. An InputError thrown part way
+// leaves the slices already handed over with the sink.
+Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSinks& sinks);
 
 }  // namespace fragscope::snapshot

@@ -226,7 +226,7 @@ JobImportResult import_job(RunStore& store, const JobSource& source,
         return;
       try {
         const RankFile& rank = source.ranks[i];
-        snapshots[i] = snapshot::read_snapshot(rank.snapshot);
+        snapshots[i] = snapshot::read_snapshot_spooled(rank.snapshot);
         stats[i] = rank.stats.empty() ? read_companion_stats(rank.snapshot)
                                       : std::optional(read_recording_stats(rank.stats));
         environments[i] = rank.env.empty() ? read_companion_environment(rank.snapshot)

@@ -131,25 +131,115 @@ std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_p
   return read_recording_stats(stats);
 }
 
+namespace {
+
+// One import's writes: the run begun with its start series, its events stored a slice at a time
+// as the timeline makes them, the OOM reports at the end.
+class RunWriter {
+ public:
+  RunWriter(RunStore& store, const snapshot::Snapshot& snapshot, const ImportOptions& options,
+            const WorkControl& control, std::size_t event_count)
+      : store_(store),
+        snapshot_(snapshot),
+        options_(options),
+        control_(control),
+        event_count_(event_count) {}
+
+  void stage(std::string_view name, std::uint64_t done, std::uint64_t total) const {
+    control_.progress.report(name, done, total);
+    control_.check();
+  }
+
+  void begin(const RunRecord& record, const SegmentMap& initial, SeriesPoint start) {
+    run_ = store_.begin_run(record, initial, start);
+    ooms_.clear();
+    stage("stacks", 0, 1);
+    std::vector<std::vector<Frame>> stacks;
+    for (std::size_t id = 1; id < snapshot_.frames.stack_count(); ++id) {
+      stacks.push_back(snapshot_.frames.stack_frames(FrameStackId{static_cast<std::uint32_t>(id)}));
+    }
+    if (!stacks.empty())
+      store_.set_frame_stacks(*run_, stacks);
+    if (options_.recorded_environment)
+      store_.set_recorded_environment(*run_, *options_.recorded_environment,
+                                      options_.recorded_environment_file);
+  }
+
+  // Entries [first, first + events.size()) with the series after each. Slices of 2^16 entries
+  // (as the timeline hands them out), so that a cancel is seen within a fraction of a second.
+  void append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
+              std::size_t first) {
+    stage("events", first, event_count_);
+    store_.append_events(*run_, events, {series, {}});
+    for (std::size_t i = 0; i < events.size(); ++i)
+      if (events[i].action == TraceAction::oom)
+        ooms_.push_back({first + i, events[i], series[i]});
+  }
+
+  std::size_t write_oom_reports() {
+    for (const Oom& oom : ooms_) {
+      store_.add_oom_report(*run_, oom.index,
+                            {{"event_index", oom.index},
+                             {"device_free", oom.event.addr},
+                             {"requested", oom.event.size},
+                             {"stream", oom.event.stream.value},
+                             {"time_us", oom.event.time_us},
+                             {"allocated", oom.series.allocated},
+                             {"reserved", oom.series.reserved},
+                             {"active", oom.series.active},
+                             {"requested", oom.series.requested}});
+    }
+    return ooms_.size();
+  }
+
+  // Rolls back a run begun (a layout that failed part way; any error).
+  void cancel() {
+    if (run_ && store_.ingesting())
+      store_.cancel_run(*run_);
+    run_.reset();
+  }
+
+  bool begun() const { return run_.has_value(); }
+  RunId run() const { return *run_; }
+
+ private:
+  struct Oom {
+    std::size_t index = 0;
+    TraceEvent event;
+    SeriesPoint series;
+  };
+  RunStore& store_;
+  const snapshot::Snapshot& snapshot_;
+  const ImportOptions& options_;
+  const WorkControl& control_;
+  std::size_t event_count_;
+  std::optional<RunId> run_;
+  std::vector<Oom> ooms_;
+};
+
+}  // namespace
+
 ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot,
                              const ImportOptions& options, const WorkControl& control) {
-  const auto stage = [&control](std::string_view name, std::uint64_t done, std::uint64_t total) {
-    control.progress.report(name, done, total);
-    control.check();
-  };
   const std::size_t device_count = std::max<std::size_t>(snapshot.device_count(), 1);
   const std::size_t device = options.device.value_or(snapshot.busiest_device());
   if (device >= device_count) {
     throw InputError(options.source_file + ": no device " + std::to_string(device) +
                      " in the snapshot (it has " + std::to_string(device_count) + ")");
   }
-  static const std::vector<TraceEvent> kNoEvents;
-  const std::vector<TraceEvent>& events =
-      device < snapshot.device_traces.size() ? snapshot.device_traces[device] : kNoEvents;
+  // The trace is walked a slice at a time (backward for the start state, forward for the
+  // series), never copied: a spooled snapshot (read_snapshot_spooled) imports in memory that
+  // does not grow with its entries.
+  const snapshot::TraceBlocks events = snapshot.trace_blocks(device);
+  const std::size_t event_count = events.size();
+  RunWriter writer(store, snapshot, options, control, event_count);
 
-  stage("layout", 0, 1);
+  writer.stage("layout", 0, 1);
   const SegmentMap final_state = segment_map_of(snapshot, device);
-  const SegmentMap initial = rewind(final_state, events);
+  SegmentMap rewound = final_state;
+  events.for_each_backward(
+      [&rewound](const TraceEvent& event, std::size_t) { rewound.unapply(event); });
+  const SegmentMap initial(rewound.segments(), rewound.blocks());  // as rewind() returns it
 
   // Checked before anything is written: a bad fingerprint stores nothing.
   std::optional<analysis::RecordedEnvironment> fingerprint;
@@ -179,83 +269,75 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   record.environment.git_revision = kGitRevision;
 
   ImportResult result;
-  result.events = events.size();
+  result.events = event_count;
   result.segments = final_state.segments().size();
   // A state-only device (no entries) is not a truncated trace: it has nothing but its state.
-  result.truncated = !events.empty() && (!initial.segments().empty() || !initial.blocks().empty());
+  result.truncated = event_count > 0 && (!initial.segments().empty() || !initial.blocks().empty());
 
-  // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying the
-  // trace with PyTorch's layout rules. A trace that contradicts itself cannot be laid out; it is
-  // still stored, with the series the trace alone gives, and the summary says so.
-  nlohmann::json series_info;
-  std::vector<SeriesPoint> series;
-  SeriesPoint start = series_of(initial);
   try {
-    const snapshot::Timeline timeline =
-        snapshot::build_timeline(snapshot, static_cast<int>(device));
-    series.reserve(timeline.samples.size());
-    for (const auto& sample : timeline.samples)
-      series.push_back(point_of(sample));
-    start = point_of(timeline.initial);
-    if (!timeline.matches_final_segments)
-      result.warnings.push_back("the trace does not end in the snapshot's final segments: " +
-                                timeline.mismatch);
-    series_info = {{"source", "layout"},
-                   {"matches_final_segments", timeline.matches_final_segments},
-                   {"mismatch", timeline.mismatch},
-                   {"guessed_blocks", timeline.guessed_blocks},
-                   {"exact_from", timeline.exact_from}};
-  } catch (const InputError& e) {
-    series = derive_series(events, start);
-    series_info = {{"source", "trace"}, {"layout_error", e.what()}};
-    result.warnings.push_back(std::string("the snapshot is inconsistent (") + e.what() +
-                              "): stored with the series the trace alone gives");
-  }
-
-  stage("layout", 1, 1);
-  const RunId run = store.begin_run(record, initial, start);
-  try {
-    stage("stacks", 0, 1);
-    std::vector<std::vector<Frame>> stacks;
-    for (std::size_t id = 1; id < snapshot.frames.stack_count(); ++id) {
-      stacks.push_back(snapshot.frames.stack_frames(FrameStackId{static_cast<std::uint32_t>(id)}));
+    // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying
+    // the trace with PyTorch's layout rules, stored as they are made. A trace that contradicts
+    // itself cannot be laid out; it is still stored, with the series the trace alone gives, and
+    // the summary says so (a run begun before the contradiction showed is begun again).
+    nlohmann::json series_info;
+    std::vector<SeriesPoint> slice_series;
+    bool storing = false;  // an InputError from the store is no layout failure
+    try {
+      snapshot::TimelineSinks sinks;
+      sinks.on_start = [&](const snapshot::Timeline& header) {
+        writer.stage("layout", 1, 1);
+        storing = true;
+        writer.begin(record, initial, point_of(header.initial));
+        storing = false;
+      };
+      sinks.on_samples = [&](std::span<const TraceEvent> slice,
+                             std::span<const MemorySample> samples, std::size_t first) {
+        storing = true;
+        slice_series.clear();
+        for (const MemorySample& sample : samples)
+          slice_series.push_back(point_of(sample));
+        writer.append(slice, slice_series, first);
+        storing = false;
+      };
+      const snapshot::Timeline timeline =
+          snapshot::build_timeline(snapshot, static_cast<int>(device), sinks);
+      if (!timeline.matches_final_segments)
+        result.warnings.push_back("the trace does not end in the snapshot's final segments: " +
+                                  timeline.mismatch);
+      series_info = {{"source", "layout"},
+                     {"matches_final_segments", timeline.matches_final_segments},
+                     {"mismatch", timeline.mismatch},
+                     {"guessed_blocks", timeline.guessed_blocks},
+                     {"exact_from", timeline.exact_from}};
+    } catch (const InputError& e) {
+      if (storing)
+        throw;
+      writer.cancel();
+      writer.stage("layout", 1, 1);
+      writer.begin(record, initial, series_of(initial));
+      SeriesPoint current = series_of(initial);
+      std::vector<TraceEvent> slice;
+      std::size_t first = 0;
+      events.for_each([&](const TraceEvent& event, std::size_t) {
+        current = plus(current, trace_delta(event));
+        slice.push_back(event);
+        slice_series.push_back(current);
+        if (slice.size() == snapshot::kTimelineSlice) {
+          writer.append(slice, slice_series, first);
+          first += slice.size();
+          slice.clear();
+          slice_series.clear();
+        }
+      });
+      if (!slice.empty())
+        writer.append(slice, slice_series, first);
+      series_info = {{"source", "trace"}, {"layout_error", e.what()}};
+      result.warnings.push_back(std::string("the snapshot is inconsistent (") + e.what() +
+                                "): stored with the series the trace alone gives");
     }
-    if (!stacks.empty())
-      store.set_frame_stacks(run, stacks);
-    if (options.recorded_environment)
-      store.set_recorded_environment(run, *options.recorded_environment,
-                                     options.recorded_environment_file);
-    // In slices, so that a cancel is seen within a fraction of a second on a 1M-event trace.
-    constexpr std::size_t kSlice = 1u << 16;
-    if (series.size() != events.size())
-      throw InputError(options.source_file + ": " + std::to_string(series.size()) +
-                       " series samples for " + std::to_string(events.size()) + " events");
-    const std::span<const TraceEvent> all_events(events);
-    const std::span<const SeriesPoint> all_series(series);
-    for (std::size_t first = 0; first < events.size(); first += kSlice) {
-      stage("events", first, events.size());
-      const std::size_t count = std::min(kSlice, events.size() - first);
-      store.append_events(run, all_events.subspan(first, count),
-                          {all_series.subspan(first, count), {}});
-    }
-    stage("events", events.size(), events.size());
-    stage("ooms", 0, 1);
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      const TraceEvent& event = events[i];
-      if (event.action != TraceAction::oom)
-        continue;
-      ++result.ooms;
-      store.add_oom_report(run, i,
-                           {{"event_index", i},
-                            {"device_free", event.addr},
-                            {"requested", event.size},
-                            {"stream", event.stream.value},
-                            {"time_us", event.time_us},
-                            {"allocated", series[i].allocated},
-                            {"reserved", series[i].reserved},
-                            {"active", series[i].active},
-                            {"requested", series[i].requested}});
-    }
+    writer.stage("events", event_count, event_count);
+    writer.stage("ooms", 0, 1);
+    result.ooms = writer.write_oom_reports();
     nlohmann::json summary = {
         {"source_file", options.source_file},
         {"device", device},
@@ -267,7 +349,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"pickle_protocol", snapshot.pickle_protocol},
         {"warnings", all_warnings(snapshot.warnings, result.warnings)},
         {"external_annotations", snapshot.external_annotations.size()},
-        {"state_only", events.empty()},
+        {"state_only", event_count == 0},
         {"device_count", snapshot.device_count()},
         {"allocator_settings_recorded", snapshot.allocator_settings_recorded},
         {"torch_version",
@@ -290,21 +372,20 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
       summary["segment_pools"] = std::move(segment_pools);
     if (options.recorded_stats && options.recorded_stats->is_object())
       add_recorded_stats(*options.recorded_stats, summary);
-    stage("commit", 0, 1);
-    store.finish_run(run, result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
+    writer.stage("commit", 0, 1);
+    store.finish_run(writer.run(), result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
                      control.cancel);
     control.progress.report("commit", 1, 1);  // stored: no cancel applies any more
   } catch (...) {
-    if (store.ingesting())
-      store.cancel_run(run);
+    writer.cancel();
     throw;
   }
-  result.run = run;
+  result.run = writer.run();
   // The run is committed; its allocator-state keyframes follow in their own transaction (a
   // cancel here leaves the run without them, replayed from event 0 when asked).
-  if (run_has_stats_keyframes(events.size())) {
+  if (run_has_stats_keyframes(event_count)) {
     try {
-      store_stats_keyframes(store, run, kStatsKeyframeInterval, control.cancel);
+      store_stats_keyframes(store, result.run, kStatsKeyframeInterval, control.cancel);
     } catch (const Cancelled&) {
     }
   }

@@ -143,6 +143,89 @@ TEST(Import, AnInconsistentSnapshotIsStoredWithAWarning) {
   const auto warnings = store.run(result.run).summary["warnings"];
   ASSERT_FALSE(warnings.empty());
   EXPECT_EQ(warnings.back(), result.warnings.back());
+  // The run begun with the layout's series was rolled back and stored again: one run, whole.
+  EXPECT_EQ(store.run_count(), 1);
+  EXPECT_EQ(store.run(result.run).summary["series"]["source"], "trace");
+  EXPECT_EQ(store.run(result.run).event_count, trace.size());
+  EXPECT_EQ(store.series(result.run, 0, trace.size()), derive_series(trace));
+}
+
+// The same snapshot with its traces packed (read_snapshot_spooled's form).
+snapshot::Snapshot spooled(snapshot::Snapshot plain) {
+  plain.device_spools.resize(plain.device_traces.size());
+  for (std::size_t d = 0; d < plain.device_traces.size(); ++d) {
+    for (const TraceEvent& event : plain.device_traces[d])
+      plain.device_spools[d].push_back(event);
+    plain.device_traces[d].clear();
+  }
+  return plain;
+}
+
+// Everything a run holds that an import writes, but the time it was written.
+nlohmann::json stored_run(RunStore& store, RunId run) {
+  RunRecord record = store.run(run);
+  const std::uint64_t count = record.event_count;
+  nlohmann::json events = nlohmann::json::array();
+  for (const TraceEvent& e : store.events(run, 0, count))
+    events.push_back(
+        {static_cast<int>(e.action), e.addr, e.size, e.stream.value, e.time_us, e.frames.value});
+  nlohmann::json series = nlohmann::json::array();
+  for (const SeriesPoint& p : store.series(run, 0, count))
+    series.push_back({p.allocated, p.reserved, p.active, p.requested});
+  nlohmann::json ooms = nlohmann::json::array();
+  for (const OomReport& oom : store.oom_reports(run))
+    ooms.push_back({oom.id, oom.event_index, oom.report});
+  nlohmann::json keyframes = nlohmann::json::array();
+  auto query = store.database().prepare(
+      "SELECT event_index, data FROM stats_keyframes WHERE run_id = ? ORDER BY event_index");
+  query.bind_int(1, run.value);
+  while (query.step()) {
+    const auto blob = query.column_blob(1);
+    keyframes.push_back({query.column_int(0), std::vector<std::uint8_t>(blob.begin(), blob.end())});
+  }
+  nlohmann::json states = nlohmann::json::array();
+  for (std::uint64_t at = 0; at <= count; at += std::max<std::uint64_t>(count / 7, 1))
+    states.push_back(store.segment_state(run, at).state.serialize());
+  record.created_at.clear();
+  return {{"summary", record.summary},
+          {"name", record.name},
+          {"status", to_string(record.status)},
+          {"events", events},
+          {"series", series},
+          {"ooms", ooms},
+          {"keyframes", keyframes},
+          {"states", states},
+          {"stacks", store.frame_stacks(run).size()},
+          {"timeline", store.timeline(run, 997).size()}};
+}
+
+// Issue #19: the import walks a spooled trace a slice at a time and stores exactly what it
+// stored from the whole trace: a run with OOMs, one that starts late (its start state rebuilt
+// backward over the spool) and an inconsistent one (its layout fails after the run was begun).
+TEST(Import, ASpooledSnapshotStoresTheSameRun) {
+  std::vector<std::pair<std::string, snapshot::Snapshot>> cases;
+  cases.emplace_back("gpt_oom_cap", snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz")));
+  auto late = snapshot::read_snapshot(fixture("streams_default", ".pickle.gz"));
+  late.device_traces[0].erase(late.device_traces[0].begin(), late.device_traces[0].begin() + 5000);
+  cases.emplace_back("late", late);
+  auto twice = late;
+  auto& trace = twice.device_traces[0];
+  trace.insert(
+      trace.begin() + static_cast<std::ptrdiff_t>(trace.size() / 2),
+      *std::find_if(trace.begin() + static_cast<std::ptrdiff_t>(trace.size() / 2), trace.end(),
+                    [](const TraceEvent& e) { return e.action == TraceAction::alloc; }));
+  cases.emplace_back("twice", twice);
+  for (const auto& [name, plain] : cases) {
+    SCOPED_TRACE(name);
+    RunStore a(":memory:");
+    RunStore b(":memory:");
+    const ImportResult from_plain = import_snapshot(a, plain, import_options(name));
+    const ImportResult from_spool = import_snapshot(b, spooled(plain), import_options(name));
+    EXPECT_EQ(from_spool.events, from_plain.events);
+    EXPECT_EQ(from_spool.truncated, from_plain.truncated);
+    EXPECT_EQ(from_spool.warnings, from_plain.warnings);
+    EXPECT_EQ(stored_run(b, from_spool.run), stored_run(a, from_plain.run));
+  }
 }
 
 // The post-mortem's loader (gui/post_mortem_page) reads the recorded config of any release and

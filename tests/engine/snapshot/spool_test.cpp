@@ -1,0 +1,287 @@
+// The spooled form of a snapshot's traces (EventSpool, read_snapshot_spooled), the pickle
+// machine's compacted memo, and the timeline handed out a slice at a time: each must give
+// exactly what the plain forms give.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "engine/snapshot/event_spool.h"
+#include "engine/snapshot/pickle_vm.h"
+#include "engine/snapshot/snapshot_test_util.h"
+#include "engine/snapshot/timeline.h"
+
+namespace fragscope::snapshot::test {
+namespace {
+
+std::vector<TraceEvent> random_events(std::size_t count, std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<TraceEvent> events(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    TraceEvent& e = events[i];
+    e.action = static_cast<TraceAction>(rng() % kTraceActionCount);
+    // Small steps, huge jumps both ways and the extremes, as a hostile file may hold.
+    switch (rng() % 4) {
+      case 0:
+        e.addr = 0x7f0000000000 + (rng() % 4096) * 512;
+        break;
+      case 1:
+        e.addr = rng();
+        break;
+      case 2:
+        e.addr = std::numeric_limits<std::uint64_t>::max() - rng() % 3;
+        break;
+      default:
+        e.addr = rng() % 3;
+    }
+    e.size = rng() % 2 == 0 ? rng() % (1u << 30) : rng();
+    e.stream = StreamId{rng() % 3 == 0 ? rng() : rng() % 4};
+    e.time_us = rng() % 5 == 0 ? static_cast<std::int64_t>(rng())
+                               : 1'700'000'000'000'000 + static_cast<std::int64_t>(i * 7);
+    e.frames = FrameStackId{static_cast<std::uint32_t>(rng() % 1000)};
+  }
+  return events;
+}
+
+TEST(EventSpool, GivesBackEveryEventInEitherDirectionAndByIndex) {
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, EventSpool::kBlockEvents,
+                                  3 * EventSpool::kBlockEvents + 17}) {
+    const std::vector<TraceEvent> events = random_events(count, 7);
+    EventSpool spool;
+    for (const TraceEvent& e : events)
+      spool.push_back(e);
+    ASSERT_EQ(spool.size(), count);
+    EXPECT_EQ(spool.to_vector(), events);
+    std::vector<TraceEvent> backward;
+    TraceBlocks(spool).for_each_backward([&](const TraceEvent& e, std::size_t index) {
+      ASSERT_EQ(index, count - 1 - backward.size());
+      backward.push_back(e);
+    });
+    ASSERT_EQ(backward.size(), count);
+    for (std::size_t i = 0; i < count; ++i)
+      ASSERT_EQ(backward[i], events[count - 1 - i]) << i;
+    for (std::size_t i = 0; i < count; i += 997)
+      EXPECT_EQ(spool.at(i), events[i]) << i;
+    if (count > 0) {
+      EXPECT_EQ(spool.at(count - 1), events.back());
+    }
+    EXPECT_THROW((void)spool.at(count), std::out_of_range);
+  }
+}
+
+TEST(EventSpool, HoldsARecordedTraceInAThirdOfItsEvents) {
+  const auto& events = fixture("gpt_varlen_default").device_traces[0];
+  EventSpool spool;
+  for (const TraceEvent& e : events)
+    spool.push_back(e);
+  EXPECT_EQ(spool.to_vector(), events);
+  EXPECT_LT(spool.memory_bytes(), events.size() * sizeof(TraceEvent) / 3);
+}
+
+// The compacted memo against a plain vector, under grows, writes to any slot and reads.
+TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
+  using pickle::Kind;
+  using pickle::Value;
+  std::mt19937_64 rng(3);
+  pickle::Memo memo;
+  std::vector<Value> model;
+  auto entry = [](std::uint32_t list, std::int64_t index) {
+    Value v;
+    v.kind = Kind::trace_event;
+    v.ref = list;
+    v.i = index;
+    return v;
+  };
+  std::int64_t next_entry = 0;
+  for (int step = 0; step < 200000; ++step) {
+    const auto roll = rng() % 100;
+    if (roll < 80 || model.empty()) {
+      // Mostly converted entries in order, now and then another value between them.
+      memo.grow(model.size() + 1);
+      Value v = roll < 75 ? entry(0, next_entry++) : entry(1, 5);
+      if (roll % 7 == 0) {
+        v.kind = Kind::integer;
+        v.i = static_cast<std::int64_t>(rng() % 1000);
+      }
+      memo.set(model.size(), v);
+      model.push_back(v);
+    } else if (roll < 90) {
+      const std::uint64_t slot = rng() % model.size();
+      const Value v = entry(2, static_cast<std::int64_t>(rng() % 50));
+      memo.set(slot, v);
+      model[slot] = v;
+    } else {
+      const std::uint64_t slot = rng() % model.size();
+      const Value v = memo.get(slot);
+      ASSERT_EQ(v.kind, model[slot].kind) << slot;
+      ASSERT_EQ(v.ref, model[slot].ref) << slot;
+      ASSERT_EQ(v.i, model[slot].i) << slot;
+    }
+  }
+  ASSERT_EQ(memo.size(), model.size());
+  for (std::uint64_t slot = 0; slot < model.size(); ++slot) {
+    const Value v = memo.get(slot);
+    ASSERT_EQ(v.kind, model[slot].kind) << slot;
+    ASSERT_EQ(v.ref, model[slot].ref) << slot;
+    ASSERT_EQ(v.i, model[slot].i) << slot;
+  }
+}
+
+// A trace of converted entries costs a few runs, not a slot each.
+TEST(PickleMemo, ConvertedEntriesInARowCostNoSlotEach) {
+  pickle::Memo memo;
+  constexpr std::uint64_t kSlots = 1'000'000;
+  for (std::uint64_t slot = 0; slot < kSlots; ++slot) {
+    memo.grow(slot + 1);
+    pickle::Value v;
+    v.kind = pickle::Kind::trace_event;
+    v.i = static_cast<std::int64_t>(slot);
+    memo.set(slot, v);
+  }
+  EXPECT_LT(memo.memory_bytes(), kSlots * sizeof(pickle::Value) / 10);
+  EXPECT_EQ(memo.get(12345).i, 12345);
+}
+
+// A pickle whose memo outgrows the window: every entry dict memoized, the action string stored
+// at slot 0 and fetched by every entry, then slot 0 stored again, and an entry from the start
+// appended a second time.
+std::string long_memo_pickle(std::uint32_t entries) {
+  std::string p = "\x80\x04";
+  auto u32 = [&p](std::uint32_t v) {
+    char b[4];
+    std::memcpy(b, &v, 4);
+    p.append(b, 4);
+  };
+  auto str = [&](std::string_view s) {
+    p += 'X';
+    u32(static_cast<std::uint32_t>(s.size()));
+    p += s;
+  };
+  auto put = [&](std::uint32_t slot) {
+    p += 'r';
+    u32(slot);
+  };
+  auto get = [&](std::uint32_t slot) {
+    p += 'j';
+    u32(slot);
+  };
+  auto entry = [&](std::uint32_t action_slot, std::uint32_t addr, std::uint32_t size) {
+    p += "}(";
+    str("action");
+    get(action_slot);
+    str("addr");
+    p += 'J';
+    u32(addr);
+    str("size");
+    p += 'J';
+    u32(size);
+    p += 'u';
+  };
+  p += "}(";
+  str("segments");
+  p += ']';
+  str("device_traces");
+  p += "](]";  // the device list, MARK, device 0's trace
+  str("alloc");
+  put(0);
+  p += '0';  // POP: the string only lives in the memo
+  std::uint32_t slot = 1;
+  p += '(';
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    entry(0, 0x1000 + i * 512, 512 + i);
+    put(slot++);
+    if (i % 1000 == 999)
+      p += "e(";  // APPENDS, a new MARK
+  }
+  p += 'e';
+  str("free_completed");
+  put(0);
+  p += '0';
+  entry(0, 0x1000, 512);  // action: the new slot 0
+  p += 'a';
+  get(6);  // entry 5 again
+  p += 'a';
+  p += "eu.";  // the device list's APPENDS, the top dict's SETITEMS, STOP
+  return p;
+}
+
+TEST(PickleMemo, AnOldSlotReadsWhatWasStoredThereLast) {
+  constexpr std::uint32_t kEntries = 3 * pickle::Memo::kWindow;
+  const std::string bytes = long_memo_pickle(kEntries);
+  const auto data = std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+  for (const bool spooled : {false, true}) {
+    const Snapshot s = spooled ? read_snapshot_spooled_from_memory(data, "long-memo")
+                               : read_snapshot_from_memory(data, "long-memo");
+    const std::vector<TraceEvent> trace =
+        spooled ? s.device_spools.at(0).to_vector() : s.device_traces.at(0);
+    ASSERT_EQ(trace.size(), kEntries + 2u) << spooled;
+    EXPECT_EQ(trace[kEntries - 1].addr, 0x1000u + (kEntries - 1) * 512u);
+    EXPECT_EQ(trace[kEntries].action, TraceAction::free_completed);
+    EXPECT_EQ(trace[kEntries + 1], trace[5]);
+    EXPECT_EQ(trace[5].size, 517u);
+  }
+}
+
+// Every form of every fixture's trace, and a trace shared by two devices, read spooled.
+TEST(SpooledRead, HoldsTheSameTracesAsThePlainRead) {
+  std::vector<std::filesystem::path> files;
+  for (const std::string& name : fixture_names())
+    files.push_back(fixture_path(name));
+  const auto variants = std::filesystem::path(FRAGSCOPE_FIXTURES) / ".." / "snapshot-variants";
+  for (const auto& entry : std::filesystem::directory_iterator(variants))
+    if (entry.path().extension() == ".pickle")
+      files.push_back(entry.path());
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.string());
+    const Snapshot plain = read_snapshot(file);
+    const Snapshot spooled = read_snapshot_spooled(file);
+    ASSERT_EQ(spooled.device_traces.size(), plain.device_traces.size());
+    EXPECT_EQ(spooled.device_count(), plain.device_count());
+    EXPECT_EQ(spooled.busiest_device(), plain.busiest_device());
+    EXPECT_EQ(spooled.trace_entry_count(), plain.trace_entry_count());
+    EXPECT_EQ(spooled.features, plain.features);
+    EXPECT_EQ(spooled.frames, plain.frames);
+    EXPECT_EQ(spooled.segments, plain.segments);
+    for (std::size_t d = 0; d < plain.device_traces.size(); ++d) {
+      EXPECT_TRUE(spooled.device_traces[d].empty());
+      EXPECT_EQ(spooled.device_spools[d].to_vector(), plain.device_traces[d]) << d;
+    }
+  }
+}
+
+// The timeline a slice at a time is the timeline, for a spooled snapshot as for a plain one.
+TEST(SpooledTimeline, SlicesAddUpToTheWholeTimeline) {
+  for (const std::string& name : {std::string("gpt_varlen_default"), std::string("gpt_oom_cap")}) {
+    const Timeline whole = build_timeline(fixture(name), 0);
+    const Snapshot spooled = read_snapshot_spooled(fixture_path(name));
+    std::vector<MemorySample> samples;
+    std::vector<TraceEvent> events;
+    bool started = false;
+    TimelineSinks sinks;
+    sinks.on_start = [&](const Timeline& header) {
+      EXPECT_TRUE(samples.empty());
+      EXPECT_EQ(header.initial, whole.initial);
+      started = true;
+    };
+    sinks.on_samples = [&](std::span<const TraceEvent> slice, std::span<const MemorySample> s,
+                           std::size_t first) {
+      ASSERT_EQ(first, samples.size());
+      ASSERT_EQ(slice.size(), s.size());
+      EXPECT_LE(s.size(), kTimelineSlice);
+      events.insert(events.end(), slice.begin(), slice.end());
+      samples.insert(samples.end(), s.begin(), s.end());
+    };
+    const Timeline sliced = build_timeline(spooled, 0, sinks);
+    EXPECT_TRUE(started);
+    EXPECT_TRUE(sliced.samples.empty());
+    EXPECT_EQ(samples, whole.samples) << name;
+    EXPECT_EQ(events, fixture(name).device_traces[0]) << name;
+    EXPECT_EQ(sliced.peak, whole.peak);
+    EXPECT_EQ(sliced.matches_final_segments, whole.matches_final_segments);
+    EXPECT_EQ(sliced.exact_from, whole.exact_from);
+  }
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot::test
