@@ -37,5 +37,11 @@ function(fragscope_add_test name)
     FRAGSCOPE_BINARY_DIR="${CMAKE_BINARY_DIR}")
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   fragscope_target_warnings(${name})
+  if(FRAGSCOPE_SANITIZE)
+    # The code under test keeps the preset's -O1 in its libraries; the tests' own code is compiled
+    # at -O0, which halves a sanitized test file's compile (run_store_test.cpp 19.7 -> 8.7 CPU-s,
+    # fixture_replay_test.cpp 13.4 -> 7.3 with clang 14) and so lets CI build every suite sanitized.
+    target_compile_options(${name} PRIVATE -O0)
+  endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
 endfunction()

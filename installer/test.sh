@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the `dev` preset, starts a one-node Slurm cluster on localhost
-# (installer/slurm-localhost.sh, stopped again on exit) and runs every test with ctest (engine,
-# storage, CLI, GUI offscreen, Slurm sweeps, packaging, style, and python/tests with pytest as the
-# one ctest test python.fragscope_record: its exit 5 "no tests" counts as a pass). Then the `asan`
-# preset (clang 14, ASan + UBSan): each libFuzzer target fuzzed briefly from its seed corpus (see
-# below). Each stage prints its wall and CPU seconds (`fragscope: stage ...`).
-# Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
+# Installs what is missing, builds, starts a one-node Slurm cluster on localhost
+# (installer/slurm-localhost.sh, stopped again on exit) and runs every test once with ctest.
+# Each stage prints its wall and CPU seconds (`fragscope: stage ...`).
+#
+# By default (FRAGSCOPE_CI_ASAN=full) every test that the `asan` preset builds runs there,
+# sanitized: the `asan` preset (clang 14, ASan + UBSan at -O1, no GUI) builds the engine, storage,
+# use-case and CLI tests (the CLI tests drive the sanitized fragscope-cli) and the libFuzzer
+# targets, each fuzzed for 5 s from its corpus in tests/fuzz/corpus. The `dev` preset is built
+# without those suites (FRAGSCOPE_CORE_TESTS=OFF) and runs the rest: the GUI offscreen, Slurm
+# sweeps, packaging, style, and python/tests with pytest as the one ctest test
+# python.fragscope_record (its exit 5 "no tests" counts as a pass). Building each suite once is
+# what lets the sanitized stage fit CI's 30 minutes on 2 cores.
+# Other modes: =readers builds every test in dev and only the engine's reader tests and the fuzz
+# targets sanitized; =fuzz only the fuzz targets sanitized; =0 no sanitized stage (the dev build
+# then runs everything).
+# Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L gui).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+asan_mode="${FRAGSCOPE_CI_ASAN:-full}"
+case "$asan_mode" in
+  full | readers | fuzz | 0) ;;
+  *)
+    echo "FRAGSCOPE_CI_ASAN=$asan_mode: expected full, readers, fuzz or 0" >&2
+    exit 2
+    ;;
+esac
+core_tests=ON
+[ "$asan_mode" = full ] && core_tests=OFF
 
 fragscope_stage packages fragscope_install_packages "${FRAGSCOPE_BUILD_PACKAGES[@]}"
 cd "$FRAGSCOPE_ROOT"
-fragscope_stage dev-build fragscope_build dev
+# Configured every time: a developer's earlier build/dev may hold the other FRAGSCOPE_CORE_TESTS.
+fragscope_stage dev-configure cmake --preset dev -DFRAGSCOPE_CORE_TESTS="$core_tests" >/dev/null
+fragscope_stage dev-build cmake --build --preset dev --parallel "$(nproc)"
 cd "$FRAGSCOPE_ROOT"
 export QT_QPA_PLATFORM=offscreen
 
@@ -31,18 +53,9 @@ else
 fi
 fragscope_stage dev-ctest ctest --preset dev --parallel "$(nproc)" --timeout 600 "$@"
 
-# The `asan` preset (clang 14, ASan + UBSan at -O1, no GUI): one build serves the libFuzzer targets
-# and the sanitized tests. By default (FRAGSCOPE_CI_ASAN=readers) it builds the fuzz targets
-# (snapshot reader, allocator config, experiment files, Hugging Face config.json, recording stats,
-# env.json), fuzzes each for 5 s from its corpus in tests/fuzz/corpus, and runs sanitized the
-# engine's reader and input tests (pickle VM, hostile and bomb pickles, segment state, bounded JSON,
-# FIFOs). Measured at -j1 (load 6-9): the fuzz targets' sanitized build 433 CPU-s, the two reader
-# test binaries 95 CPU-s more, their 98 tests 46 CPU-s. =fuzz leaves the reader tests out; =1 adds
-# every storage test (durability, kill -9, concurrency stress, full disk, migrations: storage_test
-# alone is ~680 CPU-s to build sanitized, more than CI's 30 minutes leave); =full builds the whole
-# preset and runs every test sanitized; =0 skips the stage. What the sanitized stage leaves out
-# runs once, unsanitized, above.
-asan_mode="${FRAGSCOPE_CI_ASAN:-readers}"
+# The sanitized stage: one `asan` build serves the libFuzzer targets and the sanitized tests.
+# Measured for =readers at -j1 (load 6-9): the fuzz targets' sanitized build 433 CPU-s, the two
+# reader test binaries 95 CPU-s more, their 98 tests 46 CPU-s.
 if [ "$asan_mode" != 0 ]; then
   cd "$FRAGSCOPE_ROOT"
   if [ ! -f build/asan/CMakeCache.txt ]; then
@@ -50,17 +63,16 @@ if [ "$asan_mode" != 0 ]; then
   fi
   if [ "$asan_mode" = full ]; then
     asan_targets=()
-    asan_tests=(-LE "style|packaging")
+    # style and packaging need the dev build (its compile database, the GUI in the package); the
+    # Python and Slurm tests ran there.
+    asan_tests=(-LE "style|packaging|python|slurm")
   elif [ "$asan_mode" = fuzz ]; then
     asan_targets=(--target fuzz_all)
     asan_tests=(-L fuzz)
-  elif [ "$asan_mode" = readers ]; then
+  else
     asan_targets=(--target engine_core_test engine_snapshot_test fuzz_all)
     # Test binaries this stage did not build register a *_NOT_BUILT placeholder: not run.
     asan_tests=(-L "engine|fuzz" -E "_NOT_BUILT")
-  else
-    asan_targets=(--target storage_test engine_core_test engine_snapshot_test fuzz_all)
-    asan_tests=(-L "storage|engine|fuzz" -E "_NOT_BUILT")
   fi
   fragscope_stage asan-build cmake --build build/asan --parallel "$(nproc)" "${asan_targets[@]}"
   # The preset sets ASAN_OPTIONS/UBSAN_OPTIONS: leaks fail, any undefined behaviour fails; a fuzz
