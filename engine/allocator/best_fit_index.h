@@ -141,6 +141,13 @@ class BestFitIndex {
     return true;
   }
   bool contains(const SizeKey& key, const Block* block) const { return find(key, block) != end(); }
+  // Where `block` is, found by `key`; end() if it is not in the index under that key.
+  iterator find(const SizeKey& key, const Block* block) const {
+    const iterator it = lower_bound(key);
+    if (it == end() || !(it.key() == key) || *it != block)
+      return end();
+    return it;
+  }
 
   // Gives the entry at `it` the key `key` (its block's new stream, size, ptr) and the block
   // `block`, and moves it to its place in key order: what erase(it) then insert(key, block)
@@ -169,12 +176,6 @@ class BestFitIndex {
   std::size_t chunk_for(const SizeKey& key) const {
     return static_cast<std::size_t>(std::lower_bound(last_.begin(), last_.end(), key) -
                                     last_.begin());
-  }
-  iterator find(const SizeKey& key, const Block* block) const {
-    const iterator it = lower_bound(key);
-    if (it == end() || !(it.key() == key) || *it != block)
-      return end();
-    return it;
   }
   std::unique_ptr<Chunk> new_chunk();
   void erase_at(std::size_t c, std::size_t pos);

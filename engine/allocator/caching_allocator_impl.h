@@ -310,10 +310,17 @@ struct CachingAllocator::Impl : AllocatorState {
     return block;
   }
 
+  static bool can_merge(const Block* dst, const Block* src) {
+    return src && !src->allocated && src->event_count == 0 && src->stream_uses.empty() &&
+           dst->mapped == src->mapped;
+  }
+
   // Merges `src` into `dst` if it is a free neighbour of the same mapped-ness (spec §4).
-  Bytes try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
-    if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() ||
-        dst->mapped != src->mapped)
+  // `keep_entry`: a mapped src's best-fit entry is left in the index and returned there, for
+  // dst to take over (BestFitIndex::rekey), instead of being erased.
+  Bytes try_merge_blocks(Block* dst, Block* src, BlockPool& pool,
+                         BestFitIndex::iterator* keep_entry = nullptr) {
+    if (!can_merge(dst, src))
       return 0;
     if (dst->prev == src) {
       dst->ptr = src->ptr;
@@ -329,7 +336,9 @@ struct CachingAllocator::Impl : AllocatorState {
     }
     const Bytes subsumed = src->size;
     dst->size += subsumed;
-    if (src->mapped)
+    if (src->mapped && keep_entry)
+      *keep_entry = pool.blocks.find(size_key(src), src);
+    else if (src->mapped)
       pool.erase(src);
     else
       pool.unmapped.erase(src);
@@ -670,15 +679,26 @@ struct CachingAllocator::Impl : AllocatorState {
     block->events_ready = false;
     std::int64_t net_blocks = 0;
     std::int64_t net_bytes = 0;
-    const std::array<Block*, 2> neighbours = {block->prev, block->next};
-    for (Block* neighbour : neighbours) {
-      const Bytes subsumed = try_merge_blocks(block, neighbour, pool);
+    // The block takes over a merged neighbour's best-fit entry (rekey) instead of that entry's
+    // erase and its own insert. Only the last neighbour merged may keep its entry: erasing the
+    // other would move it.
+    Block* const prev = block->prev;
+    Block* const next = block->next;
+    BestFitIndex::iterator entry = pool.blocks.end();
+    const bool next_merges = can_merge(block, next);
+    for (const auto& [neighbour, keep] : {std::pair{prev, !next_merges}, std::pair{next, true}}) {
+      const Bytes subsumed = try_merge_blocks(block, neighbour, pool, keep ? &entry : nullptr);
       if (subsumed > 0) {
         net_blocks -= 1;
         net_bytes -= to_signed(subsumed);
       }
     }
-    pool.insert(block);
+    if (entry != pool.blocks.end()) {
+      block->gc_count_base = pool.get_free_blocks_call_count;
+      pool.blocks.rekey(entry, size_key(block), block);
+    } else {
+      pool.insert(block);
+    }
     if (block->is_split()) {
       net_blocks += 1;
       net_bytes += to_signed(block->size);
