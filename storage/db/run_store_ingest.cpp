@@ -150,8 +150,7 @@ void RunStore::flush_chunk(Ingest& ingest) {
   ingest.write_pending_chunks(Ingest::kMaxPending - 1);
   flush_category_chunk(ingest);
   // The keyframe of the next chunk is the state after this one.
-  for (const auto& event : buffer.events)
-    ingest.segments.apply(event);
+  ingest.segments.apply_all(buffer.events);
   // Compressing a chunk is most of the ingest cost: it runs on another core while this thread
   // fills the next chunk. Rows are still written in order, on this connection's thread.
   Ingest::PendingChunk pending;

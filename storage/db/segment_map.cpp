@@ -1,5 +1,6 @@
 #include "storage/db/segment_map.h"
 
+#include "engine/allocator/flat_map.h"
 #include "storage/db/packing.h"
 
 namespace fragscope::storage {
@@ -40,6 +41,55 @@ void SegmentMap::apply(const TraceEvent& event) {
     case TraceAction::oom:
       break;
   }
+}
+
+void SegmentMap::apply_all(std::span<const TraceEvent> events) {
+  // A block's state after the events so far, where they touched it: live (with its record) or
+  // gone. Blocks not in it are as blocks_ holds them.
+  struct Change {
+    bool live = false;
+    LiveBlock block;
+  };
+  alloc::FlatAddressMap<Change> changes(1024);
+  auto block_now = [&](std::uint64_t addr) -> const LiveBlock* {
+    if (const Change* change = changes.find(addr))
+      return change->live ? &change->block : nullptr;
+    const auto it = blocks_.find(addr);
+    return it == blocks_.end() ? nullptr : &it->second;
+  };
+  for (const TraceEvent& event : events) {
+    switch (event.action) {
+      case TraceAction::alloc:
+        changes.insert_or_assign(
+            event.addr, Change{true, LiveBlock{event.addr, event.size, event.stream,
+                                               BlockState::active_allocated, event.frames}});
+        break;
+      case TraceAction::free_requested:
+        if (const LiveBlock* block = block_now(event.addr)) {
+          Change pending{true, *block};
+          pending.block.state = BlockState::active_pending_free;
+          changes.insert_or_assign(event.addr, pending);
+        } else {
+          ++unmatched_;
+        }
+        break;
+      case TraceAction::free_completed:
+        if (block_now(event.addr))
+          changes.insert_or_assign(event.addr, Change{});
+        else
+          ++unmatched_;
+        break;
+      default:
+        apply(event);  // segments: not blocks
+        break;
+    }
+  }
+  changes.for_each([this](std::uint64_t addr, const Change& change) {
+    if (change.live)
+      blocks_[addr] = change.block;
+    else
+      blocks_.erase(addr);
+  });
 }
 
 void SegmentMap::unapply(const TraceEvent& event) {

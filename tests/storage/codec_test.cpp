@@ -147,6 +147,33 @@ TEST(SegmentMap, TracksSegmentsBlocksAndPendingFrees) {
   EXPECT_TRUE(map.segments().empty());
 }
 
+// Ingest applies each chunk with apply_all: the same blocks, segments and unmatched count as
+// apply() event by event, from an empty map and from one holding blocks the events free (a
+// trace that starts mid-run), with frees of unknown blocks, repeated frees and re-allocations.
+TEST(SegmentMap, ApplyAllIsApplyEventByEvent) {
+  std::vector<TraceEvent> events = synthetic_trace(20000, 8);
+  // Frees of blocks nobody allocated, a free_completed twice, an address allocated again.
+  events.push_back({TraceAction::free_requested, 0xdead000, 64, StreamId{}, 0, FrameStackId{}});
+  events.push_back({TraceAction::free_completed, 0xdead000, 64, StreamId{}, 0, FrameStackId{}});
+  events.push_back({TraceAction::alloc, 0xbeef000, 64, StreamId{}, 0, FrameStackId{2}});
+  events.push_back({TraceAction::free_completed, 0xbeef000, 64, StreamId{}, 0, FrameStackId{}});
+  events.push_back({TraceAction::free_completed, 0xbeef000, 64, StreamId{}, 0, FrameStackId{}});
+  events.push_back({TraceAction::alloc, 0xbeef000, 128, StreamId{}, 0, FrameStackId{3}});
+  for (const std::size_t split : {std::size_t{0}, std::size_t{7000}}) {
+    // The state after the first `split` events: blocks live before the rest, which frees some.
+    SegmentMap one_by_one;
+    for (std::size_t i = 0; i < split; ++i)
+      one_by_one.apply(events[i]);
+    SegmentMap batched = one_by_one;
+    for (std::size_t i = split; i < events.size(); ++i)
+      one_by_one.apply(events[i]);
+    batched.apply_all(std::span(events).subspan(split));
+    EXPECT_EQ(batched, one_by_one) << "from event " << split;
+    EXPECT_EQ(batched.unmatched_events(), one_by_one.unmatched_events());
+    EXPECT_EQ(batched.blocks(), one_by_one.blocks());
+  }
+}
+
 TEST(SegmentMap, ExpandableRangesMergeAndSplit) {
   SegmentMap map;
   const std::uint64_t base = 0x7f0000000000;
