@@ -1,5 +1,12 @@
 #include "engine/snapshot/event_spool.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +43,62 @@ std::uint64_t get_varint(const std::uint8_t*& at) {
 
 }  // namespace
 
+// An unnamed temporary file: created and unlinked at once, closed with the last spool using it.
+class EventSpool::File {
+ public:
+  // nullptr when no file can be made (no writable temporary directory).
+  static std::shared_ptr<File> make() {
+    std::error_code error;
+    const std::filesystem::path dir = std::filesystem::temp_directory_path(error);
+    if (error)
+      return nullptr;
+    std::string name = (dir / "fragscope-spool-XXXXXX").string();
+    const int fd = ::mkstemp(name.data());
+    if (fd < 0)
+      return nullptr;
+    ::unlink(name.c_str());
+    return std::shared_ptr<File>(new File(fd));
+  }
+  ~File() { ::close(fd_); }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  // Appends `bytes`; returns where they went, or nullopt when the write failed (disk full).
+  std::optional<std::uint64_t> append(std::span<const std::uint8_t> bytes) {
+    const std::uint64_t at = end_;
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n =
+          ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(at + done));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return std::nullopt;
+      done += static_cast<std::size_t>(n);
+    }
+    end_ += bytes.size();
+    return at;
+  }
+
+  void read(std::uint64_t offset, std::span<std::uint8_t> out) const {
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n =
+          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        throw std::runtime_error("the trace's temporary file could not be read back");
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  explicit File(int fd) : fd_(fd) {}
+  int fd_;
+  std::uint64_t end_ = 0;
+};
+
 void EventSpool::push_back(const TraceEvent& event) {
   if (tail_.empty())
     tail_.reserve(kBlockEvents);
@@ -58,22 +121,43 @@ void EventSpool::pack_tail() {
     put_varint(bytes, event.frames.value);
     previous = event;
   }
-  // Each block its own allocation of its own size: one growing buffer would hold up to twice
-  // the bytes, and copy them all at every growth.
-  bytes.shrink_to_fit();
-  blocks_.push_back(std::move(bytes));
+  Block block;
+  if (memory_packed_ + bytes.size() > memory_limit_ && !no_file_) {
+    if (!file_)
+      file_ = File::make();
+    if (const auto at = file_ ? file_->append(bytes) : std::nullopt) {
+      block.file_offset = *at;
+      block.file_size = static_cast<std::uint32_t>(bytes.size());
+      file_bytes_ += bytes.size();
+    } else {
+      no_file_ = true;  // kept in memory from here on, as a spool without a file
+    }
+  }
+  if (block.file_size == 0) {
+    // Each block its own allocation of its own size: one growing buffer would hold up to twice
+    // the bytes, and copy them all at every growth.
+    bytes.shrink_to_fit();
+    memory_packed_ += bytes.size();
+    block.bytes = std::move(bytes);
+  }
+  blocks_.push_back(std::move(block));
   packed_events_ += tail_.size();
   tail_.clear();  // keeps its capacity for the next block
 }
 
-std::span<const TraceEvent> EventSpool::block(std::size_t b,
-                                              std::vector<TraceEvent>& scratch) const {
+std::span<const TraceEvent> EventSpool::block(std::size_t b, Scratch& scratch) const {
   if (b == blocks_.size())
     return tail_;
-  scratch.resize(kBlockEvents);
-  const std::uint8_t* at = blocks_[b].data();
+  const Block& packed = blocks_[b];
+  const std::uint8_t* at = packed.bytes.data();
+  if (packed.file_size > 0) {
+    scratch.bytes.resize(packed.file_size);
+    file_->read(packed.file_offset, scratch.bytes);
+    at = scratch.bytes.data();
+  }
+  scratch.events.resize(kBlockEvents);
   TraceEvent previous;
-  for (TraceEvent& event : scratch) {
+  for (TraceEvent& event : scratch.events) {
     event.action = static_cast<TraceAction>(*at++);
     event.addr = previous.addr + unzigzag(get_varint(at));
     event.size = get_varint(at);
@@ -83,22 +167,21 @@ std::span<const TraceEvent> EventSpool::block(std::size_t b,
     event.frames = FrameStackId{static_cast<std::uint32_t>(get_varint(at))};
     previous = event;
   }
-  return scratch;
+  return scratch.events;
 }
 
 TraceEvent EventSpool::at(std::size_t index) const {
   if (index >= size())
     throw std::out_of_range("EventSpool::at: event " + std::to_string(index) + " of " +
                             std::to_string(size()));
-  std::vector<TraceEvent> scratch;
+  Scratch scratch;
   return block(index / kBlockEvents, scratch)[index % kBlockEvents];
 }
 
 std::size_t EventSpool::memory_bytes() const {
-  std::size_t bytes = blocks_.capacity() * sizeof(std::vector<std::uint8_t>) +
-                      tail_.capacity() * sizeof(TraceEvent);
-  for (const auto& block : blocks_)
-    bytes += block.capacity();
+  std::size_t bytes = blocks_.capacity() * sizeof(Block) + tail_.capacity() * sizeof(TraceEvent);
+  for (const Block& block : blocks_)
+    bytes += block.bytes.capacity();
   return bytes;
 }
 

@@ -7,9 +7,12 @@
 //
 // A block is kBlockEvents events, each as varints: the action, then address, stream and time as
 // zigzag deltas from the block's previous event, size and stack id as they are. The block being
-// filled stays unpacked.
+// filled stays unpacked. Packed blocks past `memory_limit` bytes go to an unnamed temporary file
+// (under TMPDIR, gone when the last spool using it is), so a spool's memory is bounded whatever
+// the trace's length; where no file can be made they stay in memory.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,6 +23,11 @@ namespace fragscope::snapshot {
 class EventSpool {
  public:
   static constexpr std::size_t kBlockEvents = 4096;
+  // Packed bytes a spool keeps in memory before it writes blocks to a file (~3M entries).
+  static constexpr std::size_t kDefaultMemoryLimit = std::size_t{32} << 20;
+
+  explicit EventSpool(std::size_t memory_limit = kDefaultMemoryLimit)
+      : memory_limit_(memory_limit) {}
 
   void push_back(const TraceEvent& event);
   std::size_t size() const { return packed_events_ + tail_.size(); }
@@ -30,15 +38,17 @@ class EventSpool {
   // last block first (each block's events still in order). `visit` returns void.
   template <typename Visit>
   void for_each_block(bool backward, Visit&& visit) const {
-    std::vector<TraceEvent> scratch;
+    Scratch scratch;
     const std::size_t blocks = blocks_.size() + (tail_.empty() ? 0 : 1);
     for (std::size_t k = 0; k < blocks; ++k) {
       const std::size_t b = backward ? blocks - 1 - k : k;
       visit(block(b, scratch), b * kBlockEvents);
     }
   }
-  // Bytes held (the packed blocks and the unpacked tail's capacity).
+  // Bytes held in memory (the packed blocks not in the file and the unpacked tail's capacity).
   std::size_t memory_bytes() const;
+  // Packed bytes written to the temporary file.
+  std::uint64_t file_bytes() const { return file_bytes_; }
   std::vector<TraceEvent> to_vector() const;
 
   friend bool operator==(const EventSpool& a, const EventSpool& b) {
@@ -46,12 +56,27 @@ class EventSpool {
   }
 
  private:
-  std::span<const TraceEvent> block(std::size_t b, std::vector<TraceEvent>& scratch) const;
+  struct Scratch {
+    std::vector<TraceEvent> events;
+    std::vector<std::uint8_t> bytes;
+  };
+  struct Block {
+    std::vector<std::uint8_t> bytes;  // empty when the block is in the file
+    std::uint64_t file_offset = 0;
+    std::uint32_t file_size = 0;
+  };
+  class File;
+  std::span<const TraceEvent> block(std::size_t b, Scratch& scratch) const;
   void pack_tail();
 
-  std::vector<std::vector<std::uint8_t>> blocks_;  // packed, kBlockEvents events each
-  std::size_t packed_events_ = 0;                  // kBlockEvents * blocks_.size()
-  std::vector<TraceEvent> tail_;                   // the block being filled
+  std::size_t memory_limit_;
+  std::vector<Block> blocks_;      // packed, kBlockEvents events each
+  std::size_t packed_events_ = 0;  // kBlockEvents * blocks_.size()
+  std::size_t memory_packed_ = 0;  // bytes of the blocks kept in memory
+  std::uint64_t file_bytes_ = 0;
+  std::shared_ptr<File> file_;    // shared by copies; appends go to its end
+  bool no_file_ = false;          // making the file failed: keep everything in memory
+  std::vector<TraceEvent> tail_;  // the block being filled
 };
 
 // A device trace in either form, visited block by block (a vector is one block).

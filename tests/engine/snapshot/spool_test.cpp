@@ -79,6 +79,33 @@ TEST(EventSpool, HoldsARecordedTraceInAThirdOfItsEvents) {
   EXPECT_LT(spool.memory_bytes(), events.size() * sizeof(TraceEvent) / 3);
 }
 
+// Past its memory limit a spool writes its blocks to a temporary file and reads them back from
+// there; a copy shares the file, and both go on growing on their own.
+TEST(EventSpool, BlocksPastTheMemoryLimitGoToAFile) {
+  const std::vector<TraceEvent> events = random_events(5 * EventSpool::kBlockEvents + 3, 11);
+  EventSpool spool(EventSpool::kBlockEvents * 4);  // less than a packed block: all to the file
+  for (std::size_t i = 0; i < 3 * EventSpool::kBlockEvents; ++i)
+    spool.push_back(events[i]);
+  EventSpool copy = spool;
+  for (std::size_t i = 3 * EventSpool::kBlockEvents; i < events.size(); ++i)
+    spool.push_back(events[i]);
+  EXPECT_GT(spool.file_bytes(), 0u);
+  EXPECT_EQ(spool.to_vector(), events);
+  std::vector<TraceEvent> backward;
+  TraceBlocks(spool).for_each_backward(
+      [&](const TraceEvent& e, std::size_t) { backward.push_back(e); });
+  EXPECT_TRUE(std::equal(backward.rbegin(), backward.rend(), events.begin(), events.end()));
+  EXPECT_EQ(spool.at(EventSpool::kBlockEvents * 4 + 5), events[EventSpool::kBlockEvents * 4 + 5]);
+  for (std::size_t i = 0; i < EventSpool::kBlockEvents; ++i)
+    copy.push_back(events[i]);
+  std::vector<TraceEvent> expected(events.begin(), events.begin() + 3 * EventSpool::kBlockEvents);
+  expected.insert(expected.end(), events.begin(), events.begin() + EventSpool::kBlockEvents);
+  EXPECT_EQ(copy.to_vector(), expected);
+  EXPECT_EQ(spool.to_vector(), events);
+  // What stays in memory is the limit's worth of blocks and the block being filled.
+  EXPECT_LT(spool.memory_bytes(), EventSpool::kBlockEvents * (4 + sizeof(TraceEvent)) + 4096);
+}
+
 // The compacted memo against a plain vector, under grows, writes to any slot and reads.
 TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
   using pickle::Kind;
