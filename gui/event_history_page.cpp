@@ -18,8 +18,8 @@ constexpr std::size_t kPagesKept = 64;
 constexpr std::uint64_t kEventsPerSearchRead = 1 << 16;
 
 // The frame a user recognises: the innermost one outside PyTorch itself, else the innermost.
-const storage::StackFrame* userFrame(const std::vector<storage::StackFrame>& frames) {
-  for (const storage::StackFrame& frame : frames) {
+const Frame* userFrame(const std::vector<Frame>& frames) {
+  for (const Frame& frame : frames) {
     const std::string& file = frame.filename;
     if (file.find("torch/") == std::string::npos && file.find("??") == std::string::npos &&
         !file.empty() && file.front() != '<')
@@ -28,7 +28,7 @@ const storage::StackFrame* userFrame(const std::vector<storage::StackFrame>& fra
   return frames.empty() ? nullptr : &frames.front();
 }
 
-bool frameMatches(const std::vector<storage::StackFrame>* frames, const QString& text) {
+bool frameMatches(const std::vector<Frame>* frames, const QString& text) {
   if (!frames)
     return false;
   const std::string needle = text.toLower().toStdString();
@@ -37,7 +37,7 @@ bool frameMatches(const std::vector<storage::StackFrame>* frames, const QString&
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return s;
   };
-  return std::any_of(frames->begin(), frames->end(), [&](const storage::StackFrame& frame) {
+  return std::any_of(frames->begin(), frames->end(), [&](const Frame& frame) {
     return lower(frame.name).find(needle) != std::string::npos ||
            lower(frame.filename).find(needle) != std::string::npos;
   });
@@ -183,7 +183,7 @@ QVariant EventListModel::data(const QModelIndex& index, int role) const {
                                    'f', 1);
     case Column::FrameColumn: {
       const auto* frames = stackOf(m_stacks.get(), event->frames);
-      const storage::StackFrame* frame = frames ? userFrame(*frames) : nullptr;
+      const Frame* frame = frames ? userFrame(*frames) : nullptr;
       if (!frame)
         return {};
       return QStringLiteral("%1 (%2:%3)")

@@ -34,7 +34,7 @@ FrameStacks loadFrameStacks(storage::RunStore& store, storage::RunId run) {
   return stacks;
 }
 
-const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id) {
+const std::vector<Frame>* stackOf(const FrameStacks* stacks, FrameStackId id) {
   if (!stacks || id.value == 0 || id.value > stacks->frames.size())
     return nullptr;
   return &stacks->frames[id.value - 1];
@@ -54,12 +54,12 @@ QString shortSourcePath(const std::string& path) {
   return full;
 }
 
-QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames) {
+QString stackHtml(const std::vector<Frame>& frames, std::size_t maxFrames) {
   const std::size_t shown = maxFrames == 0 ? frames.size() : std::min(frames.size(), maxFrames);
   // One frame per row, its function above its place, so a narrow panel wraps nothing.
   QString html = QStringLiteral("<table cellspacing=0 cellpadding=1>");
   for (std::size_t i = 0; i < shown; ++i) {
-    const storage::StackFrame& frame = frames[i];
+    const Frame& frame = frames[i];
     html += QStringLiteral(
                 "<tr><td><tt>%1</tt><br>&nbsp;&nbsp;<span style='color:gray'>%2:%3</span>"
                 "</td></tr>")

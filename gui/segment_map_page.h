@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "engine/core/frame.h"
 #include "gui/job_tracker.h"
 #include "gui/run_data.h"
 #include "gui/segment_layout.h"
@@ -20,7 +21,7 @@ namespace fragscope::gui {
 
 // A run's stacks: frames[i] is FrameStackId{i + 1}, as the store keeps them.
 struct FrameStacks {
-  std::vector<std::vector<storage::StackFrame>> frames;
+  std::vector<std::vector<Frame>> frames;
   // The run was computed by the allocator model (a simulated experiment, a what-if replay): no
   // Python code ran, so it has no stacks to have recorded.
   bool simulated = false;
@@ -29,13 +30,13 @@ struct FrameStacks {
 // Every stack of a run, with whether it is simulated (read off the GUI thread).
 FrameStacks loadFrameStacks(storage::RunStore& store, storage::RunId run);
 // The frames of `id` (empty for none or unknown).
-const std::vector<storage::StackFrame>* stackOf(const FrameStacks* stacks, FrameStackId id);
+const std::vector<Frame>* stackOf(const FrameStacks* stacks, FrameStackId id);
 // A recorded source path as the frames show it: the part after site-packages/ (or lib/pythonX/)
 // for installed code, else the whole path.
 QString shortSourcePath(const std::string& path);
 // A stack as HTML lines "name  file:line", innermost first as PyTorch records it; at most
 // `maxFrames` (then "… N more"), 0 = all.
-QString stackHtml(const std::vector<storage::StackFrame>& frames, std::size_t maxFrames);
+QString stackHtml(const std::vector<Frame>& frames, std::size_t maxFrames);
 // A block's stack for a tooltip or the frames panel, or why there is none.
 QString blockStackHtml(const FrameStacks* stacks, FrameStackId id, std::size_t maxFrames);
 

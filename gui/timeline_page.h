@@ -13,6 +13,7 @@
 #include <array>
 #include <optional>
 
+#include "engine/core/frame.h"
 #include "gui/job_tracker.h"
 #include "gui/run_data.h"
 #include "gui/zoom_stack.h"
@@ -69,7 +70,7 @@ class TimelinePage : public QWidget {
     std::uint64_t endEvent = 0;
     std::optional<std::uint64_t> index;  // unset: no allocation in the bucket
     TraceEvent event;
-    std::vector<storage::StackFrame> frames;
+    std::vector<Frame> frames;
   };
   const std::optional<HoverAllocation>& hoverAllocation() const { return m_hover; }
   bool hoverBusy() const { return m_hoverJob.busy(); }

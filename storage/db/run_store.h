@@ -100,10 +100,6 @@ struct ExperimentRecord {
   std::string created_at;
 };
 
-// A stored stack's frame is the snapshot's own Frame (engine/core/frame.h); StackFrame is the name
-// the GUI's pages still use for it.
-using StackFrame = Frame;
-
 // A run's label table (RequestStream::labels): the category of each labelled allocation.
 struct RunLabel {
   LabelId id{};

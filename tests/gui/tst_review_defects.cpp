@@ -46,7 +46,7 @@ storage::RunId addRunWithStacks(storage::RunStore& store, const std::string& nam
   record.name = name;
   record.source = storage::RunSource::imported;
   const storage::RunId run = store.begin_run(record);
-  const std::vector<std::vector<storage::StackFrame>> stacks{
+  const std::vector<std::vector<Frame>> stacks{
       {{"model.py", 42, "forward_attention"}, {"train.py", 7, "train_step"}},
       {{"optim.py", 99, "adam_step"}, {"train.py", 8, "train_step"}}};
   store.set_frame_stacks(run, stacks);

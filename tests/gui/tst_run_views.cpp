@@ -254,7 +254,7 @@ class TestRunViews : public QObject {
       record.source = storage::RunSource::simulated;
       record.capacity = 140 * kGiB;
       run = store.begin_run(record);
-      const std::vector<std::vector<storage::StackFrame>> stacks{
+      const std::vector<std::vector<Frame>> stacks{
           {{"model.py", 41, "attention_forward"}, {"train.py", 7, "step"}},
           {{"model.py", 88, "mlp_forward"}, {"train.py", 7, "step"}}};
       store.set_frame_stacks(run, stacks);

@@ -56,7 +56,7 @@ class TestStacks : public QObject {
     record.name = "partly stacked";
     record.source = storage::RunSource::imported;
     const storage::RunId run = store.begin_run(record);
-    const std::vector<std::vector<storage::StackFrame>> stacks{
+    const std::vector<std::vector<Frame>> stacks{
         {{"/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125, "forward"},
          {"/home/me/train.py", 40, "attention_scores"}},
         {{"/home/me/train.py", 77, "make_mask"}}};

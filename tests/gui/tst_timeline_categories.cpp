@@ -118,8 +118,8 @@ class TestTimelineCategories : public QObject {
     record.name = "stacked";
     record.source = storage::RunSource::imported;
     const storage::RunId stacked = store.begin_run(record);
-    const std::vector<std::vector<storage::StackFrame>> stacks{{{"model.py", 42, "forward"}},
-                                                               {{"optim.py", 9, "step"}}};
+    const std::vector<std::vector<Frame>> stacks{{{"model.py", 42, "forward"}},
+                                                 {{"optim.py", 9, "step"}}};
     store.set_frame_stacks(stacked, stacks);
     store.append_events(stacked, events);
     m_stacked = store.finish_run(stacked, storage::RunStatus::ok).id;
