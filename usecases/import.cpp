@@ -1,6 +1,6 @@
 #include "usecases/import.h"
 
-#include "storage/db/recording_stats.h"
+#include "engine/snapshot/recording_stats.h"
 
 namespace fragscope::usecases {
 
@@ -10,7 +10,7 @@ Recording read_recording(const std::string& path, const std::string& stats_file,
   recording.path = path;
   recording.snapshot = snapshot::read_snapshot_spooled(path);
   if (!stats_file.empty()) {
-    recording.stats = storage::read_recording_stats(stats_file);
+    recording.stats = snapshot::read_recording_stats(stats_file);
     recording.stats_file = stats_file;
   } else if ((recording.stats = storage::read_companion_stats(path))) {
     recording.stats_file = storage::companion_stats_path(path);

@@ -13,6 +13,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/input_file.h"
+#include "engine/snapshot/recording_stats.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::storage {
@@ -228,7 +229,7 @@ JobImportResult import_job(RunStore& store, const JobSource& source,
         const RankFile& rank = source.ranks[i];
         snapshots[i] = snapshot::read_snapshot_spooled(rank.snapshot);
         stats[i] = rank.stats.empty() ? read_companion_stats(rank.snapshot)
-                                      : std::optional(read_recording_stats(rank.stats));
+                                      : std::optional(snapshot::read_recording_stats(rank.stats));
         environments[i] = rank.env.empty() ? read_companion_environment(rank.snapshot)
                                            : std::optional(read_recording_environment(rank.env));
       } catch (...) {

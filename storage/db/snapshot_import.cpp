@@ -11,6 +11,7 @@
 #include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
 #include "engine/core/input_file.h"
+#include "engine/snapshot/recording_stats.h"
 #include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
 
@@ -128,7 +129,7 @@ std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_p
   std::error_code error;
   if (!std::filesystem::exists(stats, error))
     return std::nullopt;  // no recording stats beside the snapshot
-  return read_recording_stats(stats);
+  return snapshot::read_recording_stats(stats);
 }
 
 namespace {

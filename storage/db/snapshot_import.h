@@ -23,11 +23,11 @@ struct ImportOptions {
   // environment the runner reported; fragscope's version and revision are always this build's.
   RunSource source = RunSource::imported;
   std::optional<Environment> environment;
-  // What the recording script wrote beside the snapshot (NAME.stats.json: the real
-  // memory_stats(), outcome, PYTORCH_CUDA_ALLOC_CONF, device and per-process cap). Stored in the
-  // same transaction: the environment when `environment` is unset, summary["memory_stats"],
-  // ["recorded_outcome"], ["recorded_alloc_conf"] and ["allowed_bytes"] (the cap, which a replay
-  // needs to fail where the recording failed).
+  // What the recorder wrote beside the snapshot (NAME.stats.json as snapshot::read_recording_stats
+  // gives it: the real memory_stats(), outcome, PYTORCH_CUDA_ALLOC_CONF, device and per-process
+  // cap under allowed_bytes). Stored in the same transaction: the environment when `environment`
+  // is unset, summary["memory_stats"], ["recorded_outcome"], ["recorded_alloc_conf"] and
+  // ["allowed_bytes"] (the cap, which a replay needs to fail where the recording failed).
   std::optional<nlohmann::json> recorded_stats;
   // fragscope-record's environment fingerprint (NAME.env.json) and the file it came from:
   // stored whole with the run in the same transaction, and the run's environment columns
@@ -39,7 +39,7 @@ struct ImportOptions {
 
 // Where the stats of a snapshot file lie: NAME.stats.json beside NAME.pickle[.gz] / .pkl[.gz].
 std::string companion_stats_path(const std::string& snapshot_path);
-// read_recording_stats of the companion file; nullopt when there is none.
+// snapshot::read_recording_stats of the companion file; nullopt when there is none.
 std::optional<nlohmann::json> read_companion_stats(const std::string& snapshot_path);
 // A recording's environment fingerprint (NAME.env.json, or any file given for it), checked with
 // analysis::parse_recorded_environment: an InputError naming the file and the place otherwise.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "engine/allocator/summary.h"
+#include "engine/snapshot/recording_stats.h"
 #include "engine/snapshot/snapshot.h"
 #include "gui/format.h"
 #include "gui/summary_page.h"
@@ -81,9 +82,7 @@ class TestSummaryPage : public QObject {
     QFETCH(QString, pickle);
     QString statsPath = pickle;
     statsPath.replace(QStringLiteral(".pickle.gz"), QStringLiteral(".stats.json"));
-    QFile statsFile(statsPath);
-    QVERIFY(statsFile.open(QIODevice::ReadOnly));
-    const nlohmann::json recorded = nlohmann::json::parse(statsFile.readAll().toStdString());
+    const nlohmann::json recorded = snapshot::read_recording_stats(statsPath.toStdString());
     const nlohmann::json& stats = recorded.at("memory_stats");
     const auto stat = [&](const char* key) { return stats.at(key).get<std::int64_t>(); };
 

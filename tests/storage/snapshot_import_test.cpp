@@ -275,6 +275,16 @@ TEST(CompanionStats, AreStoredWithTheRun) {
   EXPECT_EQ(run.environment.gpu_memory, (*stats)["total_memory"].get<Bytes>());
 }
 
+// Storage takes the cap under its one name: a recorder's own parameters are the edge's to read
+// (engine/snapshot/recording_stats.h), not the store's.
+TEST(CompanionStats, TheStoreReadsTheCapOnlyAsAllowedBytes) {
+  nlohmann::json summary = nlohmann::json::object();
+  add_recorded_stats(nlohmann::json::parse(R"({"params": {"cap_gib": 6}})"), summary);
+  EXPECT_FALSE(summary.contains("allowed_bytes"));
+  add_recorded_stats(nlohmann::json::parse(R"({"allowed_bytes": 1073741824})"), summary);
+  EXPECT_EQ(summary.at("allowed_bytes"), 1073741824u);
+}
+
 TEST(CompanionStats, AbsentIsNoneAndBrokenNamesTheFile) {
   test::TempDir dir;
   const std::string snapshot = dir.file("lonely.pickle.gz");

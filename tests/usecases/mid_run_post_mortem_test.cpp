@@ -6,11 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/replay/replay.h"
+#include "engine/snapshot/recording_stats.h"
 #include "engine/snapshot/snapshot.h"
 #include "storage/db/snapshot_import.h"
 #include "storage/db/stats_at.h"
@@ -31,8 +31,7 @@ struct CutRun {
 CutRun import_cut(storage::RunStore& store, const std::string& fixture, int keep_percent) {
   CutRun out;
   out.snapshot = snapshot::read_snapshot(kFixtures / (fixture + ".pickle.gz"));
-  std::ifstream stats(kFixtures / (fixture + ".stats.json"));
-  out.stats = nlohmann::json::parse(stats);
+  out.stats = snapshot::read_recording_stats((kFixtures / (fixture + ".stats.json")).string());
   auto& trace = out.snapshot.device_traces.at(0);
   const std::size_t drop =
       trace.size() - trace.size() * static_cast<std::size_t>(keep_percent) / 100;
