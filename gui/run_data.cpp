@@ -43,7 +43,7 @@ CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId r
   return slice;
 }
 
-std::uint64_t findPeakAllocatedCursor(storage::RunStore& store, storage::RunId run,
+std::uint64_t findPeakAllocatedCursor(storage::RunReader& store, storage::RunId run,
                                       std::uint64_t eventCount) {
   constexpr std::size_t kBuckets = 512;
   std::uint64_t first = 0;

@@ -76,7 +76,7 @@ CategorySlice loadCategoryTimeline(const QString& databasePath, storage::RunId r
                                    const JobContext* job = nullptr);
 // The cursor position (events applied) at which allocated memory first reaches its maximum,
 // found by narrowing the store's peak-preserving buckets (a few queries, not a scan).
-std::uint64_t findPeakAllocatedCursor(storage::RunStore& store, storage::RunId run,
+std::uint64_t findPeakAllocatedCursor(storage::RunReader& store, storage::RunId run,
                                       std::uint64_t eventCount);
 // Scans the run's events once for OOMs, in chunks, stopping early when cancelled.
 RunOverview loadOverview(const QString& databasePath, storage::RunId run,

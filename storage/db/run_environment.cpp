@@ -1,18 +1,20 @@
-// RunStore's recorded environment fingerprints (table run_environments, migration 4). Kept apart
-// from run_store.cpp, which holds the event store.
+// A run's recorded environment fingerprint (table run_environments, migration 4): written by
+// RunWriter, read by RunReader.
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
-#include "storage/db/run_store.h"
+#include "storage/db/run_reader.h"
+#include "storage/db/run_store_internal.h"
+#include "storage/db/run_writer.h"
 
 namespace fragscope::storage {
 
-void RunStore::set_recorded_environment(RunId run, const nlohmann::json& fingerprint,
-                                        const std::string& source_file) {
+void RunWriter::set_recorded_environment(RunId run, const nlohmann::json& fingerprint,
+                                         const std::string& source_file) {
   const auto write = [&] {
-    auto insert = db_->prepare(
+    auto insert = db_.prepare(
         "INSERT OR REPLACE INTO run_environments(run_id, source_file, fingerprint) VALUES (?, ?, "
         "?)");
     insert.bind_int(1, run.value).bind_text(2, source_file).bind_text(3, fingerprint.dump());
@@ -28,15 +30,15 @@ void RunStore::set_recorded_environment(RunId run, const nlohmann::json& fingerp
     }
     return;
   }
-  require_run(run);
-  Transaction transaction(*db_);
+  run_store_detail::require_run(db_, run);
+  Transaction transaction(db_);
   write();
   transaction.commit();
 }
 
-std::optional<nlohmann::json> RunStore::recorded_environment(RunId run) {
-  require_run(run);
-  auto query = db_->prepare("SELECT fingerprint FROM run_environments WHERE run_id = ?");
+std::optional<nlohmann::json> RunReader::recorded_environment(RunId run) {
+  run_store_detail::require_run(db_, run);
+  auto query = db_.prepare("SELECT fingerprint FROM run_environments WHERE run_id = ?");
   query.bind_int(1, run.value);
   if (!query.step())
     return std::nullopt;
@@ -44,7 +46,7 @@ std::optional<nlohmann::json> RunStore::recorded_environment(RunId run) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         ": stored environment fingerprint is not valid JSON: " + error.what());
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
-// Private to storage/db/run_store*.cpp: RunStore is one class split by concern into the catalog
-// (run_store.cpp: runs, experiments, comparisons, reports), ingest (run_store_ingest.cpp) and
-// reading a run (run_store_read.cpp). What those files share lives here.
+// Private to the three concerns of a store: RunCatalog (run_catalog.cpp), RunWriter
+// (run_writer.cpp) and RunReader (run_reader.cpp), with memory by category (run_categories.cpp)
+// and the recorded environment (run_environment.cpp). What those files share lives here.
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -14,7 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "storage/db/run_store.h"
+#include "storage/db/run_catalog.h"
+#include "storage/db/run_writer.h"
 
 namespace fragscope::storage::run_store_detail {
 
@@ -43,6 +44,8 @@ inline constexpr std::array<std::string_view, 7> kCategoryNames = {
     "unknown", "parameter", "gradient", "optimizer_state", "activation", "temporary", "input"};
 
 std::string now_iso8601();
+// Throws DatabaseError naming the id when `db` has no such run.
+void require_run(Database& db, RunId id);
 Category category_from_string(std::string_view text);
 // `what` names the row in the DatabaseError a corrupt value gives.
 nlohmann::json parse_json(const std::string& text, const std::string& what);
@@ -58,7 +61,7 @@ namespace fragscope::storage {
 
 // The state of the run being written: its transaction, the chunk being filled, the segment map
 // and series after the last event, and the timeline levels being built.
-struct RunStore::Ingest {
+struct RunWriter::Ingest {
   RunId run{};
   Transaction transaction;
   std::uint64_t flushed = 0;  // events already written as chunks
@@ -70,14 +73,14 @@ struct RunStore::Ingest {
   Statement insert_chunk;
   Statement insert_keyframe;
 
-  // Memory by category, built as events come (run_store_categories.cpp).
+  // Memory by category, built as events come (run_categories.cpp).
   std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
   bool labelled_events = false;             // an event with a label was appended
   CategoryTracker categories;
   CategoryChunk category_buffer;  // the categories of `buffer`'s events
   CategoryPyramidBuilder category_levels;
 
-  // What opening the run needs without decoding its chunks (RunStore::event_overview).
+  // What opening the run needs without decoding its chunks (RunReader::event_overview).
   std::vector<std::uint64_t> oom_events;  // indices of TraceAction::oom events
   std::int64_t first_time_us = 0;         // of the first event with a time; 0 = none
   std::int64_t last_time_us = 0;

@@ -136,10 +136,10 @@ namespace {
 
 // One import's writes: the run begun with its start series, its events stored a slice at a time
 // as the timeline makes them, the OOM reports at the end.
-class RunWriter {
+class ImportWriter {
  public:
-  RunWriter(RunStore& store, const snapshot::Snapshot& snapshot, const ImportOptions& options,
-            const WorkControl& control, std::size_t event_count)
+  ImportWriter(RunStore& store, const snapshot::Snapshot& snapshot, const ImportOptions& options,
+               const WorkControl& control, std::size_t event_count)
       : store_(store),
         snapshot_(snapshot),
         options_(options),
@@ -233,7 +233,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   // does not grow with its entries.
   const snapshot::TraceBlocks events = snapshot.trace_blocks(device);
   const std::size_t event_count = events.size();
-  RunWriter writer(store, snapshot, options, control, event_count);
+  ImportWriter writer(store, snapshot, options, control, event_count);
 
   writer.stage("layout", 0, 1);
   const SegmentMap final_state = segment_map_of(snapshot, device);

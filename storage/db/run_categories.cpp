@@ -1,10 +1,11 @@
-// RunStore, memory by category: the category chunks and pyramid written at ingest, and
-// category_timeline() answered from them (a query whatever the zoom, not a replay).
+// Memory by category: the category chunks and pyramid RunWriter writes at ingest, and
+// RunReader::category_timeline() answered from them (a query whatever the zoom, not a replay).
 #include <algorithm>
 #include <string>
 
-#include "storage/db/run_store.h"
+#include "storage/db/run_reader.h"
 #include "storage/db/run_store_internal.h"
+#include "storage/db/run_writer.h"
 
 namespace fragscope::storage {
 
@@ -12,7 +13,7 @@ using run_store_detail::category_from_string;
 
 // --- Ingest ---
 
-void RunStore::track_categories(Ingest& ingest, const TraceEvent& event, LabelId label) {
+void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelId label) {
   Category category = Category::unknown;
   if (label.value != 0) {
     ingest.labelled_events = true;
@@ -29,12 +30,12 @@ void RunStore::track_categories(Ingest& ingest, const TraceEvent& event, LabelId
                                             ingest.categories.bytes()});
 }
 
-void RunStore::flush_category_chunk(Ingest& ingest) {
+void RunWriter::flush_category_chunk(Ingest& ingest) {
   CategoryChunk& chunk = ingest.category_buffer;
   if (chunk.size() == 0)
     return;
   auto insert =
-      db_->prepare("INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)");
+      db_.prepare("INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)");
   insert.bind_int(1, ingest.run.value)
       .bind_int(2, static_cast<std::int64_t>(ingest.flushed))
       .bind_blob(3, encode_category_chunk(chunk));
@@ -42,22 +43,22 @@ void RunStore::flush_category_chunk(Ingest& ingest) {
   chunk.clear(ingest.categories.bytes());
 }
 
-void RunStore::write_category_rows(RunId run,
-                                   const std::vector<CategoryPyramidBuilder::Row>& rows) {
-  run_store_detail::insert_level_rows(*db_, "category_levels", run, rows, [](const auto& buckets) {
+void RunWriter::write_category_rows(RunId run,
+                                    const std::vector<CategoryPyramidBuilder::Row>& rows) {
+  run_store_detail::insert_level_rows(db_, "category_levels", run, rows, [](const auto& buckets) {
     return encode_category_buckets(buckets);
   });
 }
 
 // --- Reading ---
 
-std::vector<CategoryBucket> RunStore::category_singles(RunId run, std::uint64_t first,
-                                                       std::uint64_t end,
-                                                       const CancelToken& cancel) {
+std::vector<CategoryBucket> RunReader::category_singles(RunId run, std::uint64_t first,
+                                                        std::uint64_t end,
+                                                        const CancelToken& cancel) {
   std::vector<CategoryBucket> out;
   if (end <= first)
     return out;
-  auto query = db_->prepare(
+  auto query = db_.prepare(
       "SELECT first_event, data FROM category_chunks WHERE run_id = ? AND first_event >= ? AND "
       "first_event < ? ORDER BY first_event");
   query.bind_int(1, run.value)
@@ -67,7 +68,7 @@ std::vector<CategoryBucket> RunStore::category_singles(RunId run, std::uint64_t 
     cancel.throw_if_cancelled();
     const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
     const CategoryChunk chunk = decode_category_chunk(
-        query.column_blob(1), db_->path() + ": run " + std::to_string(run.value) +
+        query.column_blob(1), db_.path() + ": run " + std::to_string(run.value) +
                                   ", categories from event " + std::to_string(chunk_first));
     const auto part = chunk.singles(chunk_first, first, end);
     out.insert(out.end(), part.begin(), part.end());
@@ -75,14 +76,14 @@ std::vector<CategoryBucket> RunStore::category_singles(RunId run, std::uint64_t 
   return out;
 }
 
-std::vector<CategoryBucket> RunStore::category_level(RunId run, int level,
-                                                     std::uint64_t first_bucket,
-                                                     std::uint64_t end_bucket,
-                                                     const CancelToken& cancel) {
+std::vector<CategoryBucket> RunReader::category_level(RunId run, int level,
+                                                      std::uint64_t first_bucket,
+                                                      std::uint64_t end_bucket,
+                                                      const CancelToken& cancel) {
   std::vector<CategoryBucket> out;
   if (end_bucket <= first_bucket)
     return out;
-  auto query = db_->prepare(
+  auto query = db_.prepare(
       "SELECT first_bucket, data FROM category_levels WHERE run_id = ? AND level = ? AND "
       "first_bucket < ? AND first_bucket + bucket_count > ? ORDER BY first_bucket");
   query.bind_int(1, run.value)
@@ -93,7 +94,7 @@ std::vector<CategoryBucket> RunStore::category_level(RunId run, int level,
     cancel.throw_if_cancelled();
     const auto row_first = static_cast<std::uint64_t>(query.column_int(0));
     const auto row = decode_category_buckets(
-        query.column_blob(1), db_->path() + ": run " + std::to_string(run.value) +
+        query.column_blob(1), db_.path() + ": run " + std::to_string(run.value) +
                                   ", category level " + std::to_string(level) + " from bucket " +
                                   std::to_string(row_first));
     for (std::size_t i = 0; i < row.size(); ++i) {
@@ -102,23 +103,23 @@ std::vector<CategoryBucket> RunStore::category_level(RunId run, int level,
     }
   }
   if (out.size() != end_bucket - first_bucket)
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) + ": category level " +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) + ": category level " +
                         std::to_string(level) + " lacks buckets " + std::to_string(first_bucket) +
                         ".." + std::to_string(end_bucket));
   return out;
 }
 
-std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t first,
-                                                        std::uint64_t end, std::size_t buckets,
-                                                        const CancelToken& cancel,
-                                                        const Progress& progress) {
+std::vector<CategoryBucket> RunReader::category_timeline(RunId run, std::uint64_t first,
+                                                         std::uint64_t end, std::size_t buckets,
+                                                         const CancelToken& cancel,
+                                                         const Progress& progress) {
   constexpr std::string_view kStage = kCategoryTimelineStages[0].name;
-  end = std::min(end, this->run(run).event_count);
+  end = std::min(end, event_count(run));
   if (end <= first || buckets == 0) {
     progress.report(kStage, 1, 1);
     return {};
   }
-  auto stored = db_->prepare("SELECT max(level) FROM category_levels WHERE run_id = ?");
+  auto stored = db_.prepare("SELECT max(level) FROM category_levels WHERE run_id = ?");
   stored.bind_int(1, run.value);
   if (!stored.step() || stored.column_is_null(0))
     return category_timeline_by_replay(run, first, end, buckets, cancel, progress);
@@ -189,11 +190,11 @@ std::vector<CategoryBucket> RunStore::category_timeline(RunId run, std::uint64_t
 }
 
 // Runs stored before the pyramid existed: replay the events from the first one.
-std::vector<CategoryBucket> RunStore::category_timeline_by_replay(RunId run, std::uint64_t first,
-                                                                  std::uint64_t end,
-                                                                  std::size_t buckets,
-                                                                  const CancelToken& cancel,
-                                                                  const Progress& progress) {
+std::vector<CategoryBucket> RunReader::category_timeline_by_replay(RunId run, std::uint64_t first,
+                                                                   std::uint64_t end,
+                                                                   std::size_t buckets,
+                                                                   const CancelToken& cancel,
+                                                                   const Progress& progress) {
   constexpr std::string_view kStage = kCategoryTimelineStages[0].name;
   progress.report(kStage, 0, end);
   std::vector<CategoryBucket> out;
@@ -213,7 +214,7 @@ std::vector<CategoryBucket> RunStore::category_timeline_by_replay(RunId run, std
   // Regrouped as the events come, so memory stays one bucket per output bucket.
   std::vector<CategoryBucket> pending;
   std::uint64_t index = 0;
-  auto query = db_->prepare(
+  auto query = db_.prepare(
       "SELECT first_event FROM event_chunks WHERE run_id = ? AND first_event < ? "
       "ORDER BY first_event");
   query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(end));

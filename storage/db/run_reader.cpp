@@ -1,14 +1,14 @@
-// RunStore, reading a run: events, series, labels, stacks, timelines and the segment state at
-// any event, from the stored chunks and keyframes.
+// RunReader: a run's events, series, labels, stacks, timelines and the segment state at any
+// event, from the stored chunks and keyframes. Memory by category is in run_categories.cpp, the
+// recorded environment in run_environment.cpp.
+#include "storage/db/run_reader.h"
+
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <unordered_map>
 
 #include "storage/db/packing.h"
-#include "storage/db/run_store.h"
 #include "storage/db/run_store_internal.h"
 
 namespace fragscope::storage {
@@ -16,24 +16,30 @@ namespace fragscope::storage {
 using run_store_detail::category_from_string;
 using run_store_detail::parse_json;
 
-// --- Reading a run ---
+std::uint64_t RunReader::event_count(RunId run) {
+  auto query = db_.prepare("SELECT event_count FROM runs WHERE id = ?");
+  query.bind_int(1, run.value);
+  if (!query.step())
+    throw DatabaseError(db_.path() + ": no run with id " + std::to_string(run.value));
+  return static_cast<std::uint64_t>(query.column_int(0));
+}
 
-EventChunk RunStore::load_chunk(RunId run, std::uint64_t chunk_first) {
-  auto query = db_->prepare("SELECT data FROM event_chunks WHERE run_id = ? AND first_event = ?");
+EventChunk RunReader::load_chunk(RunId run, std::uint64_t chunk_first) {
+  auto query = db_.prepare("SELECT data FROM event_chunks WHERE run_id = ? AND first_event = ?");
   query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(chunk_first));
   if (!query.step())
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         " has no event chunk at event " + std::to_string(chunk_first));
-  return decode_chunk(query.column_blob(0), db_->path() + ": run " + std::to_string(run.value) +
+  return decode_chunk(query.column_blob(0), db_.path() + ": run " + std::to_string(run.value) +
                                                 ", events from " + std::to_string(chunk_first));
 }
 
-std::vector<EventChunk> RunStore::load_chunks(RunId run, std::uint64_t first, std::uint64_t end) {
+std::vector<EventChunk> RunReader::load_chunks(RunId run, std::uint64_t first, std::uint64_t end) {
   // Chunks are aligned to kEventsPerChunk, so the ones covering [first, end) are known.
   std::vector<EventChunk> chunks;
   if (end <= first)
     return chunks;
-  auto query = db_->prepare(
+  auto query = db_.prepare(
       "SELECT first_event, data FROM event_chunks WHERE run_id = ? AND first_event >= ? AND "
       "first_event < ? ORDER BY first_event");
   const std::uint64_t aligned = first - first % kEventsPerChunk;
@@ -41,15 +47,15 @@ std::vector<EventChunk> RunStore::load_chunks(RunId run, std::uint64_t first, st
       .bind_int(2, static_cast<std::int64_t>(aligned))
       .bind_int(3, static_cast<std::int64_t>(end));
   while (query.step()) {
-    chunks.push_back(decode_chunk(query.column_blob(1),
-                                  db_->path() + ": run " + std::to_string(run.value) +
-                                      ", events from " + std::to_string(query.column_int(0))));
+    chunks.push_back(decode_chunk(
+        query.column_blob(1), db_.path() + ": run " + std::to_string(run.value) + ", events from " +
+                                  std::to_string(query.column_int(0))));
   }
   return chunks;
 }
 
-std::vector<TraceEvent> RunStore::events(RunId run, std::uint64_t first, std::uint64_t end) {
-  end = std::min(end, this->run(run).event_count);
+std::vector<TraceEvent> RunReader::events(RunId run, std::uint64_t first, std::uint64_t end) {
+  end = std::min(end, event_count(run));
   std::vector<TraceEvent> out;
   if (end <= first)
     return out;
@@ -65,7 +71,7 @@ std::vector<TraceEvent> RunStore::events(RunId run, std::uint64_t first, std::ui
   return out;
 }
 
-std::vector<TraceEvent> RunStore::events_at(RunId run, std::span<const std::uint64_t> indices) {
+std::vector<TraceEvent> RunReader::events_at(RunId run, std::span<const std::uint64_t> indices) {
   std::vector<TraceEvent> out;
   out.reserve(indices.size());
   std::optional<std::uint64_t> loaded;  // first event of the chunk in `chunk`
@@ -77,15 +83,15 @@ std::vector<TraceEvent> RunStore::events_at(RunId run, std::span<const std::uint
       loaded = chunk_first;
     }
     if (index - chunk_first >= chunk.events.size())
-      throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) + " has no event " +
+      throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) + " has no event " +
                           std::to_string(index));
     out.push_back(chunk.events[static_cast<std::size_t>(index - chunk_first)]);
   }
   return out;
 }
 
-std::optional<EventOverview> RunStore::event_overview(RunId run) {
-  const RunRecord record = this->run(run);
+std::optional<EventOverview> RunReader::event_overview(RunId run) {
+  const RunRecord record = RunCatalog(db_).run(run);
   const auto stored = record.summary.find("overview");
   if (stored == record.summary.end() || !stored->is_object())
     return std::nullopt;
@@ -93,15 +99,15 @@ std::optional<EventOverview> RunStore::event_overview(RunId run) {
   out.first_time_us = stored->value("first_time_us", std::int64_t{0});
   out.last_time_us = stored->value("last_time_us", std::int64_t{0});
   auto query =
-      db_->prepare("SELECT event_index FROM oom_events WHERE run_id = ? ORDER BY event_index");
+      db_.prepare("SELECT event_index FROM oom_events WHERE run_id = ? ORDER BY event_index");
   query.bind_int(1, run.value);
   while (query.step())
     out.oom_events.push_back(static_cast<std::uint64_t>(query.column_int(0)));
   return out;
 }
 
-std::vector<SeriesPoint> RunStore::series(RunId run, std::uint64_t first, std::uint64_t end) {
-  end = std::min(end, this->run(run).event_count);
+std::vector<SeriesPoint> RunReader::series(RunId run, std::uint64_t first, std::uint64_t end) {
+  end = std::min(end, event_count(run));
   std::vector<SeriesPoint> out;
   if (end <= first)
     return out;
@@ -116,8 +122,9 @@ std::vector<SeriesPoint> RunStore::series(RunId run, std::uint64_t first, std::u
   return out;
 }
 
-std::vector<LabelId> RunStore::labels_of_events(RunId run, std::uint64_t first, std::uint64_t end) {
-  end = std::min(end, this->run(run).event_count);
+std::vector<LabelId> RunReader::labels_of_events(RunId run, std::uint64_t first,
+                                                 std::uint64_t end) {
+  end = std::min(end, event_count(run));
   std::vector<LabelId> out;
   if (end <= first)
     return out;
@@ -131,9 +138,9 @@ std::vector<LabelId> RunStore::labels_of_events(RunId run, std::uint64_t first, 
   return out;
 }
 
-std::vector<RunLabel> RunStore::labels(RunId run) {
+std::vector<RunLabel> RunReader::labels(RunId run) {
   auto query =
-      db_->prepare("SELECT id, category, op, layer FROM run_labels WHERE run_id = ? ORDER BY id");
+      db_.prepare("SELECT id, category, op, layer FROM run_labels WHERE run_id = ? ORDER BY id");
   query.bind_int(1, run.value);
   std::vector<RunLabel> out;
   while (query.step()) {
@@ -147,19 +154,19 @@ std::vector<RunLabel> RunStore::labels(RunId run) {
   return out;
 }
 
-std::vector<Frame> RunStore::frame_stack(RunId run, FrameStackId stack) {
+std::vector<Frame> RunReader::frame_stack(RunId run, FrameStackId stack) {
   std::vector<Frame> frames;
   if (stack.value == 0)
     return frames;
-  auto query = db_->prepare("SELECT frame_ids FROM frame_stacks WHERE run_id = ? AND id = ?");
+  auto query = db_.prepare("SELECT frame_ids FROM frame_stacks WHERE run_id = ? AND id = ?");
   query.bind_int(1, run.value).bind_int(2, stack.value);
   if (!query.step())
     return frames;
   const auto blob = query.column_blob(0);
   const std::vector<std::uint8_t> ids(blob.begin(), blob.end());
-  ByteReader in(ids, db_->path() + ": run " + std::to_string(run.value) + ", stack " +
+  ByteReader in(ids, db_.path() + ": run " + std::to_string(run.value) + ", stack " +
                          std::to_string(stack.value));
-  auto frame_query = db_->prepare(
+  auto frame_query = db_.prepare(
       "SELECT f.line, file.text, name.text FROM frames f "
       "JOIN strings file ON file.run_id = f.run_id AND file.id = f.filename_id "
       "JOIN strings name ON name.run_id = f.run_id AND name.id = f.name_id "
@@ -175,13 +182,13 @@ std::vector<Frame> RunStore::frame_stack(RunId run, FrameStackId stack) {
   return frames;
 }
 
-std::vector<std::vector<Frame>> RunStore::frame_stacks(RunId run) {
+std::vector<std::vector<Frame>> RunReader::frame_stacks(RunId run) {
   std::unordered_map<std::int64_t, std::string> strings;
-  auto string_query = db_->prepare("SELECT id, text FROM strings WHERE run_id = ?");
+  auto string_query = db_.prepare("SELECT id, text FROM strings WHERE run_id = ?");
   string_query.bind_int(1, run.value);
   while (string_query.step())
     strings[string_query.column_int(0)] = string_query.column_text(1);
-  const std::string what = db_->path() + ": run " + std::to_string(run.value);
+  const std::string what = db_.path() + ": run " + std::to_string(run.value);
   auto text = [&](std::int64_t id) {
     auto it = strings.find(id);
     if (it == strings.end())
@@ -190,7 +197,7 @@ std::vector<std::vector<Frame>> RunStore::frame_stacks(RunId run) {
   };
   std::unordered_map<std::int64_t, Frame> frames;
   auto frame_query =
-      db_->prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
+      db_.prepare("SELECT id, filename_id, line, name_id FROM frames WHERE run_id = ?");
   frame_query.bind_int(1, run.value);
   while (frame_query.step()) {
     frames[frame_query.column_int(0)] =
@@ -199,7 +206,7 @@ std::vector<std::vector<Frame>> RunStore::frame_stacks(RunId run) {
   }
   std::vector<std::vector<Frame>> stacks;
   auto stack_query =
-      db_->prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
+      db_.prepare("SELECT id, frame_ids FROM frame_stacks WHERE run_id = ? ORDER BY id");
   stack_query.bind_int(1, run.value);
   while (stack_query.step()) {
     const auto id = static_cast<std::size_t>(stack_query.column_int(0));
@@ -219,8 +226,8 @@ std::vector<std::vector<Frame>> RunStore::frame_stacks(RunId run) {
   return stacks;
 }
 
-std::vector<OomReport> RunStore::oom_reports(RunId run) {
-  auto query = db_->prepare(
+std::vector<OomReport> RunReader::oom_reports(RunId run) {
+  auto query = db_.prepare(
       "SELECT id, event_index, report FROM oom_reports WHERE run_id = ? ORDER BY event_index, id");
   query.bind_int(1, run.value);
   std::vector<OomReport> out;
@@ -229,19 +236,19 @@ std::vector<OomReport> RunStore::oom_reports(RunId run) {
     report.id = query.column_int(0);
     report.event_index = static_cast<std::uint64_t>(query.column_int(1));
     report.report =
-        parse_json(query.column_text(2), db_->path() + ": OOM report " + std::to_string(report.id));
+        parse_json(query.column_text(2), db_.path() + ": OOM report " + std::to_string(report.id));
     out.push_back(std::move(report));
   }
   return out;
 }
 
-std::vector<TimelineBucket> RunStore::timeline(RunId run, std::size_t buckets) {
-  return timeline(run, 0, this->run(run).event_count, buckets);
+std::vector<TimelineBucket> RunReader::timeline(RunId run, std::size_t buckets) {
+  return timeline(run, 0, event_count(run), buckets);
 }
 
-std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, std::uint64_t end,
-                                               std::size_t buckets) {
-  end = std::min(end, this->run(run).event_count);
+std::vector<TimelineBucket> RunReader::timeline(RunId run, std::uint64_t first, std::uint64_t end,
+                                                std::size_t buckets) {
+  end = std::min(end, event_count(run));
   if (end <= first || buckets == 0)
     return {};
   const std::uint64_t width = (end - first) / buckets;
@@ -258,7 +265,7 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
     }
     return regroup_buckets(singles, first, end, buckets);
   }
-  auto top = db_->prepare("SELECT max(level) FROM timeline_levels WHERE run_id = ?");
+  auto top = db_.prepare("SELECT max(level) FROM timeline_levels WHERE run_id = ?");
   top.bind_int(1, run.value);
   top.step();
   const int top_level = static_cast<int>(top.column_int(0));
@@ -266,7 +273,7 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
   while (level < top_level && level_bucket_events(level + 1) <= width)
     ++level;
   const std::uint64_t size = level_bucket_events(level);
-  auto query = db_->prepare(
+  auto query = db_.prepare(
       "SELECT first_bucket, data FROM timeline_levels WHERE run_id = ? AND level = ? AND "
       "first_bucket <= ? AND first_bucket + bucket_count > ? ORDER BY first_bucket");
   query.bind_int(1, run.value)
@@ -276,7 +283,7 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
   std::vector<TimelineBucket> source;
   while (query.step()) {
     auto row = decode_buckets(query.column_blob(1),
-                              db_->path() + ": run " + std::to_string(run.value) +
+                              db_.path() + ": run " + std::to_string(run.value) +
                                   ", timeline level " + std::to_string(level) + " from bucket " +
                                   std::to_string(query.column_int(0)));
     source.insert(source.end(), row.begin(), row.end());
@@ -284,13 +291,13 @@ std::vector<TimelineBucket> RunStore::timeline(RunId run, std::uint64_t first, s
   return regroup_buckets(source, first, end, buckets);
 }
 
-std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {
-  auto query = db_->prepare(
+std::uint64_t RunReader::event_at_time(RunId run, std::int64_t time_us) {
+  auto query = db_.prepare(
       "SELECT first_event FROM event_chunks WHERE run_id = ? AND last_time_us >= ? "
       "ORDER BY first_event LIMIT 1");
   query.bind_int(1, run.value).bind_int(2, time_us);
   if (!query.step())
-    return this->run(run).event_count;
+    return event_count(run);
   const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
   const EventChunk chunk = load_chunk(run, chunk_first);
   for (std::size_t i = 0; i < chunk.events.size(); ++i) {
@@ -300,20 +307,20 @@ std::uint64_t RunStore::event_at_time(RunId run, std::int64_t time_us) {
   return chunk_first + chunk.events.size();
 }
 
-SegmentStateAt RunStore::segment_state(RunId run, std::uint64_t event_index) {
-  event_index = std::min(event_index, this->run(run).event_count);
-  auto query = db_->prepare(
+SegmentStateAt RunReader::segment_state(RunId run, std::uint64_t event_index) {
+  event_index = std::min(event_index, event_count(run));
+  auto query = db_.prepare(
       "SELECT event_index, data FROM segment_keyframes WHERE run_id = ? AND event_index <= ? "
       "ORDER BY event_index DESC LIMIT 1");
   query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(event_index));
   if (!query.step())
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         " has no segment keyframe");
   const auto keyframe_index = static_cast<std::uint64_t>(query.column_int(0));
   SegmentStateAt at;
   at.event_index = event_index;
   at.state = SegmentMap::deserialize(query.column_blob(1),
-                                     db_->path() + ": run " + std::to_string(run.value) +
+                                     db_.path() + ": run " + std::to_string(run.value) +
                                          ", keyframe at event " + std::to_string(keyframe_index));
   if (event_index > keyframe_index) {
     const EventChunk chunk = load_chunk(run, keyframe_index);

@@ -1,12 +1,17 @@
-// RunStore, ingest: a run's events go in as they come (chunks compressed on a worker thread,
-// segment keyframes, timeline levels), committed at finish_run.
+// RunWriter: a run's events go in as they come (chunks compressed on a worker thread, segment
+// keyframes, timeline levels), committed at finish_run. Memory by category is in
+// run_categories.cpp, the recorded environment in run_environment.cpp.
+#include "storage/db/run_writer.h"
+
 #include <algorithm>
 #include <future>
+#include <map>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "storage/db/packing.h"
-#include "storage/db/run_store.h"
 #include "storage/db/run_store_internal.h"
 
 namespace fragscope::storage {
@@ -15,36 +20,38 @@ using run_store_detail::kCategoryNames;
 using run_store_detail::now_iso8601;
 using run_store_detail::series_max;
 
-// --- Ingest ---
+RunWriter::RunWriter(Database& db) : db_(db) {}
+
+RunWriter::~RunWriter() = default;
 
 template <typename Work>
-void RunStore::abort_on_failure(Work&& work) {
+void RunWriter::abort_on_failure(Work&& work) {
   try {
     work();
   } catch (...) {
     // A failed write (disk full, I/O error) leaves the transaction unusable: roll the run back
-    // so the store stays usable and the database holds exactly what it held before begin_run.
+    // so the writer stays usable and the database holds exactly what it held before begin_run.
     ingest_.reset();
     throw;
   }
 }
 
-RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoint start) {
+RunId RunWriter::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoint start) {
   if (ingest_)
-    throw DatabaseError(db_->path() + ": run " + std::to_string(ingest_->run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(ingest_->run.value) +
                         " is still being written; finish or cancel it first");
   if (record.experiment) {
-    auto check = db_->prepare("SELECT 1 FROM experiments WHERE id = ?");
+    auto check = db_.prepare("SELECT 1 FROM experiments WHERE id = ?");
     check.bind_int(1, record.experiment->value);
     if (!check.step())
-      throw DatabaseError(db_->path() + ": no experiment with id " +
+      throw DatabaseError(db_.path() + ": no experiment with id " +
                           std::to_string(record.experiment->value));
   }
   if (record.twin_run)
-    require_run(*record.twin_run);
+    run_store_detail::require_run(db_, *record.twin_run);
 
-  auto ingest = std::make_unique<Ingest>(*db_, RunId{});
-  auto insert = db_->prepare(
+  auto ingest = std::make_unique<Ingest>(db_, RunId{});
+  auto insert = db_.prepare(
       "INSERT INTO runs(experiment_id, name, source, alloc_conf, capacity, device_name, status, "
       "created_at, wall_seconds, torch_version, cuda_version, driver_version, gpu_name, "
       "gpu_memory, fragscope_version, git_revision, host, twin_run, summary, event_count) "
@@ -76,7 +83,7 @@ RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoi
     insert.bind_null(18);
   insert.bind_text(19, record.summary.is_null() ? "{}" : record.summary.dump());
   insert.run();
-  ingest->run = RunId{db_->last_insert_rowid()};
+  ingest->run = RunId{db_.last_insert_rowid()};
   ingest->segments = initial;
   for (const auto& [addr, block] : initial.blocks())
     ingest->categories.add_initial(addr, static_cast<std::int64_t>(block.size));
@@ -89,19 +96,20 @@ RunId RunStore::begin_run(RunRecord record, const SegmentMap& initial, SeriesPoi
   return ingest_->run;
 }
 
-RunStore::Ingest& RunStore::ingest_for(RunId run) {
+RunWriter::Ingest& RunWriter::ingest_for(RunId run) {
   if (!ingest_ || ingest_->run != run)
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         " is not being written by this store (begin_run first)");
   return *ingest_;
 }
 
-void RunStore::append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns) {
+void RunWriter::append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns) {
   Ingest& ingest = ingest_for(run);
   abort_on_failure([&] { append_to(ingest, events, columns); });
 }
 
-void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, EventColumns columns) {
+void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
+                          EventColumns columns) {
   const RunId run = ingest.run;
   if (!columns.series.empty() && columns.series.size() != events.size())
     throw DatabaseError("append_events: " + std::to_string(columns.series.size()) +
@@ -143,7 +151,7 @@ void RunStore::append_to(Ingest& ingest, std::span<const TraceEvent> events, Eve
   write_category_rows(run, ingest.category_levels.take_full_rows());
 }
 
-void RunStore::flush_chunk(Ingest& ingest) {
+void RunWriter::flush_chunk(Ingest& ingest) {
   EventChunk& buffer = ingest.buffer;
   if (buffer.events.empty())
     return;
@@ -175,27 +183,27 @@ void RunStore::flush_chunk(Ingest& ingest) {
   ingest.write_keyframe();
 }
 
-void RunStore::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {
-  run_store_detail::insert_level_rows(*db_, "timeline_levels", run, rows,
+void RunWriter::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {
+  run_store_detail::insert_level_rows(db_, "timeline_levels", run, rows,
                                       [](const auto& buckets) { return encode_buckets(buckets); });
 }
 
-void RunStore::set_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
+void RunWriter::set_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
   ingest_for(run);
   abort_on_failure([&] { write_frame_stacks(run, stacks); });
 }
 
-void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
+void RunWriter::write_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks) {
   for (const char* table : {"strings", "frames", "frame_stacks"}) {
-    auto erase = db_->prepare(std::string("DELETE FROM ") + table + " WHERE run_id = ?");
+    auto erase = db_.prepare(std::string("DELETE FROM ") + table + " WHERE run_id = ?");
     erase.bind_int(1, run.value);
     erase.run();
   }
-  auto insert_string = db_->prepare("INSERT INTO strings(run_id, id, text) VALUES (?, ?, ?)");
-  auto insert_frame = db_->prepare(
+  auto insert_string = db_.prepare("INSERT INTO strings(run_id, id, text) VALUES (?, ?, ?)");
+  auto insert_frame = db_.prepare(
       "INSERT INTO frames(run_id, id, filename_id, line, name_id) VALUES (?, ?, ?, ?, ?)");
   auto insert_stack =
-      db_->prepare("INSERT INTO frame_stacks(run_id, id, frame_ids) VALUES (?, ?, ?)");
+      db_.prepare("INSERT INTO frame_stacks(run_id, id, frame_ids) VALUES (?, ?, ?)");
   std::map<std::string, std::int64_t, std::less<>> strings;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::int64_t> frames;
   auto intern_string = [&](const std::string& text) {
@@ -232,11 +240,11 @@ void RunStore::write_frame_stacks(RunId run, std::span<const std::vector<Frame>>
   }
 }
 
-void RunStore::set_labels(RunId run, std::span<const RequestLabel> labels) {
+void RunWriter::set_labels(RunId run, std::span<const RequestLabel> labels) {
   Ingest& ingest = ingest_for(run);
   // Memory by category is built as events come, from the table known then.
   if (ingest.labelled_events)
-    throw DatabaseError(db_->path() + ": run " + std::to_string(run.value) +
+    throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         ": set_labels after labelled events; set the label table first");
   abort_on_failure([&] { write_labels(run, labels); });
   ingest.category_of_label.clear();
@@ -244,12 +252,12 @@ void RunStore::set_labels(RunId run, std::span<const RequestLabel> labels) {
     ingest.category_of_label.push_back(label.category);
 }
 
-void RunStore::write_labels(RunId run, std::span<const RequestLabel> labels) {
-  auto erase = db_->prepare("DELETE FROM run_labels WHERE run_id = ?");
+void RunWriter::write_labels(RunId run, std::span<const RequestLabel> labels) {
+  auto erase = db_.prepare("DELETE FROM run_labels WHERE run_id = ?");
   erase.bind_int(1, run.value);
   erase.run();
-  auto insert = db_->prepare(
-      "INSERT INTO run_labels(run_id, id, category, op, layer) VALUES (?, ?, ?, ?, ?)");
+  auto insert =
+      db_.prepare("INSERT INTO run_labels(run_id, id, category, op, layer) VALUES (?, ?, ?, ?, ?)");
   for (std::size_t i = 0; i < labels.size(); ++i) {
     insert.bind_int(1, run.value)
         .bind_int(2, static_cast<std::int64_t>(i))
@@ -261,15 +269,15 @@ void RunStore::write_labels(RunId run, std::span<const RequestLabel> labels) {
   }
 }
 
-void RunStore::add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report) {
+void RunWriter::add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report) {
   const bool in_ingest = ingest_ && ingest_->run == run;
   std::optional<Transaction> transaction;
   if (!in_ingest) {
-    require_run(run);
-    transaction.emplace(*db_);
+    run_store_detail::require_run(db_, run);
+    transaction.emplace(db_);
   }
   auto insert =
-      db_->prepare("INSERT INTO oom_reports(run_id, event_index, report) VALUES (?, ?, ?)");
+      db_.prepare("INSERT INTO oom_reports(run_id, event_index, report) VALUES (?, ?, ?)");
   insert.bind_int(1, run.value)
       .bind_int(2, static_cast<std::int64_t>(event_index))
       .bind_text(3, report.dump());
@@ -278,16 +286,16 @@ void RunStore::add_oom_report(RunId run, std::uint64_t event_index, const nlohma
     transaction->commit();
 }
 
-RunRecord RunStore::finish_run(RunId run, RunStatus status, const nlohmann::json& summary,
-                               double wall_seconds, const CancelToken& cancel) {
+RunRecord RunWriter::finish_run(RunId run, RunStatus status, const nlohmann::json& summary,
+                                double wall_seconds, const CancelToken& cancel) {
   Ingest& ingest = ingest_for(run);
   abort_on_failure([&] { commit_ingest(ingest, status, summary, wall_seconds, cancel); });
   ingest_.reset();
-  return this->run(run);
+  return RunCatalog(db_).run(run);
 }
 
-void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
-                             double wall_seconds, const CancelToken& cancel) {
+void RunWriter::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
+                              double wall_seconds, const CancelToken& cancel) {
   const RunId run = ingest.run;
   flush_chunk(ingest);
   ingest.write_pending_chunks(0);
@@ -307,13 +315,13 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
   merged["overview"] = {{"first_time_us", ingest.first_time_us},
                         {"last_time_us", ingest.last_time_us},
                         {"oom_events", ingest.oom_events.size()}};
-  auto insert_oom = db_->prepare("INSERT INTO oom_events(run_id, event_index) VALUES (?, ?)");
+  auto insert_oom = db_.prepare("INSERT INTO oom_events(run_id, event_index) VALUES (?, ?)");
   for (const std::uint64_t index : ingest.oom_events) {
     insert_oom.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(index));
     insert_oom.run();
     insert_oom.reset();
   }
-  auto update = db_->prepare(
+  auto update = db_.prepare(
       "UPDATE runs SET status = ?, wall_seconds = ?, summary = ?, event_count = ? WHERE id = ?");
   update.bind_text(1, to_string(status))
       .bind_double(2, wall_seconds)
@@ -325,7 +333,7 @@ void RunStore::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::j
   ingest.transaction.commit();
 }
 
-void RunStore::cancel_run(RunId run) {
+void RunWriter::cancel_run(RunId run) {
   ingest_for(run);
   ingest_.reset();  // the Transaction's destructor rolls everything back
 }
