@@ -191,4 +191,12 @@ void RecordedAddressDevice::do_unmap_pages(std::uint64_t address, Bytes bytes) {
   upstream_.unmap_pages(address, bytes);
 }
 
+// --- ReplayDevice ------------------------------------------------------------------------------
+
+ReplayDevice::ReplayDevice(std::vector<RecordedAddressDevice::RecordedSegment> segments,
+                           Bytes capacity, Bytes total_memory, int ordinal)
+    : simulated_(capacity, total_memory), recorded_(std::move(segments), simulated_) {
+  recorded_.set_ordinal(ordinal);
+}
+
 }  // namespace fragscope::alloc

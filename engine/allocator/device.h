@@ -166,4 +166,26 @@ class RecordedAddressDevice final : public Device {
   std::optional<Bytes> process_memory_;
 };
 
+// The device stack a recording's requests run on (a replay, a what-if row, the pool inference):
+// a SimulatedDevice of `capacity` bytes that reports `total_memory` (0 = capacity) as
+// totalGlobalMem, under a RecordedAddressDevice that serves `segments`, the recording's cudaMalloc
+// addresses in order, and is the device the allocator is given. Like RMM's `make_pool`, the one
+// place this stack is composed. It owns both layers and cannot move (the adaptor holds its
+// upstream by reference), so it is built where it is used.
+class ReplayDevice final {
+ public:
+  ReplayDevice(std::vector<RecordedAddressDevice::RecordedSegment> segments, Bytes capacity,
+               Bytes total_memory = 0, int ordinal = 0);
+  ReplayDevice(const ReplayDevice&) = delete;
+  ReplayDevice& operator=(const ReplayDevice&) = delete;
+
+  RecordedAddressDevice& device() { return recorded_; }
+  const RecordedAddressDevice& device() const { return recorded_; }
+  const SimulatedDevice& simulated() const { return simulated_; }
+
+ private:
+  SimulatedDevice simulated_;
+  RecordedAddressDevice recorded_;  // over simulated_, so declared after it
+};
+
 }  // namespace fragscope::alloc

@@ -122,15 +122,13 @@ std::vector<OomPostMortem> simulate_post_mortems(const RequestStream& requests,
                                                  const alloc::AllocatorConfig& config,
                                                  const WhatIfOptions& options,
                                                  RunMetrics* metrics) {
-  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
-  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
-  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+  auto gpu = candidate_device(options);
   alloc::TraceRecorder recorder;
   alloc::RunOptions run_options;
   run_options.allowed_memory = options.capacity;
   run_options.cancel = options.cancel;
   run_options.progress = progress_as(options.progress, kAdviseStages[0].name);
-  alloc::run_requests(requests, config, device, &recorder, run_options);
+  alloc::run_requests(requests, config, gpu.device(), &recorder, run_options);
   const snapshot::SegmentState empty(snapshot::LayoutRules::from_config(config));
   if (metrics) {
     const auto steps = align_steps(requests, recorder.events());

@@ -52,16 +52,14 @@ Mitigation candidate(std::string name, const alloc::AllocatorConfig& baseline,
 alloc::RunResult run_with_progress(const RequestStream& requests, const Mitigation& candidate,
                                    const WhatIfOptions& options, alloc::EventSink* sink,
                                    Progress progress) {
-  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
-  alloc::SimulatedDevice simulated(device_memory, std::max(options.device_total, device_memory));
-  alloc::RecordedAddressDevice device(options.recorded_segments, simulated);
+  auto gpu = candidate_device(options);
   alloc::RunOptions run_options;
   run_options.allowed_memory = options.capacity;
   run_options.initial_segments = options.initial_segments;
   run_options.profile = candidate.profile ? *candidate.profile : options.profile;
   run_options.cancel = options.cancel;
   run_options.progress = std::move(progress);
-  return alloc::run_requests(requests, candidate.config, device, sink, run_options);
+  return alloc::run_requests(requests, candidate.config, gpu.device(), sink, run_options);
 }
 
 WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
@@ -104,6 +102,11 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
 }
 
 }  // namespace
+
+alloc::ReplayDevice candidate_device(const WhatIfOptions& options) {
+  const Bytes device_memory = std::max(options.device_memory, options.capacity.value_or(0));
+  return {options.recorded_segments, device_memory, std::max(options.device_total, device_memory)};
+}
 
 alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& candidate,
                                const WhatIfOptions& options, alloc::EventSink* sink) {

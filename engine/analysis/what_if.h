@@ -105,6 +105,11 @@ struct WhatIfOptions {
   Progress progress;
 };
 
+// The device a candidate (and the advisor's post-mortem run) runs on: `device_memory`, raised to
+// `capacity`, serving `recorded_segments`, with totalGlobalMem `device_total` raised to that.
+// Returned as a prvalue (alloc::ReplayDevice cannot move): `auto gpu = candidate_device(options);`
+alloc::ReplayDevice candidate_device(const WhatIfOptions& options);
+
 // The one stage run_what_if reports, for fraction_progress.
 inline constexpr ProgressStage kWhatIfStages[] = {{"candidates", 1}};
 

@@ -28,9 +28,9 @@ std::vector<alloc::RecordedAddressDevice::RecordedSegment> device_addresses(
 
 PoolRouter::PoolRouter(PoolInferenceSettings settings)
     : settings_(std::move(settings)),
-      simulated_(settings_.capacity.value_or(alloc::kUnlimited), settings_.total_memory),
-      device_(device_addresses(settings_), simulated_),
-      model_(settings_.config, device_, &recorder_) {
+      gpu_(device_addresses(settings_), settings_.capacity.value_or(alloc::kUnlimited),
+           settings_.total_memory),
+      model_(settings_.config, gpu_.device(), &recorder_) {
   model_.set_profile(settings_.profile);
   if (settings_.allowed_memory)
     model_.set_allowed_memory(settings_.allowed_memory);

@@ -115,8 +115,7 @@ class PoolRouter {
   bool is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const;
 
   PoolInferenceSettings settings_;
-  alloc::SimulatedDevice simulated_;
-  alloc::RecordedAddressDevice device_;
+  alloc::ReplayDevice gpu_;
   alloc::TraceRecorder recorder_;
   alloc::CachingAllocator model_;
   std::size_t applied_ = 0;  // requests of the stream already run through the model

@@ -309,16 +309,14 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   const alloc::AllocatorConfig config =
       recorded_config ? config_from_settings(allocator_settings, &config_note) : *options.config;
 
-  alloc::SimulatedDevice simulated(options.capacity.value_or(alloc::kUnlimited),
-                                   options.total_memory);
-  alloc::RecordedAddressDevice device(options.segment_addresses.value_or(requests.segments),
-                                      simulated);
-  device.set_ordinal(options.device);
+  const auto segments = options.segment_addresses.value_or(requests.segments);
+  const Bytes capacity = options.capacity.value_or(alloc::kUnlimited);
+  alloc::ReplayDevice gpu(segments, capacity, options.total_memory, options.device);
   std::vector<Bytes> free_at_ooms;
   for (const RecordedOom& oom : requests.ooms)
     free_at_ooms.push_back(oom.device_free);
   if (recorded_config)
-    device.set_free_memory_at_ooms(std::move(free_at_ooms));
+    gpu.device().set_free_memory_at_ooms(std::move(free_at_ooms));
 
   ReservedRecorder recorder(requests.expected_entry_index.size());
   alloc::RunOptions run_options;
@@ -340,15 +338,11 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   }
   if (options.recorded_sync_all_streams) {
     // A dry run gives the calls the trace shows; the rest released nothing.
-    alloc::SimulatedDevice dry_simulated(options.capacity.value_or(alloc::kUnlimited),
-                                         options.total_memory);
-    alloc::RecordedAddressDevice dry_device(options.segment_addresses.value_or(requests.segments),
-                                            dry_simulated);
-    dry_device.set_ordinal(options.device);
+    alloc::ReplayDevice dry_gpu(segments, capacity, options.total_memory, options.device);
     alloc::RunOptions dry_options = run_options;
     dry_options.progress = progress_as(options.progress, "sync calls");
     const auto dry =
-        alloc::run_requests(requests.requests, config, dry_device, nullptr, dry_options);
+        alloc::run_requests(requests.requests, config, dry_gpu.device(), nullptr, dry_options);
     const std::int64_t missing =
         *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
     if (missing > 0) {
@@ -359,7 +353,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
       result.silent_empty_caches = static_cast<std::size_t>(missing);
     }
   }
-  result.run = alloc::run_requests(requests.requests, config, device, &recorder, run_options);
+  result.run = alloc::run_requests(requests.requests, config, gpu.device(), &recorder, run_options);
   result.events = std::move(recorder.events);
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();

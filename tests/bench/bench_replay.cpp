@@ -48,9 +48,9 @@ void BM_ModelReplay(benchmark::State& state, const char* name) {
   options.stop_on_oom = false;
   options.allowed_memory = f.allowed;
   for (auto _ : state) {
-    alloc::SimulatedDevice simulated(alloc::kUnlimited, kH200TotalMemory);
-    alloc::RecordedAddressDevice device(f.requests.segments, simulated);
-    auto result = alloc::run_requests(f.requests.requests, f.config, device, nullptr, options);
+    alloc::ReplayDevice gpu(f.requests.segments, alloc::kUnlimited, kH200TotalMemory);
+    auto result =
+        alloc::run_requests(f.requests.requests, f.config, gpu.device(), nullptr, options);
     benchmark::DoNotOptimize(result.stats);
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.requests.entries));

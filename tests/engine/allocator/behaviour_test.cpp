@@ -138,6 +138,20 @@ TEST(Devices, RecordedAddressDeviceFallsBackAfterAMismatch) {
   EXPECT_EQ(upstream.in_use(), 4_MiB);
 }
 
+// The stack every replay and what-if runs on: recorded addresses over a simulated GPU's capacity.
+TEST(Devices, AReplayDeviceServesTheRecordingOverASimulatedGpu) {
+  ReplayDevice gpu({{0x7f0000000000, 20_MiB}}, 100_MiB, 0, 2);
+  Device& device = gpu.device();
+  EXPECT_EQ(device.ordinal(), 2);
+  EXPECT_EQ(device.total_memory(), 100_MiB);  // 0 = the capacity
+  EXPECT_EQ(device.allocate_segment(20_MiB), 0x7f0000000000u);
+  EXPECT_EQ(gpu.simulated().in_use(), 20_MiB);
+  EXPECT_FALSE(device.allocate_segment(90_MiB).has_value());  // the simulated capacity holds
+  EXPECT_EQ(device.free_memory(), 80_MiB);
+  EXPECT_EQ(device.calls().segment_alloc_failures, 1u);
+  EXPECT_EQ(ReplayDevice({}, kUnlimited, 80_GiB).device().total_memory(), 80_GiB);
+}
+
 TEST(Run, OomStopsTheRunLikeAnExceptionUnlessToldOtherwise) {
   RequestStream stream;
   auto add = [&](RequestOp op, std::uint64_t tensor, Bytes size) {

@@ -28,15 +28,14 @@ struct Outcome {
 
 Outcome run(const TraceRequests& requests, const alloc::AllocatorConfig& config,
             std::optional<Bytes> allowed) {
-  alloc::SimulatedDevice simulated(alloc::kUnlimited, kH200TotalMemory);
-  alloc::RecordedAddressDevice device(requests.segments, simulated);
+  alloc::ReplayDevice gpu(requests.segments, alloc::kUnlimited, kH200TotalMemory);
   alloc::RunOptions options;
   options.stop_on_oom = false;
   options.allowed_memory = allowed;
   options.initial_segments = requests.initial_segments;
   Outcome out;
   Recorder recorder;
-  out.result = alloc::run_requests(requests.requests, config, device, &recorder, options);
+  out.result = alloc::run_requests(requests.requests, config, gpu.device(), &recorder, options);
   out.events = std::move(recorder.events);
   return out;
 }
