@@ -325,14 +325,17 @@ constexpr KnownSetting kWorkload[] = {
     {"training.steps", "Optimizer steps", nullptr},
 };
 
-// The options a run's alloc_conf sets, as the allocator's own parser reads them (a split at every
-// ',' broke "roundup_power2_divisions:[256:1,>:2]" into pieces); options at their defaults are
-// left out. A string that does not parse sets none here (the whole string still shows above).
-std::map<std::string, std::string> allocConfPairs(const std::string& conf) {
+// The options of the config a run ran under (storage::allocator_config_of: an import's recorded
+// allocator_settings, else its alloc_conf, read by the allocator's own parser, so
+// "roundup_power2_divisions:[256:1,>:2]" stays one option), named as PYTORCH_CUDA_ALLOC_CONF
+// names them; options at their defaults are left out. A recording and a simulated run of the
+// same settings thus show the same rows. A config that does not parse, or that no string
+// expresses, sets none here (the whole string still shows above).
+std::map<std::string, std::string> allocConfPairs(const storage::RunRecord& record) {
   try {
-    const auto options = alloc::alloc_conf_options(alloc::AllocatorConfig::parse(conf));
+    const auto options = alloc::alloc_conf_options(storage::allocator_config_of(record).config);
     return {options.begin(), options.end()};
-  } catch (const alloc::AllocatorConfigError&) {
+  } catch (const std::exception&) {  // InputError, or AllocatorConfigError from the options
     return {};
   }
 }
@@ -407,7 +410,7 @@ std::vector<SettingRow> settingRows(const ComparisonData& data) {
     }
   }
 
-  // Allocator: the whole alloc_conf, then each setting any run makes (or an import recorded).
+  // Allocator: the whole alloc_conf, then each setting the config of any run makes.
   {
     SettingRow conf{QObject::tr("Allocator"), QObject::tr("PYTORCH_CUDA_ALLOC_CONF"), {}, false};
     std::vector<std::map<std::string, std::string>> settings;
@@ -415,12 +418,7 @@ std::vector<SettingRow> settingRows(const ComparisonData& data) {
       conf.values.push_back(run.record.alloc_conf.empty()
                                 ? QObject::tr("(default)")
                                 : QString::fromStdString(run.record.alloc_conf));
-      std::map<std::string, std::string> pairs = allocConfPairs(run.record.alloc_conf);
-      if (const auto recorded = run.record.summary.find("allocator_settings");
-          recorded != run.record.summary.end() && recorded->is_object())
-        for (const auto& [key, value] : recorded->items())
-          pairs[key] = jsonText(value).toStdString();
-      settings.push_back(std::move(pairs));
+      settings.push_back(allocConfPairs(run.record));
     }
     markDifferences(conf);
     rows.push_back(std::move(conf));

@@ -69,10 +69,10 @@ struct SettingRow {
   std::vector<QString> values;  // per run; "—" where the run does not say
   bool differs = false;
 };
-// The workload (a simulated run's resolved configuration), allocator settings (alloc_conf, or
-// what an imported snapshot recorded) and device of every run. The settings people vary to fit
-// in memory — batch, accumulation, sequence length, checkpointing, compile, optimizer, precision
-// — are always listed; any other configuration key only where the runs differ.
+// The workload (a simulated run's resolved configuration), allocator settings (the config each
+// run ran under, storage::allocator_config_of) and device of every run. The settings people vary to
+// fit in memory — batch, accumulation, sequence length, checkpointing, compile, optimizer,
+// precision — are always listed; any other configuration key only where the runs differ.
 std::vector<SettingRow> settingRows(const ComparisonData& data);
 
 class SettingsModel : public QAbstractTableModel {

@@ -6,6 +6,7 @@
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTest>
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -228,6 +229,56 @@ class TestCompareViews : public QObject {
     QVERIFY(roundup->differs);
     QVERIFY(row(QStringLiteral("expandable_segments")) != nullptr);
     QCOMPARE(row(QStringLiteral("expandable_segments"))->values[0], QStringLiteral("True"));
+  }
+
+  // An import's recorded allocator_settings are the config it ran under, read as every analysis
+  // reads them (storage::allocator_config_of) and named as alloc_conf names them: a recording and
+  // a simulated run of the same settings show the same rows, and a recorded value that overrides
+  // the recorded string wins.
+  void recordedAllocatorSettingsAreTheRunsConfig() {
+    ComparisonData data;
+    data.runs.push_back(handRun(1, "recorded", 10));
+    data.runs.push_back(handRun(2, "simulated", 10));
+    const std::string conf = "max_split_size_mb:64,roundup_power2_divisions:4";
+    data.runs[0].record.alloc_conf = conf;
+    data.runs[0].record.summary["allocator_settings"] = nlohmann::json::parse(R"({
+      "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,roundup_power2_divisions:4",
+      "max_split_size": 67108864, "garbage_collection_threshold": 0.0,
+      "expandable_segments": false, "pinned_num_register_threads": 1,
+      "release_lock_on_cudamalloc": false, "pinned_use_cuda_host_register": false,
+      "graph_capture_record_stream_reuse": false,
+      "roundup_power2_divisions": {"1": 4, "2": 4, "4": 4, "8": 4, "16": 4, "32": 4, "64": 4,
+        "128": 4, "256": 4, "512": 4, "1024": 4, "2048": 4, "4096": 4, "8192": 4, "16384": 4,
+        "32768": 4}})");
+    data.runs[1].record.alloc_conf = conf;
+    const auto allocatorRows = [&] {
+      std::vector<SettingRow> out;
+      for (SettingRow& r : settingRows(data))
+        if (r.group == QStringLiteral("Allocator"))
+          out.push_back(std::move(r));
+      return out;
+    };
+    std::vector<SettingRow> rows = allocatorRows();
+    QStringList names;
+    for (const SettingRow& r : rows) {
+      names << r.setting;
+      QVERIFY2(!r.differs, qPrintable(r.setting + QStringLiteral(": ") + r.values[0] +
+                                      QStringLiteral(" vs ") + r.values[1]));
+    }
+    QCOMPARE(names, (QStringList{QStringLiteral("PYTORCH_CUDA_ALLOC_CONF"),
+                                 QStringLiteral("max_split_size_mb"),
+                                 QStringLiteral("roundup_power2_divisions")}));
+    QCOMPARE(rows[1].values[0], QStringLiteral("64"));
+
+    data.runs[0].record.summary["allocator_settings"]["expandable_segments"] = true;
+    rows = allocatorRows();
+    const auto expandable = std::find_if(rows.begin(), rows.end(), [](const SettingRow& r) {
+      return r.setting == QStringLiteral("expandable_segments");
+    });
+    QVERIFY(expandable != rows.end());
+    QCOMPARE(expandable->values[0], QStringLiteral("True"));
+    QCOMPARE(expandable->values[1], QStringLiteral("default"));
+    QVERIFY(expandable->differs);
   }
 
   // Every metric `fragscope-cli compare` prints, with the use case's values, and its phases.
