@@ -8,6 +8,7 @@
 
 #include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
+#include "engine/snapshot/slice_buffer.h"
 
 namespace fragscope::snapshot {
 namespace {
@@ -271,11 +272,7 @@ Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSink
   std::size_t open_guesses = guessed.size();
   tl.exact_from = open_guesses > 0 ? events.size() + 1 : 0;
   // Samples go out in slices of kTimelineSlice entries, so a long trace never has all of them.
-  std::vector<TraceEvent> slice_events;
-  std::vector<MemorySample> slice;
-  slice_events.reserve(std::min(kTimelineSlice, events.size()));
-  slice.reserve(std::min(kTimelineSlice, events.size()));
-  std::size_t slice_first = 0;
+  SliceBuffer<MemorySample> slices(sinks.on_samples, events.size());
   events.for_each([&](const TraceEvent& event, std::size_t i) {
     if (open_guesses > 0 && event.action == TraceAction::free_completed &&
         std::binary_search(guessed.begin(), guessed.end(), event.addr)) {
@@ -289,18 +286,11 @@ Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSink
       throw InputError("device " + std::to_string(device) + " trace entry " + std::to_string(i) +
                        ": " + e.what());
     }
-    slice_events.push_back(event);
-    slice.push_back(state.sample());
-    take_max(tl.peak, slice.back());
-    if (slice.size() == kTimelineSlice) {
-      sinks.on_samples(slice_events, slice, slice_first);
-      slice_first += slice.size();
-      slice_events.clear();
-      slice.clear();
-    }
+    const MemorySample sample = state.sample();
+    take_max(tl.peak, sample);
+    slices.push(event, sample);
   });
-  if (!slice.empty())
-    sinks.on_samples(slice_events, slice, slice_first);
+  slices.finish();
   std::vector<Segment> expected;
   for (const Segment& s : snapshot.segments)
     if (s.device == device)

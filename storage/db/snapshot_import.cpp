@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/core/input_file.h"
 #include "engine/snapshot/recording_stats.h"
+#include "engine/snapshot/slice_buffer.h"
 #include "engine/snapshot/timeline.h"
 #include "fragscope/version.h"
 
@@ -317,21 +318,15 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
       writer.stage("layout", 1, 1);
       writer.begin(record, initial, series_of(initial));
       SeriesPoint current = series_of(initial);
-      std::vector<TraceEvent> slice;
-      std::size_t first = 0;
+      snapshot::SliceBuffer<SeriesPoint> slices(
+          [&](std::span<const TraceEvent> slice, std::span<const SeriesPoint> series,
+              std::size_t first) { writer.append(slice, series, first); },
+          event_count);
       events.for_each([&](const TraceEvent& event, std::size_t) {
         current = plus(current, trace_delta(event));
-        slice.push_back(event);
-        slice_series.push_back(current);
-        if (slice.size() == snapshot::kTimelineSlice) {
-          writer.append(slice, slice_series, first);
-          first += slice.size();
-          slice.clear();
-          slice_series.clear();
-        }
+        slices.push(event, current);
       });
-      if (!slice.empty())
-        writer.append(slice, slice_series, first);
+      slices.finish();
       series_info = {{"source", "trace"}, {"layout_error", e.what()}};
       result.warnings.push_back(std::string("the snapshot is inconsistent (") + e.what() +
                                 "): stored with the series the trace alone gives");

@@ -1,14 +1,19 @@
-// A run whose script empties the cache keeps its allocator-state keyframes: the generator's
-// repetitions each end with torch.cuda.empty_cache()'s burst of segment_free entries, and
-// memory_stats() from the keyframe before any event (before, inside and after the bursts)
-// equals the replay from event 0.
+// Imports of traces longer than one slice of kTimelineSlice entries, from the generator's
+// repeated recordings. A run whose script empties the cache keeps its allocator-state keyframes:
+// the generator's repetitions each end with torch.cuda.empty_cache()'s burst of segment_free
+// entries, and memory_stats() from the keyframe before any event (before, inside and after the
+// bursts) equals the replay from event 0. A contradiction past the first slice still stores the
+// run with the trace's own series.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
 #include "engine/allocator/summary.h"
+#include "engine/snapshot/timeline.h"
 #include "large_snapshot.h"
+#include "storage/db/event_chunk.h"
 #include "storage/db/snapshot_import.h"
 #include "storage/db/stats_at.h"
 #include "storage/db/stats_keyframes.h"
@@ -65,6 +70,32 @@ TEST(StatsKeyframesAcrossEmptyCache, TheSummaryFromAKeyframeEqualsAReplayFromEve
     EXPECT_EQ(fast.diverged, full.diverged);
   }
   EXPECT_GE(from_keyframes, at.size() - 2);
+}
+
+// An inconsistent trace (an alloc twice at one address) whose contradiction shows only after the
+// layout handed out its first slice: the run is stored with the series the trace alone gives, as
+// a short one is. (The fallback's first batch once carried the layout's last slice of series
+// too, and the store refused it: "append_events: N series points for M events".)
+TEST(ImportOfALongTrace, AContradictionPastTheFirstSliceStoresTheTracesOwnSeries) {
+  auto big = bench::repeat_recorded_trace(
+      snapshot::read_snapshot(std::filesystem::path(FRAGSCOPE_FIXTURES) /
+                              "gpt_fixedlen_default.pickle.gz"),
+      2 * snapshot::kTimelineSlice);
+  auto& trace = big.device_traces[0];
+  const auto late_alloc =
+      std::find_if(trace.begin() + snapshot::kTimelineSlice + 1, trace.end(),
+                   [](const TraceEvent& e) { return e.action == TraceAction::alloc; });
+  ASSERT_NE(late_alloc, trace.end());
+  trace.insert(late_alloc + 1, *late_alloc);
+  RunStore store(":memory:");
+  ImportOptions options;
+  options.name = "contradiction past the first slice";
+  const ImportResult result = import_snapshot(store, big, options);
+  const RunRecord record = store.run(result.run);
+  EXPECT_EQ(record.summary["series"]["source"], "trace") << record.summary["series"].dump();
+  EXPECT_EQ(record.event_count, trace.size());
+  EXPECT_EQ(store.series(result.run, 0, trace.size()), derive_series(trace));
+  EXPECT_EQ(store.run_count(), 1);
 }
 
 }  // namespace
