@@ -200,14 +200,21 @@ TEST(Run, TheOomTextNamesTheDevice) {
       << result.ooms[0].oom.message;
 }
 
-// A cancel is seen within kCancelPollRequests requests, as fragscope::Cancelled (not a result).
-TEST(Run, ACancelledRunStopsAtTheNextPoll) {
+// `tensors` 1 KiB allocations, each freed right after it is made: two requests per tensor, so a
+// run over it polls its cancel token and reports progress 2 * tensors / kCancelPollRequests times.
+RequestStream malloc_free_pairs(std::uint64_t tensors) {
   RequestStream stream;
-  constexpr std::uint64_t kTensors = 5 * kCancelPollRequests;
-  for (std::uint64_t t = 1; t <= kTensors; ++t) {
+  for (std::uint64_t t = 1; t <= tensors; ++t) {
     stream.requests.push_back(Request{RequestOp::malloc, TensorId{t}, 1_KiB, StreamId{0}, {}});
     stream.requests.push_back(Request{RequestOp::free, TensorId{t}, 0, StreamId{0}, {}});
   }
+  return stream;
+}
+
+// A cancel is seen within kCancelPollRequests requests, as fragscope::Cancelled (not a result).
+TEST(Run, ACancelledRunStopsAtTheNextPoll) {
+  constexpr std::uint64_t kTensors = 5 * kCancelPollRequests;
+  const RequestStream stream = malloc_free_pairs(kTensors);
   // Cancels once the run has made `after` allocations.
   struct CancellingSink final : EventSink {
     CancelToken token = CancelToken::make();
@@ -233,12 +240,8 @@ TEST(Run, ACancelledRunStopsAtTheNextPoll) {
 
 // The run reports its requests as it goes and ends at 1; a cancel halfway stops it there.
 TEST(Run, ProgressGrowsToOneAndACancelHalfwayStopsThere) {
-  RequestStream stream;
   constexpr std::uint64_t kTensors = 8 * kCancelPollRequests;
-  for (std::uint64_t t = 1; t <= kTensors; ++t) {
-    stream.requests.push_back(Request{RequestOp::malloc, TensorId{t}, 1_KiB, StreamId{0}, {}});
-    stream.requests.push_back(Request{RequestOp::free, TensorId{t}, 0, StreamId{0}, {}});
-  }
+  const RequestStream stream = malloc_free_pairs(kTensors);
   fragscope::test::ProgressRecorder whole(kRunStages);
   RunOptions options;
   options.progress = whole.progress();
