@@ -54,7 +54,7 @@ Bytes limit_of(const workload::ExperimentPoint& point) {
   return point.device.allowed != 0 ? point.device.allowed : point.device.capacity;
 }
 
-void store_run(storage::RunStore& store, std::optional<storage::ExperimentId> experiment,
+void store_run(storage::RunWriter& store, std::optional<storage::ExperimentId> experiment,
                const workload::ExperimentPoint& point, const cuda::GpuRunResult& result,
                const std::vector<TraceEvent>& events, const nlohmann::json& summary) {
   storage::RunRecord record;

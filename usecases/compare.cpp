@@ -20,7 +20,7 @@ snapshot::LayoutRules layout_rules_of(const storage::RunRecord& record) {
   return snapshot::LayoutRules::from_config(storage::allocator_config_of(record).config);
 }
 
-analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunRecord& record,
+analysis::RunProfile profile_of(storage::RunReader& reader, const storage::RunRecord& record,
                                 std::size_t phases, const WorkControl& control) {
   const storage::RunId id = record.id;
   analysis::RunProfile profile;
@@ -34,9 +34,9 @@ analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunReco
                          {"gpu", env.gpu_name},
                          {"gpu_memory", env.gpu_memory ? std::to_string(env.gpu_memory) : ""},
                          {"fragscope", env.fragscope_version}};
-  if (const auto fingerprint = store.recorded_environment(id))
+  if (const auto fingerprint = reader.recorded_environment(id))
     profile.recorded_environment = analysis::parse_recorded_environment(
-        *fingerprint, store.database().path() + ": run " + std::to_string(id.value));
+        *fingerprint, reader.database_path() + ": run " + std::to_string(id.value));
   if (auto stats = record.summary.find("memory_stats");
       stats != record.summary.end() && stats->contains("num_alloc_retries"))
     profile.alloc_retries = (*stats)["num_alloc_retries"].get<std::int64_t>();
@@ -45,12 +45,12 @@ analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunReco
     profile.estimated_step_time = time->get<double>();
 
   control.check();
-  const auto events = store.events(id, 0, record.event_count);
+  const auto events = reader.events(id, 0, record.event_count);
   control.check();
   if (!analysis::measure_run(profile, events, snapshot::SegmentState{layout_rules_of(record)},
                              phases)) {
     // The stored series are exact even where the layout is unknown.
-    for (const auto& bucket : store.timeline(id, 1)) {
+    for (const auto& bucket : reader.timeline(id, 1)) {
       analysis::MemorySample& peak = profile.metrics.peak;
       peak.allocated = std::max<Bytes>(peak.allocated, static_cast<Bytes>(bucket.max.allocated));
       peak.reserved = std::max<Bytes>(peak.reserved, static_cast<Bytes>(bucket.max.reserved));

@@ -25,7 +25,7 @@ snapshot::LayoutRules layout_rules_of(const storage::RunRecord& record);
 // What a comparison needs of one stored run. The metrics come from the run's events; where the
 // events do not rebuild a layout (a truncated trace), the peaks come from the stored series and
 // profile.series_only is set. `control` is polled before the events are read and measured.
-analysis::RunProfile profile_of(storage::RunStore& store, const storage::RunRecord& record,
+analysis::RunProfile profile_of(storage::RunReader& reader, const storage::RunRecord& record,
                                 std::size_t phases = kDefaultComparePhases,
                                 const WorkControl& control = {});
 

@@ -55,6 +55,9 @@ class RunReader {
  public:
   explicit RunReader(Database& db) : db_(db) {}
 
+  // The file it reads, for messages that say where a run came from.
+  const std::string& database_path() const { return db_.path(); }
+
   // Events [first, end) (clamped to the run's events). Every read of an unknown run is a
   // DatabaseError naming it.
   std::vector<TraceEvent> events(RunId run, std::uint64_t first, std::uint64_t end);
