@@ -1,6 +1,7 @@
 // fragscope-cli info: what a PyTorch memory snapshot holds, without opening the GUI.
 #include <array>
 #include <iostream>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -15,16 +16,19 @@ namespace fragscope::cli {
 namespace {
 
 nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
-  const auto& trace = device < static_cast<int>(snap.device_traces.size())
-                          ? snap.device_traces[static_cast<std::size_t>(device)]
-                          : std::vector<TraceEvent>{};
+  // The trace is walked where it lies (packed when read spooled), never copied out.
+  const snapshot::TraceBlocks trace = snap.trace_blocks(static_cast<std::size_t>(device));
   std::array<std::uint64_t, kTraceActionCount> counts{};
   nlohmann::json ooms = nlohmann::json::array();
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    ++counts[static_cast<std::size_t>(trace[i].action)];
-    if (trace[i].action == TraceAction::oom)
-      ooms.push_back({{"entry", i}, {"requested", trace[i].size}, {"device_free", trace[i].addr}});
-  }
+  std::int64_t first_time_us = 0, last_time_us = 0;
+  trace.for_each([&](const TraceEvent& event, std::size_t i) {
+    ++counts[static_cast<std::size_t>(event.action)];
+    if (event.action == TraceAction::oom)
+      ooms.push_back({{"entry", i}, {"requested", event.size}, {"device_free", event.addr}});
+    if (i == 0)
+      first_time_us = event.time_us;
+    last_time_us = event.time_us;
+  });
   nlohmann::json actions = nlohmann::json::object();
   for (int a = 0; a < kTraceActionCount; ++a)
     actions[std::string(to_string(static_cast<TraceAction>(a)))] =
@@ -37,9 +41,13 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
     reserved += s.total_size;
     blocks += s.blocks.size();
   }
-  const snapshot::Timeline tl = snapshot::build_timeline(snap, device);
+  // Only the peaks and the end are needed: the samples are not kept (a 1.2M-entry trace's would be
+  // 70 MB, faulted in page by page).
+  snapshot::TimelineSinks sinks;
+  sinks.on_samples = [](std::span<const TraceEvent>, std::span<const MemorySample>, std::size_t) {};
+  const snapshot::Timeline tl = snapshot::build_timeline(snap, device, sinks);
   // A device without entries has only its final state: nothing was cut off, nothing to replay.
-  const bool state_only = trace.empty();
+  const bool state_only = trace.size() == 0;
   nlohmann::json out = {
       {"device", device},
       {"entries", trace.size()},
@@ -60,13 +68,12 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
   };
   if (!tl.matches_final_segments && !state_only)
     out["replay_mismatch"] = tl.mismatch;
-  if (!trace.empty() && trace.front().time_us != 0) {
-    out["first_time_us"] = trace.front().time_us;
-    out["last_time_us"] = trace.back().time_us;
+  if (!state_only && first_time_us != 0) {
+    out["first_time_us"] = first_time_us;
+    out["last_time_us"] = last_time_us;
     // In double: the difference of two hostile times (±2^63) overflows 64-bit integers.
     out["duration_s"] =
-        (static_cast<double>(trace.back().time_us) - static_cast<double>(trace.front().time_us)) /
-        1e6;
+        (static_cast<double>(last_time_us) - static_cast<double>(first_time_us)) / 1e6;
   }
   return out;
 }
@@ -75,7 +82,9 @@ int run_info(const std::vector<std::string>& argv) {
   const Args args(argv, {}, {"--json", "--device", "--torch-version"});
   args.expect_positional(1, "SNAPSHOT");
   const std::string& path = args.positional()[0];
-  snapshot::Snapshot snap = snapshot::read_snapshot(path);
+  // Spooled: the entries packed (~11 bytes each instead of 48), as an import reads them; info
+  // shows no entry texts.
+  snapshot::Snapshot snap = snapshot::read_snapshot_spooled(path);
   apply_torch_version_option(args, snap);
   const std::optional<std::uint64_t> only_device = args.uint_option("--device");
   if (only_device && *only_device >= snap.device_count())
