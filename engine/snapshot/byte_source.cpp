@@ -184,7 +184,7 @@ std::size_t ByteSource::fill() {
   return got;
 }
 
-const std::uint8_t* ByteSource::take(std::size_t n) {
+const std::uint8_t* ByteSource::take_slow(std::size_t n) {
   while (end_ - begin_ < n) {
     if (fill() == 0)
       return nullptr;

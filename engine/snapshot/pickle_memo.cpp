@@ -78,14 +78,22 @@ void Memo::fold_oldest() {
 }
 
 const Memo::Run& Memo::run_of(std::uint64_t slot) const {
+  // The first run (the keys and values memoized at the file's start) and the one found last
+  // answer most reads without a search.
+  auto holds = [slot](const Run& run) {
+    return slot >= run.first_slot && slot - run.first_slot < run.count;
+  };
+  if (holds(runs_.front()))
+    return runs_.front();
+  if (last_run_ < runs_.size() && holds(runs_[last_run_]))
+    return runs_[last_run_];
   auto it = std::upper_bound(runs_.begin(), runs_.end(), slot,
                              [](std::uint64_t s, const Run& run) { return s < run.first_slot; });
+  last_run_ = static_cast<std::size_t>(std::prev(it) - runs_.begin());
   return *std::prev(it);
 }
 
-Value Memo::get(std::uint64_t slot) const {
-  if (slot >= base_)
-    return recent_[static_cast<std::size_t>(slot - base_)];
+Value Memo::get_folded(std::uint64_t slot) const {
   if (!overrides_.empty())
     if (auto it = overrides_.find(slot); it != overrides_.end())
       return it->second;

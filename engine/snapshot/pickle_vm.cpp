@@ -289,9 +289,18 @@ std::uint32_t Machine::new_event_list(bool reserve) {
 }
 
 void Machine::push(Value v) {
-  if (stack_.size() >= limits_.max_stack)
-    fail("pickle stack exceeds the limit of " + std::to_string(limits_.max_stack) + " entries");
+  if (stack_.size() >= limits_.max_stack) [[unlikely]]
+    fail_stack_full();
   stack_.push_back(v);
+}
+
+void Machine::fail_stack_full() const {
+  fail("pickle stack exceeds the limit of " + std::to_string(limits_.max_stack) + " entries");
+}
+
+void Machine::fail_truncated(std::size_t n, const char* what) const {
+  fail(std::string("input ends inside the argument of ") + what + " (truncated file? expected " +
+       std::to_string(n) + " more bytes)");
 }
 
 Value Machine::pop() {
@@ -490,9 +499,8 @@ Value Machine::make_long(std::uint64_t length) {
 Value Machine::run() {
   auto need = [this](std::size_t n, const char* what) {
     const std::uint8_t* p = source_.take(n);
-    if (p == nullptr)
-      fail(std::string("input ends inside the argument of ") + what +
-           " (truncated file? expected " + std::to_string(n) + " more bytes)");
+    if (p == nullptr) [[unlikely]]
+      fail_truncated(n, what);
     return p;
   };
   auto push_int = [this](std::int64_t i) {

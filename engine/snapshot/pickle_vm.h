@@ -78,7 +78,12 @@ class Memo {
   std::uint64_t size() const { return base_ + recent_.size(); }
   // Adds unset slots up to `size` slots.
   void grow(std::uint64_t size);
-  Value get(std::uint64_t slot) const;
+  // Inline for the window; a folded slot is looked up out of line.
+  Value get(std::uint64_t slot) const {
+    if (slot >= base_)
+      return recent_[static_cast<std::size_t>(slot - base_)];
+    return get_folded(slot);
+  }
   void set(std::uint64_t slot, const Value& value);
   // Bytes held, for tests and measurements.
   std::size_t memory_bytes() const;
@@ -96,6 +101,7 @@ class Memo {
     std::uint64_t literal = 0;  // not a sequence: values literals_[literal, literal + count)
   };
   void fold_oldest();
+  Value get_folded(std::uint64_t slot) const;
   const Run& run_of(std::uint64_t slot) const;
 
   std::uint64_t base_ = 0;     // slots below are in runs_
@@ -103,6 +109,9 @@ class Memo {
   std::vector<Run> runs_;      // cover [0, base_) in order
   std::vector<Value> literals_;
   std::unordered_map<std::uint64_t, Value> overrides_;  // writes to slots below base_
+  // The run the last folded read found: reads of old slots are mostly of a few memoized keys,
+  // strings and frames lists, so they come back to the same runs again and again.
+  mutable std::size_t last_run_ = 0;
 };
 
 class Machine;
@@ -143,6 +152,9 @@ class Machine {
   const std::string& name() const { return source_.name(); }
 
  private:
+  // The error paths of the hot opcodes, out of line so that those stay small enough to inline.
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_stack_full() const;
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::size_t n, const char* what) const;
   Value new_node(Kind kind);
   void charge_text(std::uint64_t length);
   void push(Value v);
