@@ -711,7 +711,7 @@ Value Machine::run() {
       case TUPLE1:
       case TUPLE2:
       case TUPLE3: {
-        std::size_t count = static_cast<std::size_t>(op - TUPLE1 + 1);
+        std::size_t count = static_cast<std::size_t>(op - TUPLE1) + 1;
         if (stack_.size() < count || (!marks_.empty() && marks_.back() > stack_.size() - count))
           fail("TUPLE" + std::to_string(count) + " needs " + std::to_string(count) +
                " items on the stack");

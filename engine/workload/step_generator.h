@@ -102,7 +102,7 @@ class StepGenerator {
   // post-forward is end_forward, after the logits. Backward: pre_backward(unit, next) also
   // prefetches `next`'s all-gather; post_backward reshards and reduce-scatters the gradients;
   // end_backward after the root's.
-  static std::size_t unit_of(const Param& p) { return static_cast<std::size_t>(p.layer + 1); }
+  static std::size_t unit_of(const Param& p) { return static_cast<std::size_t>(p.layer) + 1; }
   static std::size_t block_unit(int layer) { return static_cast<std::size_t>(layer) + 1; }
   Bytes param_shard(const Param& p) const { return (p.numel + shards_ - 1) / shards_; }
   void fsdp_pre_forward(std::size_t unit);
