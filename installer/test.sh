@@ -3,21 +3,20 @@
 # (installer/slurm-localhost.sh, stopped again on exit) and runs every test once with ctest.
 # Each stage prints its wall and CPU seconds (`fragscope: stage ...`).
 #
-# With FRAGSCOPE_CI_ASAN=full every test that the `asan` preset builds runs there, sanitized: the
-# `asan` preset (clang 14, ASan + UBSan at -O1, no GUI) builds the engine, storage, use-case and CLI
-# tests (the CLI tests drive the sanitized fragscope-cli) and the libFuzzer targets, each fuzzed for
-# 5 s from its corpus in tests/fuzz/corpus. The `dev` preset is built without those suites
-# (FRAGSCOPE_CORE_TESTS=OFF) and runs the rest: the GUI offscreen, Slurm sweeps, packaging, style,
-# and python/tests with pytest as the one ctest test python.fragscope_record (its exit 5 "no tests"
-# counts as a pass). Building each suite once is what makes the sanitized stage affordable: measured
-# on 2 cores at load 2-3, its 678 tests took 348 s wall (561 CPU-s), which with the build leaves CI
-# too close to its 30 minutes to be the default yet. The default, =readers, builds every test in dev
-# and only the engine's reader tests and the fuzz targets sanitized; =fuzz only the fuzz targets
-# sanitized; =0 no sanitized stage (the dev build then runs everything).
+# By default (FRAGSCOPE_CI_ASAN=full) every test that the `asan` preset builds runs there,
+# sanitized: the `asan` preset (clang 14, ASan + UBSan at -O1, no GUI) builds the engine, storage,
+# use-case and CLI tests (the CLI tests drive the sanitized fragscope-cli) and the libFuzzer targets,
+# each fuzzed for 5 s from its corpus in tests/fuzz/corpus. The `dev` preset is built without those
+# suites (FRAGSCOPE_CORE_TESTS=OFF) and runs the rest: the GUI offscreen, Slurm sweeps, packaging,
+# style, and python/tests with pytest as the one ctest test python.fragscope_record (its exit 5 "no
+# tests" counts as a pass). Building each suite once is what makes the sanitized stage affordable
+# within CI's 30 minutes on 2 cores. =readers builds every test in dev and only the engine's reader
+# tests and the fuzz targets sanitized; =fuzz only the fuzz targets sanitized; =0 no sanitized
+# stage (the dev build then runs everything unsanitized, the quickest way to run every test).
 # Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-asan_mode="${FRAGSCOPE_CI_ASAN:-readers}"
+asan_mode="${FRAGSCOPE_CI_ASAN:-full}"
 case "$asan_mode" in
   full | readers | fuzz | 0) ;;
   *)
