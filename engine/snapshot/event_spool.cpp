@@ -10,27 +10,22 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/varint.h"
+
 namespace fragscope::snapshot {
 namespace {
 
-void put_varint(std::vector<std::uint8_t>& out, std::uint64_t value) {
-  while (value >= 0x80) {
-    out.push_back(static_cast<std::uint8_t>(value | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<std::uint8_t>(value));
-}
-
 // The difference b - a modulo 2^64, folded so that small steps either way take few bytes.
 std::uint64_t zigzag_delta(std::uint64_t a, std::uint64_t b) {
-  const auto delta = static_cast<std::int64_t>(b - a);
-  return (static_cast<std::uint64_t>(delta) << 1) ^ static_cast<std::uint64_t>(delta >> 63);
+  return zigzag(static_cast<std::int64_t>(b - a));
 }
 
-std::uint64_t unzigzag(std::uint64_t value) {
-  return (value >> 1) ^ (~(value & 1) + 1);
+// What zigzag_delta folded, as the step to add modulo 2^64.
+std::uint64_t unzigzag_delta(std::uint64_t value) {
+  return static_cast<std::uint64_t>(unzigzag(value));
 }
 
+// A varint of bytes this process wrote (the spool's own blocks): no bounds to check.
 std::uint64_t get_varint(const std::uint8_t*& at) {
   std::uint64_t value = 0;
   for (int shift = 0;; shift += 7) {
@@ -159,11 +154,11 @@ std::span<const TraceEvent> EventSpool::block(std::size_t b, Scratch& scratch) c
   TraceEvent previous;
   for (TraceEvent& event : scratch.events) {
     event.action = static_cast<TraceAction>(*at++);
-    event.addr = previous.addr + unzigzag(get_varint(at));
+    event.addr = previous.addr + unzigzag_delta(get_varint(at));
     event.size = get_varint(at);
-    event.stream = StreamId{previous.stream.value + unzigzag(get_varint(at))};
+    event.stream = StreamId{previous.stream.value + unzigzag_delta(get_varint(at))};
     event.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(previous.time_us) +
-                                              unzigzag(get_varint(at)));
+                                              unzigzag_delta(get_varint(at)));
     event.frames = FrameStackId{static_cast<std::uint32_t>(get_varint(at))};
     previous = event;
   }

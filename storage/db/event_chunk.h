@@ -75,18 +75,13 @@ class ChunkEncoder {
       data_[size_++] = value;
     }
     void varint(std::uint64_t value) {
-      reserve(kMaxVarint);
-      while (value >= 0x80) {
-        data_[size_++] = static_cast<std::uint8_t>(value | 0x80);
-        value >>= 7;
-      }
-      data_[size_++] = static_cast<std::uint8_t>(value);
+      reserve(kMaxVarintBytes);
+      size_ = static_cast<std::size_t>(put_varint(data_.get() + size_, value) - data_.get());
     }
     void signed_varint(std::int64_t value) { varint(zigzag(value)); }
     std::span<const std::uint8_t> bytes() const { return {data_.get(), size_}; }
 
    private:
-    static constexpr std::size_t kMaxVarint = 10;
     void reserve(std::size_t more) {
       if (size_ + more > capacity_)
         grow(size_ + more);

@@ -1,22 +1,18 @@
 #pragma once
 // Byte packing shared by the blob formats of storage/db (event chunks, timeline levels, segment
-// keyframes): LEB128 varints, zigzag for signed deltas, and zstd (or, in older databases, zlib)
-// around a whole payload. Readers never trust a blob: a truncated or overlong value is a
-// DatabaseError naming the blob.
+// keyframes): LEB128 varints and zigzag for signed deltas (engine/core/varint.h, the encoding the
+// import's event spool writes too), and zstd (or, in older databases, zlib) around a whole
+// payload. Readers never trust a blob: a truncated or overlong value is a DatabaseError naming
+// the blob.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-namespace fragscope::storage {
+#include "engine/core/varint.h"
 
-inline std::uint64_t zigzag(std::int64_t value) {
-  return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(value >> 63);
-}
-inline std::int64_t unzigzag(std::uint64_t value) {
-  return static_cast<std::int64_t>(value >> 1) ^ -static_cast<std::int64_t>(value & 1);
-}
+namespace fragscope::storage {
 
 // Deltas between stored integers (times, addresses, series) wrap modulo 2^64 instead of
 // overflowing: a hostile trace's time_us of -2^63 and 2^63-1 still encodes and decodes exactly.
@@ -30,13 +26,6 @@ inline std::int64_t wrapping_neg(std::int64_t a) {
   return static_cast<std::int64_t>(std::uint64_t{0} - static_cast<std::uint64_t>(a));
 }
 
-inline void put_varint(std::vector<std::uint8_t>& out, std::uint64_t value) {
-  while (value >= 0x80) {
-    out.push_back(static_cast<std::uint8_t>(value | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<std::uint8_t>(value));
-}
 inline void put_signed(std::vector<std::uint8_t>& out, std::int64_t value) {
   put_varint(out, zigzag(value));
 }
