@@ -1,5 +1,7 @@
 #include "storage/db/segment_map.h"
 
+#include <utility>
+
 #include "engine/allocator/flat_map.h"
 #include "storage/db/packing.h"
 
@@ -127,10 +129,14 @@ void SegmentMap::unapply(const TraceEvent& event) {
   }
 }
 
-SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events) {
-  for (auto it = events.rbegin(); it != events.rend(); ++it)
-    final_state.unapply(*it);
+SegmentMap rewind(SegmentMap final_state, const snapshot::TraceBlocks& events) {
+  events.for_each_backward(
+      [&final_state](const TraceEvent& event, std::size_t) { final_state.unapply(event); });
   return SegmentMap(final_state.segments(), final_state.blocks());
+}
+
+SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events) {
+  return rewind(std::move(final_state), snapshot::TraceBlocks(events));
 }
 
 // Mapping next to a mapped range of the same stream extends it, as PyTorch's snapshot reports

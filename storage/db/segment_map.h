@@ -14,6 +14,7 @@
 
 #include "engine/core/block_state.h"
 #include "engine/core/trace.h"
+#include "engine/snapshot/event_spool.h"
 
 namespace fragscope::storage {
 
@@ -98,6 +99,7 @@ class SegmentMap {
 // segments at dump time): empty when the trace recorded everything since the allocator started,
 // and otherwise what was already live when recording began (a late start or a ring buffer that
 // overflowed).
+SegmentMap rewind(SegmentMap final_state, const snapshot::TraceBlocks& events);
 SegmentMap rewind(SegmentMap final_state, std::span<const TraceEvent> events);
 
 // The segment map after the first `event_index` events of a run.

@@ -238,10 +238,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
 
   writer.stage("layout", 0, 1);
   const SegmentMap final_state = segment_map_of(snapshot, device);
-  SegmentMap rewound = final_state;
-  events.for_each_backward(
-      [&rewound](const TraceEvent& event, std::size_t) { rewound.unapply(event); });
-  const SegmentMap initial(rewound.segments(), rewound.blocks());  // as rewind() returns it
+  const SegmentMap initial = rewind(final_state, events);
 
   // Checked before anything is written: a bad fingerprint stores nothing.
   std::optional<analysis::RecordedEnvironment> fingerprint;
