@@ -153,7 +153,9 @@ class SegmentMapPage : public QWidget {
   std::map<std::uint64_t, std::string> m_oomCauses;
   std::optional<Bytes> m_limit;
   std::optional<std::uint64_t> m_pendingSelection;
-  JobTracker m_job{this};
+  // The map at the cursor is what the user waits on, like the timeline: it never queues behind
+  // the Summary's keyframes or the post-mortem on the global pool.
+  JobTracker m_job{this, interactivePool()};
   JobTracker m_stackJob{this};
 };
 

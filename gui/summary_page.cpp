@@ -144,9 +144,10 @@ QString stateSummaryText(const storage::RunRecord& run, const SegmentSnapshotAt*
 }
 
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
-                                    std::uint64_t eventIndex) {
+                                    std::uint64_t eventIndex, const CancelToken& cancel) {
   auto store = openReader(databasePath);
-  const storage::MemoryStatsAt state = storage::memory_stats_at(*store, run, eventIndex);
+  const storage::MemoryStatsAt state = storage::memory_stats_at(
+      *store, run, eventIndex, storage::StatsStart::nearest_keyframe, cancel);
   PyTorchSummaryAt out;
   out.run = run;
   out.eventIndex = state.event_index;
@@ -243,7 +244,25 @@ void SummaryPage::setRun(const storage::RunRecord& run) {
   m_pytorch.reset();
   m_replayError.clear();
   m_replay.cancel();
-  m_debounce.start();
+  m_keyframes.cancel();
+  if (storage::stats_keyframes_missing(run) && !m_databasePath.isEmpty()) {
+    m_debounce.stop();
+    m_status->setText(tr("Storing allocator-state keyframes for this run (once: every later "
+                         "cursor replays at most %1 events)…")
+                          .arg(formatCount(storage::kStatsKeyframeInterval)));
+    const QString database = m_databasePath;
+    const storage::RunId id = run.id;
+    m_keyframes.start(
+        [database, id](const JobContext& job) {
+          return storage::backfill_stats_keyframes(database.toStdString(), id,
+                                                   job.workControl().cancel);
+        },
+        [this](bool) { requestReplay(); },
+        // Not stored: the replay starts at event 0, and the page says why.
+        [this](const QString&) { requestReplay(); });
+  } else {
+    m_debounce.start();
+  }
   refresh();
 }
 
@@ -267,6 +286,7 @@ void SummaryPage::clear() {
   m_state.reset();
   m_pytorch.reset();
   m_replay.cancel();
+  m_keyframes.cancel();
   m_debounce.stop();
   m_status->clear();
   m_text->setPlainText(tr("Select a run to see its summary."));
@@ -275,23 +295,28 @@ void SummaryPage::clear() {
 void SummaryPage::requestReplay() {
   if (!m_run || m_databasePath.isEmpty())
     return;
+  // The keyframes' job asks again once they are stored.
+  if (m_keyframes.busy())
+    return;
   const storage::RunId run = m_run->id;
   const std::uint64_t eventIndex = m_state ? m_state->eventIndex : m_run->event_count;
   m_status->setText(tr("Replaying %1 events…").arg(formatCount(eventIndex)));
   const QString database = m_databasePath;
-  m_replay.start([database, run, eventIndex](
-                     const JobContext&) { return loadPyTorchSummary(database, run, eventIndex); },
-                 [this](PyTorchSummaryAt summary) {
-                   m_pytorch = std::move(summary);
-                   m_replayError.clear();
-                   refresh();
-                   emit pytorchSummaryReady();
-                 },
-                 [this](const QString& message) {
-                   m_pytorch.reset();
-                   m_replayError = message;
-                   refresh();
-                 });
+  m_replay.start(
+      [database, run, eventIndex](const JobContext& job) {
+        return loadPyTorchSummary(database, run, eventIndex, job.workControl().cancel);
+      },
+      [this](PyTorchSummaryAt summary) {
+        m_pytorch = std::move(summary);
+        m_replayError.clear();
+        refresh();
+        emit pytorchSummaryReady();
+      },
+      [this](const QString& message) {
+        m_pytorch.reset();
+        m_replayError = message;
+        refresh();
+      });
 }
 
 void SummaryPage::refresh() {

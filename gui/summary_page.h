@@ -50,8 +50,9 @@ struct PyTorchSummaryAt {
   // no allocator-state keyframes (stats_keyframes.h); empty otherwise.
   QString noKeyframes;
 };
+// `cancel` stops the replay when a newer cursor or another run superseded it.
 PyTorchSummaryAt loadPyTorchSummary(const QString& databasePath, storage::RunId run,
-                                    std::uint64_t eventIndex);
+                                    std::uint64_t eventIndex, const CancelToken& cancel = {});
 // The figures of FragScope's table at the cursor: the segment map's, and where a trace cannot
 // tell them exactly those of `model`, the model's replay at the same event when it followed the
 // recording: a trace records request sizes only, so the map infers each block's rounding by the
@@ -73,7 +74,7 @@ class SummaryPage : public QWidget {
   QString text() const { return m_text->toPlainText(); }
   // PyTorch's summary on screen, empty while none is loaded.
   const std::optional<PyTorchSummaryAt>& pytorchSummary() const { return m_pytorch; }
-  bool busy() const { return m_replay.busy() || m_debounce.isActive(); }
+  bool busy() const { return m_replay.busy() || m_keyframes.busy() || m_debounce.isActive(); }
   // Why memory_summary() could not be computed for the cursor (empty when it was).
   const QString& replayError() const { return m_replayError; }
 
@@ -95,6 +96,11 @@ class SummaryPage : public QWidget {
   // Arrow-key stepping moves the cursor many times a second: replay once it rests.
   QTimer m_debounce;
   JobTracker m_replay{this};
+  // A run stored without allocator-state keyframes (by a release before they were kept, or a
+  // path that stores none: a replayed mitigation, a twin, a GPU run) gets them once, before its
+  // first replay, so this and every later cursor replays at most one interval instead of the run
+  // from event 0; the replay waits for it. Cancelled with the run.
+  JobTracker m_keyframes{this};
 };
 
 }  // namespace fragscope::gui

@@ -216,7 +216,7 @@ StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace) {
 }
 
 MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index,
-                              StatsStart start) {
+                              StatsStart start, const CancelToken& cancel) {
   const RunRecord record = store.run(run);
   MemoryStatsAt out;
   out.event_count = record.event_count;
@@ -233,6 +233,7 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
       store.events(run, out.replayed_from, std::min(record.event_count, asked + kCallLookahead));
   out.event_index = out.replayed_from + end_of_allocator_call(events, asked - out.replayed_from);
   events.resize(out.event_index - out.replayed_from);
+  cancel.throw_if_cancelled();  // reading a long run's events takes a while too
   out.profile = trace.profile;
   try {
     out.config = alloc::to_alloc_conf_string(trace.config);
@@ -240,6 +241,7 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
     out.config = record.alloc_conf;  // a recorded value no string expresses: show the raw one
   }
   StatsReplaySetup setup = stats_replay_setup(store, trace);
+  setup.options.cancel = cancel;
   const std::optional<Bytes> limit = setup.options.allowed_memory;
   const snapshot::SegmentState* initial = nullptr;
   const bool mid_run = !trace.initial.segment_map().empty();

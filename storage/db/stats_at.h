@@ -86,9 +86,11 @@ enum class StatsStart : std::uint8_t { nearest_keyframe, first_event };
 // The state after the first `event_index` events. The config is the recorded allocator_settings
 // for imported snapshots, else the run's PYTORCH_CUDA_ALLOC_CONF; the device limit is the run's
 // capacity or summary["allowed_bytes"]. A config that does not parse is an InputError naming the
-// run.
+// run. `cancel` is polled inside the replay (fragscope::Cancelled), so a front-end whose cursor
+// or run changed stops a replay from event 0 instead of letting it run to its end.
 MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_index,
-                              StatsStart start = StatsStart::nearest_keyframe);
+                              StatsStart start = StatsStart::nearest_keyframe,
+                              const CancelToken& cancel = {});
 
 // One malloc()/free() of PyTorch's writes several trace entries (cudaMalloc, cache release and
 // unmap before the alloc or oom entry; free_requested then free_completed), and the model can

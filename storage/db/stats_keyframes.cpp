@@ -57,6 +57,32 @@ std::string why_no_keyframes(const std::vector<TraceEvent>& events, const StatsR
   return {};
 }
 
+// Whether the model made the trace's own calls in a window: the same cudaMalloc and cudaFree
+// entries and the same block addresses, in order. A recording replayed under its own settings is
+// compared by the replay itself (ReplayResult::compared); a run replayed under its config (a
+// simulated or GPU run, a replayed mitigation) is checked here, because a keyframe holds the
+// model's blocks and the next window frees the trace's addresses: a model that placed a block
+// elsewhere would have the next window miss that free and drift from the replay from event 0.
+bool follows_trace(const std::vector<TraceEvent>& model, const std::vector<TraceEvent>& trace) {
+  const auto compared = [](const TraceEvent& event) {
+    return event.action == TraceAction::alloc || event.action == TraceAction::segment_alloc ||
+           event.action == TraceAction::segment_free;
+  };
+  auto made = model.begin();
+  auto recorded = trace.begin();
+  for (;;) {
+    made = std::find_if(made, model.end(), compared);
+    recorded = std::find_if(recorded, trace.end(), compared);
+    if (made == model.end() || recorded == trace.end())
+      return made == model.end() && recorded == trace.end();
+    if (made->action != recorded->action || made->addr != recorded->addr ||
+        made->size != recorded->size || made->stream != recorded->stream)
+      return false;
+    ++made;
+    ++recorded;
+  }
+}
+
 // The model's segments as a SegmentState: live blocks placed, the gaps between them the free
 // blocks (which the model always merges outside expandable segments).
 snapshot::SegmentState state_of(const std::vector<alloc::SegmentInfo>& segments,
@@ -261,6 +287,10 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
         replay::replay_trace(part, setup.settings, options, last ? &last->state : nullptr);
     if (result.compared && result.first_divergence) {
       why = "the model diverged from the recording";
+      break;
+    }
+    if (!result.compared && !follows_trace(result.events, part)) {
+      why = "the model does not make the trace's allocations";
       break;
     }
     if (result.pools && (result.pools->private_allocations > 0 || result.pools->pool_requests > 0 ||

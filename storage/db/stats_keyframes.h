@@ -10,8 +10,9 @@
 // segments (unmapped pages), a garbage-collection threshold (block ages), private pools (a
 // keyframe's segments do not say which pool holds them; inferred empty_cache calls are followed),
 // frees that waited for stream events (pending blocks and their
-// per-stream order), a trace that starts mid-run (its start state is inferred) and a replay that
-// diverges from the recording.
+// per-stream order), a trace that starts mid-run (its start state is inferred), a replay that
+// diverges from the recording, and a run replayed under its config whose trace the model does not
+// make (its blocks would not be the trace's: a synthetic trace, say).
 #include <cstdint>
 #include <optional>
 #include <span>

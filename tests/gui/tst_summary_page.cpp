@@ -17,6 +17,7 @@
 #include "gui_test_util.h"
 #include "storage/db/snapshot_import.h"
 #include "storage/db/stats_at.h"
+#include "storage/db/stats_keyframes.h"
 
 using namespace fragscope;
 using namespace fragscope::gui;
@@ -254,6 +255,54 @@ class TestSummaryPage : public QObject {
     abbreviated->setChecked(true);
     QVERIFY(page.text().contains(shown.abbreviated));
     QVERIFY(!page.text().contains(shown.full));
+  }
+
+  // A run stored without allocator-state keyframes (by a path that stores none: a replayed
+  // mitigation, a GPU run, or a database from before they were kept) gets them when its Summary
+  // is first shown, so that replay and every later cursor's start at the keyframe before the
+  // cursor instead of replaying the run from event 0 (#19: the Summary at any cursor of a
+  // 1.2M-event run in < 50 ms).
+  void runWithoutKeyframesGetsThemOnItsFirstSummary() {
+    const QString db = m_dir.filePath(QStringLiteral("bare.db"));
+    storage::RunId run;
+    storage::RunRecord record;
+    {
+      storage::RunStore store(db.toStdString());
+      storage::ImportOptions options;
+      options.name = "bare";
+      run = storage::import_snapshot(
+                store,
+                snapshot::read_snapshot(
+                    fixture(QStringLiteral("random_default.pickle.gz")).toStdString()),
+                options)
+                .run;
+      auto erase = store.database().prepare("DELETE FROM stats_keyframes WHERE run_id = ?");
+      erase.bind_int(1, run.value);
+      erase.run();
+      nlohmann::json summary = store.run(run).summary;
+      summary.erase("stats_keyframes");
+      store.update_summary(run, summary);
+      record = store.run(run);
+    }
+    QVERIFY(storage::stats_keyframes_missing(record));
+    SummaryPage page;
+    page.setDatabase(db);
+    QSignalSpy ready(&page, &SummaryPage::pytorchSummaryReady);
+    page.setRun(record);
+    const std::uint64_t cursor = record.event_count * 2 / 3;
+    page.setState(cursorAt(run, cursor, record.event_count));
+    QVERIFY(test::waitFor([&] { return ready.count() > 0 && !page.busy(); }));
+    const PyTorchSummaryAt& shown = *page.pytorchSummary();
+    QVERIFY2(shown.noKeyframes.isEmpty(), qPrintable(shown.noKeyframes));
+    storage::RunStore store(db.toStdString(), storage::OpenMode::read_only);
+    QVERIFY(!storage::stats_keyframes_missing(store.run(run)));
+    const storage::MemoryStatsAt fromKeyframe = storage::memory_stats_at(store, run, cursor);
+    QVERIFY(fromKeyframe.replayed_from >= storage::kStatsKeyframeInterval);
+    QCOMPARE(shown.eventIndex, fromKeyframe.event_index);
+    // The same state as the whole prefix replayed.
+    const storage::MemoryStatsAt fromStart =
+        storage::memory_stats_at(store, run, cursor, storage::StatsStart::first_event);
+    QCOMPARE(shown.full, QString::fromStdString(alloc::memory_summary(fromStart.stats, 0, false)));
   }
 };
 

@@ -13,6 +13,7 @@
 #include "engine/workload/experiment.h"
 #include "storage/db/simulated_run.h"
 #include "storage/db/snapshot_import.h"
+#include "storage/db/stats_keyframes.h"
 #include "storage_test_util.h"
 
 namespace fragscope::storage {
@@ -99,6 +100,7 @@ TEST(StatsAt, SimulatedRunsReplayToTheirOwnStats) {
   RunStore store(":memory:");
   const ExperimentId id = store.create_experiment(experiment.name, experiment.definition);
   int checked = 0;
+  int with_keyframes = 0;
   for (const workload::ExperimentPoint& point : experiment.points) {
     if (point.name != "baseline-bs16" && point.name != "mitigated")
       continue;
@@ -111,8 +113,21 @@ TEST(StatsAt, SimulatedRunsReplayToTheirOwnStats) {
               alloc::memory_summary(result.stats, 0, false));
     EXPECT_EQ(state.stats, result.stats);
     ++checked;
+    // The model makes a simulated run's trace, so its keyframes hold the trace's blocks and a
+    // cursor's stats from the one before it are those of the replay from event 0.
+    const std::uint64_t count = store.run(run).event_count;
+    if (run_has_stats_keyframes(count)) {
+      EXPECT_TRUE(store.run(run).summary.at("stats_keyframes").contains("count"))
+          << store.run(run).summary.at("stats_keyframes").dump();
+      const MemoryStatsAt fast = memory_stats_at(store, run, count * 2 / 3);
+      EXPECT_GT(fast.replayed_from, 0u);
+      EXPECT_EQ(fast.stats,
+                memory_stats_at(store, run, count * 2 / 3, StatsStart::first_event).stats);
+      ++with_keyframes;
+    }
   }
   EXPECT_EQ(checked, 2);
+  EXPECT_GT(with_keyframes, 0);
 }
 
 TEST(StatsAt, ACutInsideAnAllocatorCallMovesToItsEnd) {
@@ -144,6 +159,21 @@ TEST(StatsAt, ClampsToTheRunAndStartsEmpty) {
   EXPECT_EQ(empty.stats.num_device_alloc, 0);
   const MemoryStatsAt past = memory_stats_at(store, run, 1u << 30);
   EXPECT_EQ(past.event_index, store.run(run).event_count);
+}
+
+// A front-end whose cursor or run changed stops the replay: a cancelled token throws Cancelled
+// instead of replaying the run from event 0 to its end.
+TEST(StatsAt, ACancelledReplayStops) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, "random_default");
+  const CancelToken cancel = CancelToken::make();
+  cancel.cancel();
+  EXPECT_THROW(
+      memory_stats_at(store, run, store.run(run).event_count, StatsStart::first_event, cancel),
+      Cancelled);
+  EXPECT_EQ(
+      memory_stats_at(store, run, 100, StatsStart::first_event, CancelToken::make()).event_index,
+      memory_stats_at(store, run, 100).event_index);
 }
 
 TEST(StatsAt, UnparsableConfigNamesTheRun) {

@@ -129,6 +129,27 @@ TEST(StatsKeyframesStored, ARunStoredBeforeThemGetsThemOnItsFirstSummary) {
   EXPECT_FALSE(backfill_stats_keyframes(path, run));
 }
 
+// A run replayed under its config (no recording to compare with) whose trace the model does not
+// make, as a synthetic trace's 20 MiB segments of small blocks: a keyframe would hold the
+// model's blocks where the trace has others, the next window would miss their frees, and the
+// Summary from it would drift from the replay from event 0. It stores none and says why.
+TEST(StatsKeyframesStored, ARunWhoseTraceTheModelDoesNotMakeStoresNone) {
+  RunStore store(":memory:");
+  RunRecord record;
+  record.name = "synthetic";
+  record.source = RunSource::simulated;
+  const RunId run = store.begin_run(record);
+  std::vector<TraceEvent> events = test::synthetic_trace(6000, 3);
+  while (events.back().action == TraceAction::free_requested)
+    events.pop_back();
+  store.append_events(run, events);
+  store.finish_run(run, RunStatus::ok, nlohmann::json::object());
+  EXPECT_EQ(store_stats_keyframes(store, run, 1024), 0u);
+  EXPECT_EQ(store.run(run).summary.at("stats_keyframes").at("none"),
+            "the model does not make the trace's allocations");
+  EXPECT_EQ(memory_stats_at(store, run, 5000).replayed_from, 0u);
+}
+
 TEST(StatsKeyframesStored, ABlobRoundTripsAndADamagedOneIsNamed) {
   RunStore store(":memory:");
   const RunId run = import_fixture(store, "gpt_oom_cap");
