@@ -1,5 +1,6 @@
 #include "gui/plot_style.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gui/format.h"
@@ -114,6 +115,75 @@ void fitValueAxis(QCustomPlot* plot) {
       top = std::max(top, range.upper);
   }
   plot->yAxis->setRange(0, top > 0 ? top * 1.08 : 1024);
+}
+
+void holdPlotWidths(QCustomPlot* plot, const QStringList& legendNames) {
+  // The value axis: its margin as QCPAxis lays it out (padding, outward ticks, the widest tick
+  // label, its padding, the rotated axis label), for the widest label formatBytes writes.
+  QCPAxis* axis = plot->yAxis;
+  // QCustomPlot measures tick labels 0.05 pt larger (its note: QFontMetrics oscillates at exact
+  // point sizes).
+  QFont tickLabelFont = axis->tickLabelFont();
+  if (tickLabelFont.pointSizeF() > 0)
+    tickLabelFont.setPointSizeF(tickLabelFont.pointSizeF() + 0.05);
+  const QFontMetrics tickFont(tickLabelFont);
+  const auto width = [](const QFontMetrics& metrics, const QString& text) {
+    return metrics.boundingRect(0, 0, 0, 0, Qt::TextDontClip, text).width();
+  };
+  // Every shape of label formatBytes writes ("1000 B", "99.9 MiB", "9.99 GiB") in each digit (a
+  // font's digits need not be equally wide), the four-digit ones as they are (1000 to 1023), and
+  // two pixels for the kerning between different digits.
+  int widestLabel = 0;
+  for (const char* unit : {"B", "KiB", "MiB", "GiB", "TiB"}) {
+    const QString suffix = QLatin1Char(' ') + QLatin1String(unit);
+    for (int value = 1000; value < 1024; ++value)
+      widestLabel = std::max(widestLabel, width(tickFont, QString::number(value) + suffix));
+    for (const char* shape : {"000", "00.0", "0.00"})
+      for (char digit = '0'; digit <= '9'; ++digit) {
+        QString label = QString::fromLatin1(shape) + suffix;
+        label.replace(QLatin1Char('0'), QLatin1Char(digit));
+        widestLabel = std::max(widestLabel, width(tickFont, label));
+      }
+  }
+  widestLabel += 2;
+  int margin = axis->padding() + std::max({0, axis->tickLengthOut(), axis->subTickLengthOut()}) +
+               widestLabel + axis->tickLabelPadding();
+  if (!axis->label().isEmpty())
+    margin += QFontMetrics(axis->labelFont())
+                  .boundingRect(0, 0, 0, 0, Qt::TextDontClip | Qt::AlignHCenter, axis->label())
+                  .height() +
+              axis->labelPadding();
+  QMargins minimum = plot->axisRect()->minimumMargins();
+  minimum.setLeft(std::max(minimum.left(), margin));
+  plot->axisRect()->setMinimumMargins(minimum);
+
+  // The legend: an entry is its icon, padding and text (measured on an entry it has), so the
+  // widest name decides the column's width.
+  QCPLegend* legend = plot->legend;
+  if (!legend || legend->itemCount() == 0)
+    return;
+  auto* sample = qobject_cast<QCPPlottableLegendItem*>(legend->item(0));
+  if (!sample)
+    return;
+  const QFontMetrics legendFont(sample->font());
+  const QSize icon = legend->iconSize();
+  const auto entryText = [&](const QString& name) {
+    return legendFont.boundingRect(0, 0, 0, icon.height(), Qt::TextDontClip, name).width();
+  };
+  // (The item's own override is protected; QCPLayoutElement's is the public entry to it.)
+  const int entryFrame =
+      static_cast<const QCPLayoutElement*>(sample)->minimumOuterSizeHint().width() -
+      entryText(sample->plottable()->name());
+  int widestEntry = 0;
+  for (const QString& name : legendNames)
+    widestEntry = std::max(widestEntry, entryText(name));
+  for (int i = 0; i < legend->itemCount(); ++i)
+    if (auto* item = qobject_cast<QCPPlottableLegendItem*>(legend->item(i)))
+      widestEntry = std::max(widestEntry, entryText(item->plottable()->name()));
+  // (Two pixels for kerning, as above: a legend narrower than an entry would clip it.)
+  legend->setSizeConstraintRect(QCPLayoutElement::scrOuterRect);
+  legend->setMinimumSize(
+      entryFrame + widestEntry + 2 + legend->margins().left() + legend->margins().right(), 0);
 }
 
 }  // namespace fragscope::gui

@@ -35,5 +35,12 @@ void placeLegendBeside(QCustomPlot* plot);
 QCPGraph* addBandSeries(QCustomPlot* plot, const QString& name, const QColor& color);
 // Fits the y axis to the visible data, starting at zero, with headroom.
 void fitValueAxis(QCustomPlot* plot);
+// Holds the two widths a memory plot's layout would otherwise change with its data at their
+// widest: the left value axis's margin at what its widest byte label ("1023 MiB") needs, and the
+// legend beside the plot (placeLegendBeside) at the widest of its entries and `legendNames`. The
+// axis rect then keeps its width from run to run and zoom to zoom, so buckets asked for one per
+// pixel of it before the data is drawn are still one per pixel once the data's labels are laid
+// out, and need not be asked for again.
+void holdPlotWidths(QCustomPlot* plot, const QStringList& legendNames);
 
 }  // namespace fragscope::gui

@@ -101,6 +101,14 @@ TimelinePage::TimelinePage(QWidget* parent)
     m_categoryGraphs[i] = graph;
   }
   updateCategoryVisibility();
+  // The legend's widest entries: a category, or a per-process cap ("1023 GiB allowed").
+  QStringList legendNames;
+  for (const Category category : stackOrder())
+    legendNames << QString::fromUtf8(to_string(category));
+  for (double unit = static_cast<double>(kMiB); unit <= 0x1p40; unit *= 1024)
+    for (const double value : {1023.0, 99.9, 9.99})
+      legendNames << formatAllowed(value * unit);
+  holdPlotWidths(m_plot, legendNames);
   connect(m_categoriesToggle, &QCheckBox::toggled, this, [this](bool on) {
     updateCategoryVisibility();
     const EventRange range = m_zoom->current();
@@ -206,7 +214,10 @@ void TimelinePage::setRun(storage::RunId run) {
   m_run = run;
   m_header->setText(tr("<i>Loading run %1…</i>").arg(run.value));
   const QString path = m_databasePath;
-  const std::size_t buckets = static_cast<std::size_t>(std::max(64, m_plot->axisRect()->width()));
+  // The plot keeps its width whatever the run's labels (holdPlotWidths), so these buckets are
+  // one per pixel of the plot that draws them.
+  const std::size_t buckets = bucketsOnScreen();
+  m_requestedBuckets = buckets;
   m_overviewJob.start(
       [path, run, buckets](const JobContext& job) {
         OpenedRun opened;
@@ -338,7 +349,9 @@ void TimelinePage::requestBuckets() {
       },
       [this](TimelineSlice slice) { showSlice(std::move(slice)); },
       [this](const QString& message) { emit errorOccurred(message); });
-  m_categoryRequery.start();
+  // A run known to have no labels has no stack to ask for.
+  if (m_labelled != false)
+    m_categoryRequery.start();
 }
 
 void TimelinePage::requestCategories() {

@@ -233,6 +233,28 @@ class TestTimelineCategories : public QObject {
       QVERIFY(graph->data()->isEmpty());
   }
 
+  // Opening a run draws its curves once, at one bucket per pixel of the plot as it is laid out
+  // with that run's axis labels and legend: no second query once the first curves are on screen
+  // (a run switched to used to be asked again, and its stack 250 ms later, after the new tick
+  // labels or legend entries had changed the axis rect's width; #19's open-until-drawn time).
+  void openedRunIsDrawnOnceAtTheSettledWidth() {
+    TimelinePage page;
+    page.resize(1000, 500);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    page.setDatabase(m_db);
+    // Tick labels in MiB and in GiB, with and without the category legend and the cap's entry.
+    for (const storage::RunId run :
+         {m_labelled, m_stacked, m_unlabelled, m_labelled, m_midRun, m_stacked}) {
+      QSignalSpy data(&page, &TimelinePage::dataReady);
+      page.setRun(run);
+      QVERIFY(test::waitFor([&] { return page.slice().run == run && !page.busy(); }));
+      QCOMPARE(data.count(), 1);
+      QCOMPARE(page.slice().buckets.size(),
+               static_cast<std::size_t>(page.plot()->axisRect()->width()));
+    }
+  }
+
   // The Active Memory page colours a labelled run's bands by category (the Timeline's colours),
   // a run without labels by stack when it has stacks, else one colour per allocation; "by stack"
   // gives the allocations of one stack one colour (issue #17: "coloured by category or by

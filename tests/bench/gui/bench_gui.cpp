@@ -1,5 +1,6 @@
 // fragscope-gui-bench: the GUI's speed targets on a 1.2M-event run (issue #8), offscreen.
-//   BM_OpenRunShowsTimeline  open the run in the main window until its timeline is drawn (< 1 s)
+//   BM_OpenRunShowsTimeline  open the run in the main window until its timeline is drawn and
+//                            settled, nothing of it loading (< 0.5 s, #19)
 //   BM_ZoomReplot            one wheel-zoom step: new range plus a full replot (< 16 ms)
 //   BM_SegmentMapAtEvent     the segment map at an event, loaded and laid out (< 30 ms)
 //   BM_LongestGuiThreadEvent the longest GUI-thread event while it opens and zooms (< 100 ms)
