@@ -142,6 +142,9 @@ struct AllocatorState {
   DeviceStats stats;
   std::optional<Bytes> allowed;
   Bytes total_allocated = 0;
+  // The largest total_allocated at a malloc that found no cached block: where the garbage
+  // collector runs when enabled (CachingAllocator::gc_check_peak).
+  Bytes gc_check_peak = 0;
   // Set nodes come from a pool, so best-fit inserts and erases do not call malloc.
   std::pmr::unsynchronized_pool_resource node_memory;
   std::array<BlockPool, 2> pools{BlockPool{&node_memory, PoolKind::small},

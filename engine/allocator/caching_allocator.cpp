@@ -86,6 +86,9 @@ const AllocatorConfig& CachingAllocator::config() const {
 Bytes CachingAllocator::total_allocated_memory() const {
   return impl_->total_allocated;
 }
+Bytes CachingAllocator::gc_check_peak() const {
+  return impl_->gc_check_peak;
+}
 std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   return impl_->snapshot();
 }

@@ -204,6 +204,12 @@ class CachingAllocator {
   // Bytes obtained from the device (cudaMalloc'd segments + mapped pages): PyTorch's
   // total_allocated_memory, which the memory limit and GC compare against.
   Bytes total_allocated_memory() const;
+  // The most total_allocated_memory() at any malloc that found no cached block, where
+  // garbage_collection_threshold is checked (whether the collector is enabled or not). The
+  // collector releases nothing while total_allocated_memory() <= threshold x allowed there, so
+  // a run whose gc_check_peak stays within that limit makes the same decisions with the
+  // threshold as without it.
+  Bytes gc_check_peak() const;
 
   std::vector<SegmentInfo> snapshot() const;
   // State of the block that starts at `address`, if it is an active (allocated or pending-free)

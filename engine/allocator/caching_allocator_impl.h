@@ -742,6 +742,8 @@ struct CachingAllocator::Impl : AllocatorState {
     const bool in_index = found != pool.blocks.end();
     Block* block = in_index ? *found : nullptr;
     if (!block) {
+      // What any garbage_collection_threshold is measured against here (gc_check_peak).
+      gc_check_peak = std::max(gc_check_peak, total_allocated);
       if (gc_enabled())
         garbage_collect_cached_blocks();
       block = alloc_block(pool, stream, size, alloc_size, false);

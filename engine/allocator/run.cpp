@@ -290,6 +290,8 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
     run_with(requests, allocator, tensors, options, result);
   }
   result.stats = allocator.stats();
+  result.allowed_memory = allocator.allowed_memory();
+  result.gc_check_peak = allocator.gc_check_peak();
   if (options.keep_final_segments)
     result.final_segments = allocator.snapshot();
   result.peak_allocated =

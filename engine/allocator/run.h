@@ -66,6 +66,9 @@ struct RunResult {
   Bytes peak_allocated = 0;       // allocated_bytes.all.peak (since the last reset_peak request)
   Bytes peak_reserved = 0;        // reserved_bytes.all.peak
   DeviceCallCounts device_calls;  // calls this run made on the device
+  // The per-process limit the run had (its config's fraction or RunOptions::allowed_memory).
+  std::optional<Bytes> allowed_memory;
+  Bytes gc_check_peak = 0;                  // CachingAllocator::gc_check_peak after the run
   std::vector<SegmentInfo> final_segments;  // with RunOptions::keep_final_segments
 };
 

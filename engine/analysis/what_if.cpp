@@ -62,36 +62,49 @@ alloc::RunResult run_with_progress(const RequestStream& requests, const Mitigati
   return alloc::run_requests(requests, candidate.config, gpu.device(), sink, run_options);
 }
 
-WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
-                  const WhatIfOptions& options, std::size_t index, Progress progress) {
+// A row's columns that come from its candidate, not from its run.
+WhatIfRow row_header(Bytes requests_ideal, const Mitigation& m, const WhatIfOptions& options,
+                     std::size_t index) {
   WhatIfRow row;
   row.candidate = index;
   row.name = m.name;
   row.alloc_conf = m.config.raw;
   row.step_time_ratio = m.step_time_ratio;
   row.torch_version = m.profile ? m.profile->version : options.profile.version;
-  const RequestStream& stream = m.requests ? *m.requests : requests;
-  row.ideal_peak = m.requests ? ideal_peak(stream, options.initial_segments) : requests_ideal;
+  row.ideal_peak = m.requests ? ideal_peak(*m.requests, options.initial_segments) : requests_ideal;
+  return row;
+}
+
+// The columns a run decides.
+void fill_from_run(WhatIfRow& row, const alloc::RunResult& result) {
+  row.ok = result.ooms.empty();
+  if (!result.ooms.empty()) {
+    row.first_oom_request = result.ooms.front().request_index;
+    row.allocs_before_oom = result.ooms.front().allocs_before;
+    row.oom_message = result.ooms.front().oom.message;
+  }
+  row.peak_reserved = result.peak_reserved;
+  row.peak_allocated = result.peak_allocated;
+  row.segment_allocs = result.device_calls.segment_allocs;
+  row.segment_frees = result.device_calls.segment_frees;
+  row.maps = result.device_calls.maps;
+  row.unmaps = result.device_calls.unmaps;
+  row.alloc_retries = result.stats.num_alloc_retries;
+}
+
+// `run` receives the candidate's run when it completed.
+WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
+                  const WhatIfOptions& options, std::size_t index, Progress progress,
+                  std::optional<alloc::RunResult>& run) {
+  WhatIfRow row = row_header(requests_ideal, m, options, index);
   if (!m.unavailable.empty()) {
     row.error = m.unavailable;
     return row;
   }
+  const RequestStream& stream = m.requests ? *m.requests : requests;
   try {
-    const alloc::RunResult result =
-        run_with_progress(stream, m, options, nullptr, std::move(progress));
-    row.ok = result.ooms.empty();
-    if (!result.ooms.empty()) {
-      row.first_oom_request = result.ooms.front().request_index;
-      row.allocs_before_oom = result.ooms.front().allocs_before;
-      row.oom_message = result.ooms.front().oom.message;
-    }
-    row.peak_reserved = result.peak_reserved;
-    row.peak_allocated = result.peak_allocated;
-    row.segment_allocs = result.device_calls.segment_allocs;
-    row.segment_frees = result.device_calls.segment_frees;
-    row.maps = result.device_calls.maps;
-    row.unmaps = result.device_calls.unmaps;
-    row.alloc_retries = result.stats.num_alloc_retries;
+    run = run_with_progress(stream, m, options, nullptr, std::move(progress));
+    fill_from_run(row, *run);
   } catch (const Cancelled&) {
     row.error = "cancelled";  // run_what_if throws once the workers are done
   } catch (const std::exception& error) {
@@ -99,6 +112,48 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     row.error = error.what();
   }
   return row;
+}
+
+// For each candidate that is another one plus a garbage_collection_threshold (that other one
+// runs without the collector, on the same stream under the same release's rules, and both can
+// run): the other one's index. Its run tells whether the collector would have released anything
+// (collector_would_release); when not, both runs make the same decisions.
+std::vector<std::optional<std::size_t>> collector_twins(const std::vector<Mitigation>& candidates) {
+  std::vector<alloc::AllocatorConfig> without;  // each config with the threshold taken out
+  without.reserve(candidates.size());
+  for (const Mitigation& m : candidates) {
+    alloc::AllocatorConfig c = m.config;
+    c.garbage_collection_threshold = 0.0;
+    c.raw.clear();
+    c.warnings.clear();
+    without.push_back(std::move(c));
+  }
+  std::vector<std::optional<std::size_t>> out(candidates.size());
+  for (std::size_t j = 0; j < candidates.size(); ++j) {
+    const Mitigation& twin = candidates[j];
+    if (!(twin.config.garbage_collection_threshold > 0.0) || !twin.unavailable.empty())
+      continue;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const Mitigation& base = candidates[i];
+      if (base.config.garbage_collection_threshold == 0.0 && base.unavailable.empty() &&
+          base.requests == twin.requests && base.profile == twin.profile &&
+          without[i] == without[j]) {
+        out[j] = i;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Whether a collector with `threshold` would have released memory in `run` (made without one):
+// garbage_collect_cached_blocks does nothing while the bytes obtained from the device stay
+// within threshold x allowed wherever it is called.
+bool collector_would_release(const alloc::RunResult& run, double threshold) {
+  if (!run.allowed_memory)
+    return false;  // no limit: the collector is off
+  const auto limit = static_cast<Bytes>(threshold * static_cast<double>(*run.allowed_memory));
+  return run.gc_check_peak > limit;
 }
 
 }  // namespace
@@ -274,27 +329,54 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
   table.capacity = options.capacity;
   table.ideal_peak = ideal_peak(requests, options.initial_segments);
   std::vector<WhatIfRow> rows(candidates.size());
+  std::vector<std::optional<alloc::RunResult>> runs(candidates.size());
 
   unsigned threads = options.threads == 0 ? std::thread::hardware_concurrency() : options.threads;
   threads = std::clamp<unsigned>(
       threads, 1, static_cast<unsigned>(std::max<std::size_t>(candidates.size(), 1)));
-  std::atomic<std::size_t> next{0};
   PartsProgress progress(options.progress, kWhatIfStages[0].name, candidates.size());
   progress.start();
-  auto work = [&] {
-    // Each worker takes the next candidate; results land in their candidate's slot.
-    for (std::size_t i = next++; i < candidates.size() && !options.cancel.cancelled(); i = next++) {
-      rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i, progress.part(i));
-      if (!options.cancel.cancelled())
-        progress.set(i, 1);
-    }
-  };
-  {
+  // Runs the candidates `order` lists on the worker threads; results land in their slots.
+  auto run_all = [&](const std::vector<std::size_t>& order) {
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t k = next++; k < order.size() && !options.cancel.cancelled(); k = next++) {
+        const std::size_t i = order[k];
+        rows[i] = run_one(requests, table.ideal_peak, candidates[i], options, i, progress.part(i),
+                          runs[i]);
+        if (!options.cancel.cancelled())
+          progress.set(i, 1);
+      }
+    };
     std::vector<std::jthread> pool;
-    for (unsigned t = 1; t < threads; ++t)
+    const auto helpers = std::min<std::size_t>(threads, std::max<std::size_t>(order.size(), 1));
+    for (std::size_t t = 1; t < helpers; ++t)
       pool.emplace_back(work);
     work();
+  };
+  // A candidate that only adds a garbage_collection_threshold to another waits for that one's
+  // run: when the collector would not have released anything there, it is the same run.
+  const auto twins = collector_twins(candidates);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (!twins[i])
+      order.push_back(i);
+  run_all(order);
+  order.clear();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!twins[i])
+      continue;
+    const std::optional<alloc::RunResult>& base = runs[*twins[i]];
+    if (!base ||
+        collector_would_release(*base, candidates[i].config.garbage_collection_threshold)) {
+      order.push_back(i);
+      continue;
+    }
+    rows[i] = row_header(table.ideal_peak, candidates[i], options, i);
+    fill_from_run(rows[i], *base);
+    progress.set(i, 1);
   }
+  run_all(order);
   options.cancel.throw_if_cancelled();
 
   if (!rows.empty()) {

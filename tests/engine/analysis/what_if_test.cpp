@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "engine/analysis/analysis_test_util.h"
 #include "engine/analysis/trace_requests.h"
 #include "engine/core/error.h"
@@ -193,6 +195,36 @@ TEST(WhatIf, SameTableForAnyThreadCount) {
   const auto one = to_json(run_what_if(s, candidates, options(100_MiB, 1)));
   const auto four = to_json(run_what_if(s, candidates, options(100_MiB, 4)));
   EXPECT_EQ(one.dump(), four.dump());
+}
+
+// A candidate that only adds a garbage_collection_threshold to another shares that one's run
+// unless the collector would have released memory: under a 100 MiB limit a 40 MiB request finds
+// no cached block while a freed 30 MiB segment is cached, so threshold 0.2 (20 MiB) collects it
+// and 0.5 (50 MiB) does not. Every row is what its own run gives.
+TEST(WhatIf, GarbageCollectionThresholdRowsAreTheirOwnRuns) {
+  RequestStream s;
+  s.requests = {malloc_of(1, 30_MiB), free_of(1), malloc_of(2, 40_MiB), free_of(2)};
+  std::vector<Mitigation> candidates(3);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    candidates[i].config.garbage_collection_threshold = std::array{0.0, 0.2, 0.5}[i];
+    candidates[i].config.raw = alloc::to_alloc_conf_string(candidates[i].config);
+    candidates[i].name = i == 0 ? "baseline" : candidates[i].config.raw;
+  }
+  for (const unsigned threads : {1u, 2u}) {
+    const WhatIfOptions opts = options(100_MiB, threads);
+    const WhatIfTable table = run_what_if(s, candidates, opts);
+    for (const Mitigation& m : candidates) {
+      const alloc::RunResult own = run_candidate(s, m, opts);
+      const WhatIfRow& row = row_named(table, m.name);
+      EXPECT_EQ(row.peak_reserved, own.peak_reserved) << m.name;
+      EXPECT_EQ(row.segment_allocs, own.device_calls.segment_allocs) << m.name;
+      EXPECT_EQ(row.segment_frees, own.device_calls.segment_frees) << m.name;
+      EXPECT_EQ(row.alloc_conf, m.config.raw);
+    }
+    EXPECT_EQ(row_named(table, candidates[1].name).segment_frees, 1u);
+    EXPECT_EQ(row_named(table, candidates[1].name).peak_reserved, 40_MiB);
+    EXPECT_EQ(row_named(table, candidates[2].name).peak_reserved, 70_MiB);
+  }
 }
 
 TEST(WhatIf, BadStreamIsAnErrorRowNotACrash) {
