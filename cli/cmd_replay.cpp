@@ -82,7 +82,7 @@ int run_replay(const std::vector<std::string>& argv) {
   }
 
   nlohmann::json segment_events = nlohmann::json::array();
-  for (const auto& [action, size] : replay::segment_events(result.events))
+  for (const auto& [action, size] : result.segment_events)
     segment_events.push_back({std::string(to_string(action)), size});
   nlohmann::json ooms = nlohmann::json::array();
   for (const alloc::RequestOom& oom : result.run.ooms)

@@ -61,19 +61,18 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
 
 namespace {
 
-// segment_events(a) == segment_events(b) without building either list.
-bool same_segment_events(const std::vector<TraceEvent>& a, const std::vector<TraceEvent>& b) {
-  auto next = [](const std::vector<TraceEvent>& events, std::size_t i) {
-    while (i < events.size() && !is_segment_action(events[i].action))
-      ++i;
-    return i;
-  };
-  std::size_t i = next(a, 0);
-  std::size_t j = next(b, 0);
-  for (; i < a.size() && j < b.size(); i = next(a, i + 1), j = next(b, j + 1))
-    if (a[i].action != b[j].action || a[i].size != b[j].size)
+// got == segment_events(trace) without building the trace's list.
+bool same_segment_events(const std::vector<std::pair<TraceAction, Bytes>>& got,
+                         const std::vector<TraceEvent>& trace) {
+  std::size_t i = 0;
+  for (const TraceEvent& e : trace) {
+    if (!is_segment_action(e.action))
+      continue;
+    if (i == got.size() || got[i].first != e.action || got[i].second != e.size)
       return false;
-  return i == a.size() && j == b.size();
+    ++i;
+  }
+  return i == got.size();
 }
 
 // Address -> tensor, for the conversion's live and pending blocks.
@@ -107,13 +106,63 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, Addres
   }
 }
 
-// Records what the model emits into one buffer sized for the trace (a replay emits about what the
-// recording did), handed over without a copy: a doubling series of fresh buffers and a final copy
-// were a tenth of a large replay, in page faults.
-struct ReservedRecorder final : alloc::EventSink {
-  explicit ReservedRecorder(std::size_t expected) { events.reserve(expected + expected / 8); }
-  void on_event(const TraceEvent& event) override { events.push_back(event); }
-  std::vector<TraceEvent> events;
+// Compares what the model emits with the recording as it comes (the trace's entries but
+// `snapshot`, in order) and keeps only the segment events: storing every event to compare them
+// afterwards was a tenth of a replay, most of it the kernel handing out fresh pages.
+class ComparingSink final : public alloc::EventSink {
+ public:
+  // `compare`: find the first divergence (addresses too when `compare_addresses`).
+  ComparingSink(const std::vector<TraceEvent>& trace, bool compare, bool compare_addresses)
+      : trace_(trace), compare_(compare), compare_addresses_(compare_addresses) {}
+
+  void on_event(const TraceEvent& got) override {
+    const std::size_t index = emitted_++;
+    if (is_segment_action(got.action))
+      segment_events_.emplace_back(got.action, got.size);
+    if (!compare_ || divergence_)
+      return;
+    skip_snapshots();
+    if (next_ == trace_.size()) {
+      divergence_ = Divergence{index, trace_.size(), std::nullopt, got};
+      return;
+    }
+    const TraceEvent& want = trace_[next_];
+    const bool same = want.action == got.action && want.size == got.size &&
+                      want.stream == got.stream && (!compare_addresses_ || want.addr == got.addr);
+    if (!same) {
+      divergence_ = Divergence{index, next_, want, got};
+      return;
+    }
+    ++next_;
+  }
+
+  // Once the run is over: the first divergence, counting recorded events the model never emitted.
+  std::optional<Divergence> first_divergence() {
+    if (compare_ && !divergence_) {
+      skip_snapshots();
+      if (next_ < trace_.size())
+        divergence_ = Divergence{emitted_, next_, trace_[next_], std::nullopt};
+    }
+    return divergence_;
+  }
+  std::size_t emitted() const { return emitted_; }
+  std::vector<std::pair<TraceAction, Bytes>> take_segment_events() {
+    return std::move(segment_events_);
+  }
+
+ private:
+  void skip_snapshots() {
+    while (next_ < trace_.size() && trace_[next_].action == TraceAction::snapshot)
+      ++next_;
+  }
+
+  const std::vector<TraceEvent>& trace_;
+  bool compare_;
+  bool compare_addresses_;
+  std::size_t emitted_ = 0;
+  std::size_t next_ = 0;  // the trace entry the next emitted event must match
+  std::optional<Divergence> divergence_;
+  std::vector<std::pair<TraceAction, Bytes>> segment_events_;
 };
 
 }  // namespace
@@ -124,7 +173,6 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   out.entries = trace.size();
   auto& requests = out.requests.requests;
   requests.reserve(trace.size());
-  out.expected_entry_index.reserve(trace.size());
 
   // The distinct streams, as far as a third (only "exactly two" matters).
   std::vector<std::uint64_t> streams;
@@ -154,7 +202,7 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
     if (router)
       router->before_entry(trace, i, out.requests);
     if (e.action != TraceAction::snapshot)
-      out.expected_entry_index.push_back(i);
+      ++out.expected_events;
     switch (e.action) {
       case TraceAction::alloc: {
         const std::uint64_t tensor = next_tensor++;
@@ -318,7 +366,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   if (recorded_config)
     gpu.device().set_free_memory_at_ooms(std::move(free_at_ooms));
 
-  ReservedRecorder recorder(requests.expected_entry_index.size());
+  ComparingSink recorder(trace, recorded_config, !config.expandable_segments);
   alloc::RunOptions run_options;
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
@@ -354,7 +402,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
     }
   }
   result.run = alloc::run_requests(requests.requests, config, gpu.device(), &recorder, run_options);
-  result.events = std::move(recorder.events);
+  result.emitted_events = recorder.emitted();
+  result.segment_events = recorder.take_segment_events();
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;
@@ -381,39 +430,14 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
 
   result.compared = true;
   // The trace's snapshot entries are no segment events: the trace itself is the expectation.
-  result.segment_events_match = same_segment_events(result.events, trace);
+  result.segment_events_match = same_segment_events(result.segment_events, trace);
   std::vector<RecordedOom> got_ooms;
   for (const alloc::RequestOom& oom : result.run.ooms)
     got_ooms.push_back(RecordedOom{oom.allocs_before, oom.oom.rounded_size, oom.oom.device_free});
   result.ooms_match = got_ooms == requests.ooms;
-
-  // Addresses inside expandable reservations are the simulated device's, not the driver's.
-  const bool compare_addresses = !config.expandable_segments;
-  const auto& expected = requests.expected_entry_index;  // trace[expected[i]] is event i
-  const std::size_t common = std::min(expected.size(), result.events.size());
-  for (std::size_t i = 0; i <= common; ++i) {
-    if (i == common) {
-      if (expected.size() != result.events.size()) {
-        Divergence d;
-        d.event_index = i;
-        d.trace_entry = i < expected.size() ? expected[i] : trace.size();
-        if (i < expected.size())
-          d.expected = trace[expected[i]];
-        if (i < result.events.size())
-          d.got = result.events[i];
-        result.first_divergence = d;
-      }
-      break;
-    }
-    const TraceEvent& want = trace[expected[i]];
-    const TraceEvent& got = result.events[i];
-    const bool same = want.action == got.action && want.size == got.size &&
-                      want.stream == got.stream && (!compare_addresses || want.addr == got.addr);
-    if (!same) {
-      result.first_divergence = Divergence{i, expected[i], want, got};
-      break;
-    }
-  }
+  // Addresses inside expandable reservations are the simulated device's, not the driver's: the
+  // sink compared them only without expandable segments.
+  result.first_divergence = recorder.first_divergence();
   options.progress.report("comparing", 1, 1);
   return result;
 }

@@ -41,9 +41,9 @@ struct TraceRequests {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> segments;
   std::vector<RecordedOom> ooms;
   std::vector<std::size_t> oom_requests;  // index in `requests` of each recorded OOM's malloc
-  // The trace index of each recorded entry the model also emits (everything but `snapshot`),
-  // in order: the trace itself holds the expected events.
-  std::vector<std::size_t> expected_entry_index;
+  // Recorded entries the model also emits (everything but `snapshot`): the trace itself holds
+  // the expected events.
+  std::size_t expected_events = 0;
   // Frees of addresses neither the trace nor the seeded state allocated: skipped.
   std::size_t unmatched_frees = 0;
   // The state before the first entry, for a trace that starts mid-run (empty otherwise); its
@@ -151,7 +151,9 @@ std::string describe(const Divergence& divergence);
 
 struct ReplayResult {
   alloc::RunResult run;
-  std::vector<TraceEvent> events;  // what the model emitted
+  std::size_t emitted_events = 0;  // what the model emitted (compared as it came, not kept)
+  // (action, size) of the emitted segment_alloc/free/map/unmap events, in order.
+  std::vector<std::pair<TraceAction, Bytes>> segment_events;
   std::size_t entries = 0;
   std::size_t allocs = 0;  // alloc requests replayed
   std::vector<RecordedOom> recorded_ooms;

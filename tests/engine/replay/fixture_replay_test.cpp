@@ -120,7 +120,7 @@ TEST(WhatIf, VarlenDefaultUnderExpandableSegmentsReproducesTheExpandableRun) {
   const ReplayResult result = replay_snapshot(base.snapshot, options);
   EXPECT_FALSE(result.compared);
   EXPECT_TRUE(result.run.ooms.empty());
-  EXPECT_EQ(segment_events(result.events), segment_events(target.snapshot.device_traces[0]));
+  EXPECT_EQ(result.segment_events, segment_events(target.snapshot.device_traces[0]));
   expect_stats_equal(result.run.stats, target.stats);
   EXPECT_EQ(alloc::memory_summary(result.run.stats, 0, false),
             read_text(kFixtures + "/gpt_varlen_expandable.summary.txt"));
@@ -138,7 +138,7 @@ TEST(WhatIf, VarlenExpandableUnderDefaultsReproducesTheDefaultRunsSegments) {
   options.config = alloc::AllocatorConfig::parse("");
   options.segment_addresses = recorded_segments(target.snapshot.device_traces[0]);
   const ReplayResult result = replay_snapshot(base.snapshot, options);
-  EXPECT_EQ(segment_events(result.events), segment_events(target.snapshot.device_traces[0]));
+  EXPECT_EQ(result.segment_events, segment_events(target.snapshot.device_traces[0]));
   const alloc::DeviceStats expected =
       alloc::memory_stats_from_json(target.stats.at("memory_stats"));
   EXPECT_EQ(result.run.stats.allocated_bytes, expected.allocated_bytes);

@@ -79,7 +79,7 @@ TEST_P(TensorTables, DenseAndHashedRunsAgree) {
   EXPECT_EQ(alloc::to_memory_stats(dense.result.stats),
             alloc::to_memory_stats(hashed.result.stats));
   // The fixtures replay exactly: the dense run is the recording.
-  EXPECT_EQ(dense.events.size(), requests.expected_entry_index.size());
+  EXPECT_EQ(dense.events.size(), requests.expected_events);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorTables,

@@ -85,6 +85,24 @@ TEST(TraceRequests, FirstDivergenceNamesTheEntry) {
   EXPECT_TRUE(result.segment_events_match);
 }
 
+// A recorded event the model never emits (a free of an address nothing allocated) after the
+// last one it does: the divergence counts the emitted events, the trace's `snapshot` entries
+// being no events, and names the entry it waited for.
+TEST(TraceRequests, ARecordedEventTheModelNeverEmitsIsTheDivergence) {
+  auto trace = small_trace();
+  trace.insert(trace.begin() + 3, ev(TraceAction::snapshot, 0, 0));
+  trace.push_back(ev(TraceAction::free_requested, 0x7e0000000000, 4096));
+  const ReplayResult result = replay_trace(trace, default_settings());
+  EXPECT_EQ(result.emitted_events, 8u);
+  ASSERT_TRUE(result.first_divergence.has_value());
+  EXPECT_EQ(result.first_divergence->event_index, 8u);
+  EXPECT_EQ(result.first_divergence->trace_entry, 9u);
+  ASSERT_TRUE(result.first_divergence->expected.has_value());
+  EXPECT_EQ(result.first_divergence->expected->addr, 0x7e0000000000u);
+  EXPECT_FALSE(result.first_divergence->got.has_value());
+  EXPECT_TRUE(result.segment_events_match);
+}
+
 TEST(TraceRequests, AllocAtALiveAddressIsAnInputError) {
   auto trace = small_trace();
   trace[2].addr = trace[1].addr;
