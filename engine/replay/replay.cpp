@@ -111,12 +111,19 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, Addres
 // afterwards was a tenth of a replay, most of it the kernel handing out fresh pages.
 class ComparingSink final : public alloc::EventSink {
  public:
-  // `compare`: find the first divergence (addresses too when `compare_addresses`).
-  ComparingSink(const std::vector<TraceEvent>& trace, bool compare, bool compare_addresses)
-      : trace_(trace), compare_(compare), compare_addresses_(compare_addresses) {}
+  // `compare`: find the first divergence (addresses too when `compare_addresses`); `keep`: keep
+  // every event, about `expected` of them.
+  ComparingSink(const std::vector<TraceEvent>& trace, bool compare, bool compare_addresses,
+                bool keep, std::size_t expected)
+      : trace_(trace), compare_(compare), compare_addresses_(compare_addresses), keep_(keep) {
+    if (keep_)
+      events_.reserve(expected + expected / 8);
+  }
 
   void on_event(const TraceEvent& got) override {
     const std::size_t index = emitted_++;
+    if (keep_)
+      events_.push_back(got);
     if (is_segment_action(got.action))
       segment_events_.emplace_back(got.action, got.size);
     if (!compare_ || divergence_)
@@ -149,6 +156,7 @@ class ComparingSink final : public alloc::EventSink {
   std::vector<std::pair<TraceAction, Bytes>> take_segment_events() {
     return std::move(segment_events_);
   }
+  std::vector<TraceEvent> take_events() { return std::move(events_); }
 
  private:
   void skip_snapshots() {
@@ -159,10 +167,12 @@ class ComparingSink final : public alloc::EventSink {
   const std::vector<TraceEvent>& trace_;
   bool compare_;
   bool compare_addresses_;
+  bool keep_;
   std::size_t emitted_ = 0;
   std::size_t next_ = 0;  // the trace entry the next emitted event must match
   std::optional<Divergence> divergence_;
   std::vector<std::pair<TraceAction, Bytes>> segment_events_;
+  std::vector<TraceEvent> events_;
 };
 
 }  // namespace
@@ -366,7 +376,8 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   if (recorded_config)
     gpu.device().set_free_memory_at_ooms(std::move(free_at_ooms));
 
-  ComparingSink recorder(trace, recorded_config, !config.expandable_segments);
+  ComparingSink recorder(trace, recorded_config, !config.expandable_segments, options.keep_events,
+                         requests.expected_events);
   alloc::RunOptions run_options;
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
@@ -404,6 +415,7 @@ ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
   result.run = alloc::run_requests(requests.requests, config, gpu.device(), &recorder, run_options);
   result.emitted_events = recorder.emitted();
   result.segment_events = recorder.take_segment_events();
+  result.events = recorder.take_events();
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;

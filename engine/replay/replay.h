@@ -125,6 +125,9 @@ struct ReplayOptions {
   std::optional<alloc::DeviceStats> initial_stats;
   // Keep the model's final segments and blocks in ReplayResult::run.final_segments.
   bool keep_final_segments = false;
+  // Keep every event the model emits in ReplayResult::events (a replay otherwise compares them
+  // with the trace as they come and keeps only the segment events).
+  bool keep_events = false;
 };
 
 // What replay_trace reports to ReplayOptions::progress, in order: "pools" (pass k of at most
@@ -154,6 +157,7 @@ struct ReplayResult {
   std::size_t emitted_events = 0;  // what the model emitted (compared as it came, not kept)
   // (action, size) of the emitted segment_alloc/free/map/unmap events, in order.
   std::vector<std::pair<TraceAction, Bytes>> segment_events;
+  std::vector<TraceEvent> events;  // every emitted event, with ReplayOptions::keep_events
   std::size_t entries = 0;
   std::size_t allocs = 0;  // alloc requests replayed
   std::vector<RecordedOom> recorded_ooms;

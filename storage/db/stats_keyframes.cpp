@@ -281,6 +281,7 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
       break;
     replay::ReplayOptions options = setup.options;
     options.keep_final_segments = true;
+    options.keep_events = options.config.has_value();  // not compared: follows_trace checks them
     if (last)
       options.initial_stats = last->stats;
     const replay::ReplayResult result =
