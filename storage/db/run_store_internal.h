@@ -116,8 +116,9 @@ struct RunWriter::Ingest {
   };
   std::deque<PendingChunk> pending;
   std::vector<std::unique_ptr<ChunkWork>> spare_work;  // written chunks, emptied
-  // Two chunks in flight keep both cores of a small machine busy without holding much memory.
-  static constexpr std::size_t kMaxPending = 2;
+  // One chunk compressing while this thread fills the next keeps both cores of a small machine
+  // busy; a second one in flight gained no time and held another 5.5 MB of events and series.
+  static constexpr std::size_t kMaxPending = 1;
 
   // Writes pending chunks, oldest first, until at most `keep` remain.
   void write_pending_chunks(std::size_t keep) {
