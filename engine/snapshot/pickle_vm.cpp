@@ -270,8 +270,7 @@ void Machine::retire(const Value& v, Value replacement) {
     n.kind = replacement.kind;
     n.aux = replacement.ref;
     n.aux_index = static_cast<std::uint64_t>(replacement.i);
-    n.items = {};
-    n.data = {};
+    release_storage(n);
     return;
   }
   ++n.generation;

@@ -65,6 +65,14 @@ struct Node {
   static constexpr std::uint32_t kNoSlot = 0xffffffffu;
 };
 
+// Frees a converted node's items and payload. `items = {}` would not: it assigns an empty
+// initializer list and keeps the capacity, which held ~500 bytes for every shared frames list of
+// a real trace (372 MB importing a 195 MB snapshot recorded with C++ stacks).
+inline void release_storage(Node& n) {
+  std::vector<Value>().swap(n.items);
+  std::string().swap(n.data);
+}
+
 // The pickle machine's memo, compacted behind a window. A snapshot memoizes every trace entry
 // dict, so the memo has a slot per entry (16 bytes each: 160 MB for a 10M-entry trace), and once
 // an entry is converted its slot only says "entry i of list L". Slots older than the window are

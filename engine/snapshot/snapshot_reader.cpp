@@ -137,7 +137,7 @@ class FrameInterner {
       Node& list = vm_.node(v);
       list.kind = Kind::frame_stack;
       list.aux = id.value;
-      list.items = {};
+      release_storage(list);
     }
     return id;
   }

@@ -170,6 +170,34 @@ TEST(PickleMemo, ConvertedEntriesInARowCostNoSlotEach) {
   EXPECT_EQ(memo.get(12345).i, 12345);
 }
 
+// A converted list another holder still references (one frames list shared by two trace
+// entries, as PyTorch writes them) stays as its compact form and gives its items back: the
+// 800k shared frames lists of a real 1.2M-entry trace held 252 MB while they kept them.
+TEST(PickleMachine, ASharedListRetiredKeepsNoItems) {
+  // [L, L] with L = [1, ..., 100]: the second L is a BINGET, so L has two holders.
+  std::vector<std::uint8_t> bytes = {0x80, 4, ']', 0x94, '(', ']', 0x94, '('};
+  for (std::uint8_t i = 1; i <= 100; ++i) {
+    bytes.push_back('K');
+    bytes.push_back(i);
+  }
+  for (std::uint8_t b : {std::uint8_t{'e'}, std::uint8_t{'h'}, std::uint8_t{1}, std::uint8_t{'e'},
+                         std::uint8_t{'.'}})
+    bytes.push_back(b);
+  ByteSource source(bytes, "shared.pickle", std::uint64_t{1} << 20);
+  pickle::Machine vm(source, ReadLimits{}, nullptr);
+  const pickle::Value outer = vm.run();
+  const pickle::Value shared = vm.node(outer).items.at(0);
+  ASSERT_EQ(vm.node(shared).items.size(), 100u);
+  pickle::Value replacement;
+  replacement.kind = pickle::Kind::frame_stack;
+  replacement.ref = 7;
+  vm.retire(shared, replacement);
+  const pickle::Node& after = vm.node(vm.node(outer).items.at(1));
+  EXPECT_EQ(after.kind, pickle::Kind::frame_stack);
+  EXPECT_EQ(after.aux, 7u);
+  EXPECT_EQ(after.items.capacity(), 0u);
+}
+
 // A pickle whose memo outgrows the window: every entry dict memoized, the action string stored
 // at slot 0 and fetched by every entry, then slot 0 stored again, and an entry from the start
 // appended a second time.
