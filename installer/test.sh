@@ -6,14 +6,15 @@
 # By default (FRAGSCOPE_CI_ASAN=full) every test that the `asan` preset builds runs there,
 # sanitized: the `asan` preset (clang 14, ASan + UBSan at -O1, no GUI) builds the engine, storage,
 # use-case and CLI tests (the CLI tests drive the sanitized fragscope-cli) and the libFuzzer targets,
-# each fuzzed for 5 s from its corpus in tests/fuzz/corpus. The `dev` preset is built without those
-# suites (FRAGSCOPE_CORE_TESTS=OFF) and runs the rest: the GUI offscreen, Slurm sweeps, packaging,
-# style, and python/tests with pytest as the one ctest test python.fragscope_record (its exit 5 "no
-# tests" counts as a pass). Building each suite once is what makes the sanitized stage affordable
-# within CI's 30 minutes on 2 cores. =readers builds every test in dev and only the engine's reader
-# tests and the fuzz targets sanitized; =fuzz only the fuzz targets sanitized; =0 no sanitized
-# stage (the dev build then runs everything unsanitized, the quickest way to run every test).
-# Exits non-zero on any failure. Extra arguments go to the dev ctest (e.g. -L engine).
+# each fuzzed for 5 s from its corpus in tests/fuzz/corpus. The `ci` preset (`dev` in build/ci) is
+# built without those suites (FRAGSCOPE_CORE_TESTS=OFF) and runs the rest: the GUI offscreen,
+# Slurm sweeps, packaging, style, and python/tests with pytest as the one ctest test
+# python.fragscope_record (its exit 5 "no tests" counts as a pass). Building each suite once is
+# what makes the sanitized stage affordable within CI's 30 minutes on 2 cores. =readers builds
+# every test in build/ci and only the engine's reader tests and the fuzz targets sanitized; =fuzz
+# only the fuzz targets sanitized; =0 no sanitized stage (build/ci then runs everything
+# unsanitized, the quickest way to run every test).
+# Exits non-zero on any failure. Extra arguments go to build/ci's ctest (e.g. -L engine).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 asan_mode="${FRAGSCOPE_CI_ASAN:-full}"
@@ -29,9 +30,11 @@ core_tests=ON
 
 fragscope_stage packages fragscope_install_packages "${FRAGSCOPE_BUILD_PACKAGES[@]}"
 cd "$FRAGSCOPE_ROOT"
-# Configured every time: a developer's earlier build/dev may hold the other FRAGSCOPE_CORE_TESTS.
-fragscope_stage dev-configure cmake --preset dev -DFRAGSCOPE_CORE_TESTS="$core_tests" >/dev/null
-fragscope_stage dev-build cmake --build --preset dev --parallel "$(nproc)"
+# The `ci` preset is `dev` (build/ci) with line tables instead of full debug information, which
+# compiles the GUI and its tests ~15 % faster; backtraces keep their files and lines. Configured
+# every time: an earlier build/ci may hold the other FRAGSCOPE_CORE_TESTS.
+fragscope_stage dev-configure cmake --preset ci -DFRAGSCOPE_CORE_TESTS="$core_tests" >/dev/null
+fragscope_stage dev-build cmake --build --preset ci --parallel "$(nproc)"
 cd "$FRAGSCOPE_ROOT"
 export QT_QPA_PLATFORM=offscreen
 
@@ -50,7 +53,7 @@ elif [ "$slurm_status" -eq 77 ]; then
 else
   exit "$slurm_status"
 fi
-fragscope_stage dev-ctest ctest --preset dev --parallel "$(nproc)" --timeout 600 "$@"
+fragscope_stage dev-ctest ctest --preset ci --parallel "$(nproc)" --timeout 600 "$@"
 
 # The sanitized stage: one `asan` build serves the libFuzzer targets and the sanitized tests.
 # Measured for =readers at -j1 (load 6-9): the fuzz targets' sanitized build 433 CPU-s, the two
@@ -62,7 +65,7 @@ if [ "$asan_mode" != 0 ]; then
   fi
   if [ "$asan_mode" = full ]; then
     asan_targets=()
-    # style and packaging need the dev build (its compile database, the GUI in the package); the
+    # style and packaging need the ci build (its compile database, the GUI in the package); the
     # Python and Slurm tests ran there.
     asan_tests=(-LE "style|packaging|python|slurm")
   elif [ "$asan_mode" = fuzz ]; then

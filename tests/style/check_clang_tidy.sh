@@ -19,11 +19,18 @@ if [ ! -f "$build_dir/compile_commands.json" ]; then
   echo "$build_dir/compile_commands.json is missing (configure with CMAKE_EXPORT_COMPILE_COMMANDS)"
   exit 1
 fi
+# A build with precompiled headers (FRAGSCOPE_PCH) has each file -include its target's
+# cmake_pch.hxx, whose .gch clang cannot read: clang-tidy reads a copy of the compile database
+# without it (every file includes what it uses).
+compile_db="$(mktemp -d "${TMPDIR:-/tmp}/fragscope-tidy-XXXXXX")"
+trap 'rm -rf "$compile_db"' EXIT
+sed -E 's# -include [^ "]*/cmake_pch\.hxx##g' "$build_dir/compile_commands.json" \
+  >"$compile_db/compile_commands.json"
 cd "$source_dir"
 files=$(git ls-files 'usecases/*.cpp' 'cli/*.cpp' 2>/dev/null || ls usecases/*.cpp cli/*.cpp)
 # The dev build's flags are gcc's: clang must not stop at a warning option it does not know.
 # shellcheck disable=SC2086
-if ! printf '%s\n' $files | xargs -P 2 -n 4 "$tidy" -p "$build_dir" --quiet \
+if ! printf '%s\n' $files | xargs -P 2 -n 4 "$tidy" -p "$compile_db" --quiet \
   --extra-arg=-Wno-unknown-warning-option >"$build_dir/clang-tidy.log" 2>&1; then
   grep -E "(warning|error):" "$build_dir/clang-tidy.log" | sort -u
   echo "clang-tidy: findings above (full output: $build_dir/clang-tidy.log)"
