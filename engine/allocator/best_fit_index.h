@@ -2,28 +2,33 @@
 // The best-fit index of one BlockPool: its free, mapped blocks in PyTorch's BlockComparatorSize
 // order, (stream, size, address) ascending, compared as unsigned integers (spec §2.2).
 //
-// Strategy: a two-level sorted array (a B+-tree of height two). Entries carry their key inline
-// beside the block pointer, so a search compares contiguous integers instead of following a
-// pointer into a Block for every comparison (the red-black tree of Block* this replaces spent a
-// quarter of a replay chasing nodes and blocks). The entries live in chunks of up to kChunk,
-// each sorted, the chunks in order; `last_` holds every chunk's largest key, so a search is a
-// binary search over `last_` and one inside a chunk. A full chunk splits in two, a chunk that
-// falls under a quarter full merges with its successor when both fit in half a chunk, and an
-// emptied chunk goes back to a spare list: steady-state inserts and erases allocate nothing.
+// Strategy: segregated size classes, as in TLSF allocators. Each stream's blocks are split by
+// size class (the octave of the size and its next three bits: 8 classes per power of two, a
+// class never holds a larger size than a later one), each class a run of entries sorted by
+// (size, address) with their key inline beside the block pointer, and a bitmap says which
+// classes hold blocks. A search goes straight to its size's class, and when nothing there is
+// large enough, to the first entry of the next occupied class (a count of trailing zeros), so
+// it compares against the few entries of one class instead of binary-searching every free
+// block; an insert or an erase shifts only its class's entries. On the recorded workloads a
+// class holds one or two blocks when touched (the sorted two-level array this replaces spent
+// about half of a replay searching and shifting ~100 entries).
 //
-// A block whose key changes while it stays free (a split's remainder, a free block that grows by
-// a merge) moves to its new place with rekey(): one shift of the entries between the two places
-// instead of an erase and an insert, each with its own search and shift.
+// A class that fills up (many equal sizes: thousands of free 2 MiB small-pool segments) keeps
+// its run in pieces of at most kPiece entries, in order, so no operation shifts more than one
+// piece: a full piece splits in two, a piece that falls under a quarter full merges with the
+// next when both fit in half a piece. An emptied class keeps its piece's memory: steady-state
+// inserts and erases allocate nothing.
 //
 // Differences from std::set a caller must know: inserting, erasing or rekeying invalidates every
 // iterator (collect first, then erase), and erase/contains match the block pointer as well as
 // its key. A block's key fields (stream, size, ptr) must not change while it is in the index
 // except through rekey().
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <memory>
 #include <vector>
 
 #include "engine/core/units.h"
@@ -50,12 +55,27 @@ struct SizeKey {
 };
 
 class BestFitIndex {
- public:
   struct Entry {
-    SizeKey key;
+    Bytes size;
+    std::uint64_t ptr;
     Block* block;
+    // (size, address) order within one stream.
+    bool before(Bytes s, std::uint64_t p) const { return size != s ? size < s : ptr < p; }
+  };
+  using Piece = std::vector<Entry>;
+  struct Run {
+    std::vector<Piece> pieces;  // in order; none empty unless the class is (then at most one)
+  };
+  static constexpr std::size_t kSubBits = 3;
+  static constexpr std::size_t kClasses = (64 - kSubBits + 1) << kSubBits;  // 496
+  static constexpr std::size_t kWords = (kClasses + 63) / 64;
+  struct StreamRuns {
+    std::uint64_t stream = 0;
+    std::array<std::uint64_t, kWords> occupied{};  // bit c: class c holds blocks
+    std::vector<Run> runs = std::vector<Run>(kClasses);
   };
 
+ public:
   // Bidirectional, read-only; `*it` is the block, `it.key()` its key without touching it.
   class iterator {
    public:
@@ -66,12 +86,18 @@ class BestFitIndex {
     using reference = Block* const&;
 
     iterator() = default;
-    reference operator*() const { return entry().block; }
-    const SizeKey& key() const { return entry().key; }
+    reference operator*() const { return entry_->block; }
+    SizeKey key() const { return SizeKey{stream_, entry_->size, entry_->ptr}; }
     iterator& operator++() {
-      if (++pos_ == index_->chunks_[chunk_]->count) {
-        ++chunk_;
+      const std::vector<Piece>& pieces = index_->streams_[slot_].runs[class_].pieces;
+      if (++pos_ < pieces[piece_].size()) {
+        entry_ = &pieces[piece_][pos_];
+      } else if (piece_ + 1 < pieces.size()) {
+        ++piece_;
         pos_ = 0;
+        entry_ = &pieces[piece_][0];
+      } else {
+        *this = index_->first_from(slot_, class_ + 1);
       }
       return *this;
     }
@@ -81,11 +107,14 @@ class BestFitIndex {
       return before;
     }
     iterator& operator--() {
-      if (pos_ == 0) {
-        --chunk_;
-        pos_ = index_->chunks_[chunk_]->count;
+      if (slot_ < index_->streams_.size() && (pos_ > 0 || piece_ > 0)) {
+        const std::vector<Piece>& pieces = index_->streams_[slot_].runs[class_].pieces;
+        if (pos_ == 0)
+          pos_ = pieces[--piece_].size();
+        entry_ = &pieces[piece_][--pos_];
+      } else {
+        *this = index_->last_before(slot_, class_);
       }
-      --pos_;
       return *this;
     }
     iterator operator--(int) {
@@ -94,18 +123,28 @@ class BestFitIndex {
       return before;
     }
     friend bool operator==(const iterator& a, const iterator& b) {
-      return a.chunk_ == b.chunk_ && a.pos_ == b.pos_;
+      return a.slot_ == b.slot_ && a.class_ == b.class_ && a.piece_ == b.piece_ && a.pos_ == b.pos_;
     }
 
    private:
     friend class BestFitIndex;
-    iterator(const BestFitIndex* index, std::size_t chunk, std::size_t pos)
-        : index_(index), chunk_(chunk), pos_(pos) {}
-    const Entry& entry() const { return index_->chunks_[chunk_]->entries[pos_]; }
+    iterator(const BestFitIndex* index, std::size_t slot, std::size_t size_class, std::size_t piece,
+             std::size_t pos)
+        : index_(index), slot_(slot), class_(size_class), piece_(piece), pos_(pos) {
+      if (slot < index->streams_.size()) {
+        const StreamRuns& runs = index->streams_[slot];
+        stream_ = runs.stream;
+        entry_ = &runs.runs[size_class].pieces[piece][pos];
+      }
+    }
 
     const BestFitIndex* index_ = nullptr;
-    std::size_t chunk_ = 0;
+    std::size_t slot_ = 0;  // streams_.size() at the end
+    std::size_t class_ = 0;
+    std::size_t piece_ = 0;
     std::size_t pos_ = 0;
+    std::uint64_t stream_ = 0;
+    const Entry* entry_ = nullptr;
   };
   using const_iterator = iterator;
 
@@ -117,21 +156,28 @@ class BestFitIndex {
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  iterator begin() const { return iterator(this, 0, 0); }
-  iterator end() const { return iterator(this, chunks_.size(), 0); }
+  iterator begin() const { return first_from(0, 0); }
+  iterator end() const { return iterator(this, streams_.size(), 0, 0, 0); }
 
   // The first entry whose key is not less than `key`.
   iterator lower_bound(const SizeKey& key) const {
-    const std::size_t c = chunk_for(key);
-    if (c == chunks_.size())
-      return end();
-    return iterator(this, c, position_in(*chunks_[c], key));
+    const std::size_t slot = slot_for(key.stream);
+    if (slot == streams_.size() || streams_[slot].stream != key.stream)
+      return first_from(slot, 0);
+    const StreamRuns& runs = streams_[slot];
+    const std::size_t c = size_class(key.size);
+    if (holds(runs, c)) {
+      const Where at = run_lower_bound(runs.runs[c], key.size, key.ptr);
+      if (at.piece < runs.runs[c].pieces.size())
+        return iterator(this, slot, c, at.piece, at.pos);
+    }
+    return first_from(slot, c + 1);
   }
 
   // Adds `block` under `key` (its current stream, size, ptr); false if the key is present.
   bool insert(const SizeKey& key, Block* block);
 
-  void erase(iterator it) { erase_at(it.chunk_, it.pos_); }
+  void erase(iterator it) { erase_at(it.slot_, it.class_, it.piece_, it.pos_); }
   // Removes `block`, found by `key`; false if it is not in the index under that key.
   bool erase(const SizeKey& key, const Block* block) {
     const iterator it = find(key, block);
@@ -143,144 +189,197 @@ class BestFitIndex {
   bool contains(const SizeKey& key, const Block* block) const { return find(key, block) != end(); }
   // Where `block` is, found by `key`; end() if it is not in the index under that key.
   iterator find(const SizeKey& key, const Block* block) const {
-    const iterator it = lower_bound(key);
-    if (it == end() || !(it.key() == key) || *it != block)
+    const std::size_t slot = slot_for(key.stream);
+    if (slot == streams_.size() || streams_[slot].stream != key.stream)
       return end();
-    return it;
+    const StreamRuns& runs = streams_[slot];
+    const std::size_t c = size_class(key.size);
+    if (!holds(runs, c))
+      return end();
+    const Run& run = runs.runs[c];
+    const Where at = run_lower_bound(run, key.size, key.ptr);
+    if (at.piece == run.pieces.size())
+      return end();
+    const Entry& e = run.pieces[at.piece][at.pos];
+    if (e.size != key.size || e.ptr != key.ptr || e.block != block)
+      return end();
+    return iterator(this, slot, c, at.piece, at.pos);
   }
 
   // Gives the entry at `it` the key `key` (its block's new stream, size, ptr) and the block
-  // `block`, and moves it to its place in key order: what erase(it) then insert(key, block)
-  // does, with one shift of the entries in between when the new place is in the same chunk.
-  // `key` must not be in the index (other than at `it`).
-  void rekey(iterator it, const SizeKey& key, Block* block);
+  // `block`: what erase(it) then insert(key, block) does. `key` must not be in the index (other
+  // than at `it`).
+  void rekey(iterator it, const SizeKey& key, Block* block) {
+    erase(it);
+    insert(key, block);
+  }
 
  private:
-  static constexpr std::size_t kChunk = 64;
-  struct Chunk {
-    std::size_t count = 0;
-    Entry entries[kChunk];
+  static constexpr std::size_t kPiece = 64;
+  struct Where {
+    std::size_t piece;
+    std::size_t pos;
   };
 
-  static std::size_t position_in(const Chunk& chunk, const SizeKey& key) {
-    return position_in(chunk, 0, chunk.count, key);
+  // The class of a size: sizes below 8 are their own class, then 8 classes per power of two
+  // (the top bit's position and the three bits below it). Never decreasing in the size.
+  static std::size_t size_class(Bytes size) {
+    if (size < (Bytes{1} << kSubBits))
+      return static_cast<std::size_t>(size);
+    const auto top = static_cast<std::size_t>(std::bit_width(size) - 1);
+    const auto sub = static_cast<std::size_t>(size >> (top - kSubBits)) & ((1u << kSubBits) - 1);
+    return ((top - kSubBits + 1) << kSubBits) | sub;
   }
-  // Within entries [from, to) of a chunk.
-  static std::size_t position_in(const Chunk& chunk, std::size_t from, std::size_t to,
-                                 const SizeKey& key) {
-    const Entry* first = chunk.entries;
-    const Entry* found = std::lower_bound(
-        first + from, first + to, key, [](const Entry& e, const SizeKey& k) { return e.key < k; });
-    return static_cast<std::size_t>(found - first);
+  static bool holds(const StreamRuns& runs, std::size_t c) {
+    return (runs.occupied[c / 64] >> (c % 64)) & 1;
   }
-  std::size_t chunk_for(const SizeKey& key) const {
-    return static_cast<std::size_t>(std::lower_bound(last_.begin(), last_.end(), key) -
-                                    last_.begin());
+  // The first occupied class at or after `c`, kClasses if none.
+  static std::size_t next_class(const StreamRuns& runs, std::size_t c) {
+    for (std::size_t w = c / 64; w < kWords; ++w) {
+      std::uint64_t word = runs.occupied[w];
+      if (w == c / 64)
+        word &= ~std::uint64_t{0} << (c % 64);
+      if (word != 0)
+        return w * 64 + static_cast<std::size_t>(std::countr_zero(word));
+    }
+    return kClasses;
   }
-  std::unique_ptr<Chunk> new_chunk();
-  void erase_at(std::size_t c, std::size_t pos);
+  // The last occupied class before `c`, kClasses if none.
+  static std::size_t previous_class(const StreamRuns& runs, std::size_t c) {
+    for (std::size_t w = std::min(c / 64 + 1, kWords); w-- > 0;) {
+      std::uint64_t word = runs.occupied[w];
+      if (w == c / 64)
+        word &= (std::uint64_t{1} << (c % 64)) - 1;
+      if (word != 0)
+        return w * 64 + 63 - static_cast<std::size_t>(std::countl_zero(word));
+    }
+    return kClasses;
+  }
+  // The first stream slot whose stream is not less than `stream`.
+  std::size_t slot_for(std::uint64_t stream) const {
+    std::size_t slot = 0;
+    while (slot < streams_.size() && streams_[slot].stream < stream)
+      ++slot;
+    return slot;
+  }
+  // The first entry of class `c` or later of slot `slot`, or of a later slot; end() if none.
+  iterator first_from(std::size_t slot, std::size_t c) const {
+    for (; slot < streams_.size(); ++slot, c = 0) {
+      const std::size_t found = next_class(streams_[slot], c);
+      if (found < kClasses)
+        return iterator(this, slot, found, 0, 0);
+    }
+    return end();
+  }
+  // The last entry of a class before `c` of slot `slot`, or of an earlier slot.
+  iterator last_before(std::size_t slot, std::size_t c) const {
+    if (slot == streams_.size()) {
+      if (slot == 0)
+        return end();
+      --slot;
+      c = kClasses;
+    }
+    for (;; --slot, c = kClasses) {
+      const std::size_t found = previous_class(streams_[slot], c);
+      if (found < kClasses) {
+        const std::vector<Piece>& pieces = streams_[slot].runs[found].pieces;
+        return iterator(this, slot, found, pieces.size() - 1, pieces.back().size() - 1);
+      }
+      if (slot == 0)
+        return end();
+    }
+  }
+  // The first entry of an occupied run not before (size, ptr); piece == pieces.size() if none.
+  static Where run_lower_bound(const Run& run, Bytes size, std::uint64_t ptr) {
+    const std::vector<Piece>& pieces = run.pieces;
+    std::size_t p = 0;
+    if (pieces.size() > 1) {
+      p = static_cast<std::size_t>(
+          std::partition_point(pieces.begin(), pieces.end(),
+                               [&](const Piece& piece) { return piece.back().before(size, ptr); }) -
+          pieces.begin());
+      if (p == pieces.size())
+        return Where{p, 0};
+    }
+    const Piece& piece = pieces[p];
+    const auto pos = static_cast<std::size_t>(
+        std::partition_point(piece.begin(), piece.end(),
+                             [&](const Entry& e) { return e.before(size, ptr); }) -
+        piece.begin());
+    if (pos == piece.size())
+      return Where{pieces.size(), 0};
+    return Where{p, pos};
+  }
+  void erase_at(std::size_t slot, std::size_t c, std::size_t p, std::size_t pos);
 
-  std::vector<std::unique_ptr<Chunk>> chunks_;  // in key order, none empty
-  std::vector<SizeKey> last_;                   // the largest key of each chunk
-  std::vector<std::unique_ptr<Chunk>> spare_;   // emptied chunks, for reuse
+  std::vector<StreamRuns> streams_;  // by stream, ascending; emptied ones stay
   std::size_t size_ = 0;
 };
 
-inline std::unique_ptr<BestFitIndex::Chunk> BestFitIndex::new_chunk() {
-  if (spare_.empty())
-    return std::make_unique<Chunk>();
-  std::unique_ptr<Chunk> chunk = std::move(spare_.back());
-  spare_.pop_back();
-  chunk->count = 0;
-  return chunk;
-}
-
 inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
-  if (chunks_.empty()) {
-    chunks_.push_back(new_chunk());
-    last_.push_back(key);
+  std::size_t slot = slot_for(key.stream);
+  if (slot == streams_.size() || streams_[slot].stream != key.stream) {
+    streams_.insert(streams_.begin() + static_cast<std::ptrdiff_t>(slot), StreamRuns{});
+    streams_[slot].stream = key.stream;
   }
-  std::size_t c = chunk_for(key);
-  if (c == chunks_.size())
-    c = chunks_.size() - 1;  // past every key: appended to the last chunk
-  std::size_t pos = position_in(*chunks_[c], key);
-  if (pos < chunks_[c]->count && chunks_[c]->entries[pos].key == key)
+  StreamRuns& runs = streams_[slot];
+  const std::size_t c = size_class(key.size);
+  std::vector<Piece>& pieces = runs.runs[c].pieces;
+  const Entry entry{key.size, key.ptr, block};
+  if (!holds(runs, c)) {
+    if (pieces.empty())
+      pieces.emplace_back();
+    pieces[0].push_back(entry);
+    runs.occupied[c / 64] |= std::uint64_t{1} << (c % 64);
+    ++size_;
+    return true;
+  }
+  // The piece whose range takes the key: the first whose last entry is not before it, else the
+  // last piece.
+  std::size_t p = 0;
+  if (pieces.size() > 1) {
+    p = static_cast<std::size_t>(
+        std::partition_point(
+            pieces.begin(), pieces.end() - 1,
+            [&](const Piece& piece) { return piece.back().before(key.size, key.ptr); }) -
+        pieces.begin());
+  }
+  Piece& piece = pieces[p];
+  const auto at = std::partition_point(piece.begin(), piece.end(),
+                                       [&](const Entry& e) { return e.before(key.size, key.ptr); });
+  if (at != piece.end() && at->size == key.size && at->ptr == key.ptr)
     return false;
-  if (chunks_[c]->count == kChunk) {
-    // Split: the upper half moves to a new chunk after this one.
-    std::unique_ptr<Chunk> upper = new_chunk();
-    Chunk& lower = *chunks_[c];
-    constexpr std::size_t kHalf = kChunk / 2;
-    std::copy(lower.entries + kHalf, lower.entries + kChunk, upper->entries);
-    upper->count = kChunk - kHalf;
-    lower.count = kHalf;
-    last_.insert(last_.begin() + static_cast<std::ptrdiff_t>(c) + 1, last_[c]);
-    last_[c] = lower.entries[kHalf - 1].key;
-    chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
-    if (pos >= kHalf) {
-      ++c;
-      pos -= kHalf;
-    }
-  }
-  Chunk& chunk = *chunks_[c];
-  std::copy_backward(chunk.entries + pos, chunk.entries + chunk.count,
-                     chunk.entries + chunk.count + 1);
-  chunk.entries[pos] = Entry{key, block};
-  ++chunk.count;
-  if (pos + 1 == chunk.count)
-    last_[c] = key;
+  piece.insert(at, entry);
   ++size_;
+  if (piece.size() > kPiece) {
+    // Split: the upper half moves to a new piece after this one.
+    const auto half = static_cast<std::ptrdiff_t>(piece.size() / 2);
+    Piece upper(piece.begin() + half, piece.end());
+    piece.erase(piece.begin() + half, piece.end());
+    pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(p) + 1, std::move(upper));
+  }
   return true;
 }
 
-inline void BestFitIndex::rekey(iterator it, const SizeKey& key, Block* block) {
-  const std::size_t c = it.chunk_;
-  const std::size_t pos = it.pos_;
-  Chunk& chunk = *chunks_[c];
-  Entry* entries = chunk.entries;
-  // The new place stays in this chunk when the key still falls between the previous chunk's
-  // last key and the next chunk's first: entries between the two places shift by one.
-  if (key < entries[pos].key) {
-    if (c == 0 || last_[c - 1] < key) {
-      const std::size_t to = position_in(chunk, 0, pos, key);
-      std::copy_backward(entries + to, entries + pos, entries + pos + 1);
-      entries[to] = Entry{key, block};
-      last_[c] = entries[chunk.count - 1].key;
-      return;
-    }
-  } else if (c + 1 == chunks_.size() || key < chunks_[c + 1]->entries[0].key) {
-    const std::size_t to = position_in(chunk, pos + 1, chunk.count, key);
-    std::copy(entries + pos + 1, entries + to, entries + pos);
-    entries[to - 1] = Entry{key, block};
-    last_[c] = entries[chunk.count - 1].key;
-    return;
-  }
-  erase_at(c, pos);
-  insert(key, block);
-}
-
-inline void BestFitIndex::erase_at(std::size_t c, std::size_t pos) {
-  Chunk& chunk = *chunks_[c];
-  std::copy(chunk.entries + pos + 1, chunk.entries + chunk.count, chunk.entries + pos);
-  --chunk.count;
+inline void BestFitIndex::erase_at(std::size_t slot, std::size_t c, std::size_t p,
+                                   std::size_t pos) {
+  StreamRuns& runs = streams_[slot];
+  std::vector<Piece>& pieces = runs.runs[c].pieces;
+  Piece& piece = pieces[p];
+  piece.erase(piece.begin() + static_cast<std::ptrdiff_t>(pos));
   --size_;
-  if (chunk.count == 0) {
-    spare_.push_back(std::move(chunks_[c]));
-    chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
-    last_.erase(last_.begin() + static_cast<std::ptrdiff_t>(c));
+  if (piece.empty()) {
+    if (pieces.size() == 1)
+      runs.occupied[c / 64] &= ~(std::uint64_t{1} << (c % 64));  // the piece stays, for reuse
+    else
+      pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(p));
     return;
   }
-  last_[c] = chunk.entries[chunk.count - 1].key;
-  // Merge a sparse chunk with its successor while both fit in half a chunk.
-  if (chunk.count <= kChunk / 4 && c + 1 < chunks_.size() &&
-      chunk.count + chunks_[c + 1]->count <= kChunk / 2) {
-    Chunk& next = *chunks_[c + 1];
-    std::copy(next.entries, next.entries + next.count, chunk.entries + chunk.count);
-    chunk.count += next.count;
-    last_[c] = last_[c + 1];
-    spare_.push_back(std::move(chunks_[c + 1]));
-    chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
-    last_.erase(last_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
+  // Merge a sparse piece with the next while both fit in half a piece.
+  if (piece.size() <= kPiece / 4 && p + 1 < pieces.size() &&
+      piece.size() + pieces[p + 1].size() <= kPiece / 2) {
+    piece.insert(piece.end(), pieces[p + 1].begin(), pieces[p + 1].end());
+    pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(p) + 1);
   }
 }
 

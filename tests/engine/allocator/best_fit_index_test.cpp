@@ -1,5 +1,5 @@
 // BestFitIndex against std::set: the same (stream, size, address) order, lower_bound and
-// erase through random inserts and erases that split, merge and empty its chunks.
+// erase through random inserts and erases that split, merge and empty its pieces.
 #include <gtest/gtest.h>
 
 #include <iterator>
@@ -45,7 +45,7 @@ TEST(BestFitIndex, KeepsStdSetOrderThroughRandomInsertsAndErases) {
   }
   BestFitIndex index;
   std::set<Key> reference;
-  // Grow to thousands (chunks split), shrink to a few (chunks merge and empty), grow again.
+  // Grow to thousands (pieces split), shrink to a few (pieces merge and empty), grow again.
   for (int phase = 0; phase < 3; ++phase) {
     const int insert_percent = phase == 1 ? 15 : 85;
     for (int step = 0; step < 20000; ++step) {
@@ -80,7 +80,7 @@ TEST(BestFitIndex, KeepsStdSetOrderThroughRandomInsertsAndErases) {
   }
 }
 
-// rekey moves an entry to its new key's place, within its chunk or across chunks, as erase +
+// rekey moves an entry to its new key's place, within its size class or to another, as erase +
 // insert would: a split's remainder (smaller size, higher address) and a merged block (larger).
 TEST(BestFitIndex, RekeyKeepsStdSetOrder) {
   std::mt19937_64 random(23);
@@ -110,7 +110,7 @@ TEST(BestFitIndex, RekeyKeepsStdSetOrder) {
       case 1:  // merged with a free neighbour
         b->size += (1 + random() % 64) * 512;
         break;
-      default:  // a size far away: the place is in another chunk
+      default:  // a size far away: another size class
         b->size = (1 + random() % 512) * 512;
         break;
     }
@@ -121,6 +121,66 @@ TEST(BestFitIndex, RekeyKeepsStdSetOrder) {
       expect_same(index, reference);
   }
   expect_same(index, reference);
+}
+
+// Size classes: sizes at the edges of every class (below 8, powers of two and their neighbours,
+// up to 2^64 - 1) keep (size, address) order, and a class of thousands of equal sizes (free
+// 2 MiB segments) splits into pieces and merges back. Streams empty and refill in between.
+TEST(BestFitIndex, KeepsStdSetOrderAtClassEdgesAndInCrowdedClasses) {
+  std::mt19937_64 random(29);
+  std::vector<Bytes> sizes;
+  for (Bytes s = 0; s < 20; ++s)
+    sizes.push_back(s);
+  for (int bit = 3; bit < 64; ++bit) {
+    const Bytes power = Bytes{1} << bit;
+    for (Bytes near : {power - 1, power, power + 1, power + power / 8, power + power / 8 - 1})
+      sizes.push_back(near);
+  }
+  sizes.push_back(~Bytes{0});
+  std::vector<Block> blocks(3000);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].stream = i % 5 == 0 ? 3 : 9;
+    blocks[i].size = i % 2 == 0 ? 2 * kMiB : sizes[random() % sizes.size()];
+    blocks[i].ptr = 0x1000 + (random() % 100000) * 0x1000 + i;  // distinct, in no order
+  }
+  BestFitIndex index;
+  std::set<Key> reference;
+  auto probe = [&] {
+    for (int n = 0; n < 40; ++n) {
+      const Bytes size = n % 4 == 0 ? 2 * kMiB : sizes[random() % sizes.size()];
+      const SizeKey key{n % 3 == 0 ? 3 : 9 + static_cast<std::uint64_t>(n % 2), size,
+                        n % 2 ? 0 : random() % (100000 * 0x1000)};
+      auto got = index.lower_bound(key);
+      auto want = reference.lower_bound(tuple_of(key));
+      ASSERT_EQ(got == index.end(), want == reference.end());
+      if (want != reference.end()) {
+        ASSERT_EQ(tuple_of(got.key()), *want);
+      }
+    }
+  };
+  // Fill, empty one stream and most of the other, refill: pieces split, merge and empty.
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_TRUE(index.insert(size_key(&blocks[i]), &blocks[i]));
+    reference.insert(tuple_of(size_key(&blocks[i])));
+  }
+  expect_same(index, reference);
+  probe();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].stream == 3 || random() % 10 != 0) {
+      ASSERT_TRUE(index.erase(size_key(&blocks[i]), &blocks[i]));
+      reference.erase(tuple_of(size_key(&blocks[i])));
+    }
+    if (i % 500 == 0)
+      expect_same(index, reference);
+  }
+  expect_same(index, reference);
+  probe();
+  for (std::size_t i = 0; i < blocks.size(); i += 3) {
+    if (index.insert(size_key(&blocks[i]), &blocks[i]))
+      reference.insert(tuple_of(size_key(&blocks[i])));
+  }
+  expect_same(index, reference);
+  probe();
 }
 
 TEST(BestFitIndex, EraseNeedsTheSameBlockUnderItsKey) {
