@@ -77,6 +77,27 @@ void add_range(std::map<std::uint64_t, RangeSegment>& segs, std::uint64_t addr, 
   segs.emplace(addr, seg);
 }
 
+// Walking back through the trace: the segments before `e` from those after it.
+void undo_segment_event(std::map<std::uint64_t, RangeSegment>& segs, const TraceEvent& e) {
+  switch (e.action) {
+    case TraceAction::segment_alloc:
+      segs.erase(e.addr);
+      break;
+    case TraceAction::segment_free:
+      segs[e.addr] = RangeSegment{e.size, e.stream,
+                                  e.size == 2 * kMiB ? PoolKind::small : PoolKind::large, false};
+      break;
+    case TraceAction::segment_map:
+      remove_range(segs, e.addr, e.size);
+      break;
+    case TraceAction::segment_unmap:
+      add_range(segs, e.addr, e.size, e.stream);
+      break;
+    default:
+      break;
+  }
+}
+
 struct LiveBlock {
   Bytes size = 0;  // 0 = not known: the block was allocated before the trace began
   Bytes requested = 0;
@@ -106,6 +127,21 @@ std::string describe_segment_difference(const Segment& a, const Segment& b) {
 }
 
 }  // namespace
+
+bool no_segments_before(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,
+                        std::span<const std::size_t> segment_entries) {
+  std::map<std::uint64_t, RangeSegment> segs;
+  for (const Segment& s : snapshot.segments)
+    if (s.device == device)
+      segs[s.address] = RangeSegment{s.total_size, s.stream, s.pool, s.is_expandable};
+  try {
+    for (auto i = segment_entries.rbegin(); i != segment_entries.rend(); ++i)
+      undo_segment_event(segs, trace[*i]);
+  } catch (const InputError&) {
+    return false;
+  }
+  return segs.empty();
+}
 
 SegmentState initial_state(const Snapshot& snapshot, int device,
                            std::vector<std::uint64_t>* guessed_blocks) {
@@ -145,17 +181,10 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
                                    LiveBlock{0, e->size, BlockState::active_pending_free, {}});
           break;
         case TraceAction::segment_alloc:
-          segs.erase(e->addr);
-          break;
         case TraceAction::segment_free:
-          segs[e->addr] = RangeSegment{
-              e->size, e->stream, e->size == 2 * kMiB ? PoolKind::small : PoolKind::large, false};
-          break;
         case TraceAction::segment_map:
-          remove_range(segs, e->addr, e->size);
-          break;
         case TraceAction::segment_unmap:
-          add_range(segs, e->addr, e->size, e->stream);
+          undo_segment_event(segs, *e);
           break;
         case TraceAction::snapshot:
         case TraceAction::oom:

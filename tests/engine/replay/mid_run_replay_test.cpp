@@ -5,6 +5,7 @@
 // recording's final memory_stats() .current values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -140,6 +141,81 @@ TEST(MidRunReplay, CompleteTraceSeedsNothing) {
   const ReplayResult result = replay_snapshot(snap);
   EXPECT_TRUE(result.seeded.empty());
   EXPECT_EQ(describe(result.seeded), "the trace starts with an empty allocator: nothing seeded");
+}
+
+// replay_snapshot skips initial_state for a trace it proves starts empty while extracting the
+// requests. Each thing that predates a small hand-made trace must still reach initial_state:
+// a free of a block the trace never allocated, a pending free's completion, an active block the
+// trace never touches (these three contradict the trace's own segment_alloc, so the rebuild fails
+// with a warning), and a segment the trace never allocated (seeded).
+TEST(MidRunReplay, AnythingFromBeforeTheTraceIsSeededOrReported) {
+  using namespace fragscope::literals;
+  const std::uint64_t seg = 0x7f0000000000;
+  auto ev = [](TraceAction action, std::uint64_t addr, Bytes size) {
+    return TraceEvent{action, addr, size, StreamId{0}, 0, FrameStackId{}};
+  };
+  auto snapshot_of = [&](std::vector<TraceEvent> trace, std::vector<snapshot::Block> blocks) {
+    snapshot::Snapshot snap;
+    snapshot::Segment segment;
+    segment.address = seg;
+    segment.total_size = 2_MiB;
+    segment.pool = PoolKind::small;
+    segment.blocks = std::move(blocks);
+    snap.segments.push_back(segment);
+    snap.device_traces.push_back(std::move(trace));
+    snap.allocator_settings = {{"expandable_segments", false}};
+    return snap;
+  };
+  auto block = [](std::uint64_t address, Bytes size, BlockState state) {
+    snapshot::Block b;
+    b.address = address;
+    b.size = size;
+    b.requested_size = size;
+    b.state = state;
+    return b;
+  };
+  const snapshot::Block all_free = block(seg, 2_MiB, BlockState::inactive);
+  auto rebuild_failed = [](const ReplayResult& result) {
+    return std::any_of(result.warnings.begin(), result.warnings.end(), [](const std::string& w) {
+      return w.find("could not be rebuilt") != std::string::npos;
+    });
+  };
+
+  // Complete: nothing seeded, nothing reported.
+  ReplayResult result = replay_snapshot(snapshot_of(
+      {ev(TraceAction::segment_alloc, seg, 2_MiB), ev(TraceAction::alloc, seg, 512),
+       ev(TraceAction::free_requested, seg, 512), ev(TraceAction::free_completed, seg, 512)},
+      {all_free}));
+  EXPECT_TRUE(result.seeded.empty());
+  EXPECT_FALSE(rebuild_failed(result));
+  EXPECT_TRUE(result.segment_events_match);
+
+  result = replay_snapshot(snapshot_of(
+      {ev(TraceAction::segment_alloc, seg, 2_MiB), ev(TraceAction::free_requested, seg + 4096, 512),
+       ev(TraceAction::free_completed, seg + 4096, 512)},
+      {all_free}));
+  EXPECT_TRUE(rebuild_failed(result)) << "a free of a block from before the trace";
+
+  result = replay_snapshot(snapshot_of(
+      {ev(TraceAction::segment_alloc, seg, 2_MiB), ev(TraceAction::free_completed, seg, 512)},
+      {all_free}));
+  EXPECT_TRUE(rebuild_failed(result)) << "a pending free from before the trace";
+
+  result = replay_snapshot(
+      snapshot_of({ev(TraceAction::segment_alloc, seg, 2_MiB), ev(TraceAction::alloc, seg, 512)},
+                  {block(seg, 512, BlockState::active_allocated),
+                   block(seg + 512, 512, BlockState::active_allocated),
+                   block(seg + 1024, 2_MiB - 1024, BlockState::inactive)}));
+  EXPECT_TRUE(rebuild_failed(result)) << "an active block the trace never touches";
+
+  result = replay_snapshot(
+      snapshot_of({ev(TraceAction::alloc, seg, 512), ev(TraceAction::free_requested, seg, 512),
+                   ev(TraceAction::free_completed, seg, 512)},
+                  {all_free}));
+  EXPECT_FALSE(rebuild_failed(result));
+  EXPECT_EQ(result.seeded.segments, 1u) << "a segment from before the trace";
+  EXPECT_EQ(result.seeded.free_blocks, 1u);
+  EXPECT_TRUE(result.segment_events_match);
 }
 
 }  // namespace
