@@ -1,23 +1,95 @@
-// The pickle machine's memo (pickle_vm.h): a window of plain slots, older ones folded into runs.
-#include <algorithm>
-
+// The pickle machine's memo (pickle_vm.h): a window of plain slots, older ones folded into chunks
+// of 32-bit words.
 #include "engine/snapshot/pickle_vm.h"
 
 namespace fragscope::snapshot::pickle {
 namespace {
 
-// Shorter sequences are not worth a run of their own.
-constexpr std::uint64_t kMinSequence = 4;
+// A folded slot's word: the top 3 bits say what the slot holds, the low 29 bits its payload.
+enum Tag : std::uint32_t {
+  tag_unset,          // Kind::unset
+  tag_string,         // payload: string id
+  tag_frame,          // payload: frame index
+  tag_frame_stack,    // payload: frame stack id
+  tag_entry,          // a converted entry of event list 0; payload: its index
+  tag_skipped_entry,  // an entry with an unknown action (ref ~0)
+  tag_wide,           // payload: index into the chunk's wide values
+};
+constexpr unsigned kPayloadBits = 29;
+constexpr std::uint32_t kPayloadMask = (std::uint32_t{1} << kPayloadBits) - 1;
 
-bool continues(const Value& previous, const Value& next) {
-  return previous.kind == Kind::trace_event && next.kind == Kind::trace_event &&
-         next.ref == previous.ref && next.i == previous.i + 1;
+constexpr std::uint32_t word(Tag tag, std::uint32_t payload) {
+  return static_cast<std::uint32_t>(tag) << kPayloadBits | payload;
 }
 
-Value unset_value() {
+// The word that holds `v`, or tag_wide when no word can (v is then kept whole).
+std::uint32_t encode(const Value& v) {
+  const bool fits = v.ref <= kPayloadMask && v.i == 0;
+  switch (v.kind) {
+    case Kind::unset:
+      return v.ref == 0 && v.i == 0 ? word(tag_unset, 0) : word(tag_wide, 0);
+    case Kind::string:
+      return fits ? word(tag_string, v.ref) : word(tag_wide, 0);
+    case Kind::frame:
+      return fits ? word(tag_frame, v.ref) : word(tag_wide, 0);
+    case Kind::frame_stack:
+      return fits ? word(tag_frame_stack, v.ref) : word(tag_wide, 0);
+    case Kind::trace_event:
+      if (v.ref == 0 && v.i >= 0 && v.i <= kPayloadMask)
+        return word(tag_entry, static_cast<std::uint32_t>(v.i));
+      if (v.ref == ~std::uint32_t{0} && v.i == 0)
+        return word(tag_skipped_entry, 0);
+      return word(tag_wide, 0);
+    default:
+      return word(tag_wide, 0);
+  }
+}
+
+Value decode(std::uint32_t w, const std::vector<Value>& wide) {
   Value v;
-  v.kind = Kind::unset;
+  const std::uint32_t payload = w & kPayloadMask;
+  switch (static_cast<Tag>(w >> kPayloadBits)) {
+    case tag_unset:
+      v.kind = Kind::unset;
+      break;
+    case tag_string:
+      v.kind = Kind::string;
+      v.ref = payload;
+      break;
+    case tag_frame:
+      v.kind = Kind::frame;
+      v.ref = payload;
+      break;
+    case tag_frame_stack:
+      v.kind = Kind::frame_stack;
+      v.ref = payload;
+      break;
+    case tag_entry:
+      v.kind = Kind::trace_event;
+      v.i = payload;
+      break;
+    case tag_skipped_entry:
+      v.kind = Kind::trace_event;
+      v.ref = ~std::uint32_t{0};
+      break;
+    default:
+      return wide[payload];
+  }
   return v;
+}
+
+bool is_wide(std::uint32_t w) {
+  return w >> kPayloadBits == tag_wide;
+}
+
+// Block `words[0, kBlock)` is entries n, n + 1, ... of event list 0.
+bool is_sequence(const std::uint32_t* words) {
+  if (words[0] >> kPayloadBits != tag_entry)
+    return false;
+  for (std::size_t k = 1; k < Memo::kBlock; ++k)
+    if (words[k] != words[0] + k)
+      return false;
+  return true;
 }
 
 }  // namespace
@@ -25,97 +97,110 @@ Value unset_value() {
 void Memo::grow(std::uint64_t size) {
   if (size <= this->size())
     return;
-  recent_.resize(static_cast<std::size_t>(size - base_), unset_value());
+  Value unset;
+  unset.kind = Kind::unset;
+  recent_.resize(static_cast<std::size_t>(size - base_), unset);
   while (recent_.size() >= 2 * kWindow)
     fold_oldest();
 }
 
 void Memo::fold_oldest() {
-  const std::size_t fold = kWindow;
-  std::size_t i = 0;
-  while (i < fold) {
-    std::size_t end = i + 1;
-    while (end < fold && continues(recent_[end - 1], recent_[end]))
-      ++end;
-    if (end - i >= kMinSequence) {
-      Run run;
-      run.first_slot = base_ + i;
-      run.count = end - i;
-      run.sequence = true;
-      run.first = recent_[i];
-      runs_.push_back(run);
-      i = end;
+  Chunk& chunk = chunks_.emplace_back();
+  scratch_.resize(kWindow);
+  std::size_t wide = 0;
+  for (std::size_t i = 0; i < kWindow; ++i) {
+    scratch_[i] = encode(recent_[i]);
+    wide += is_wide(scratch_[i]) ? 1 : 0;
+  }
+  // Sized exactly, so a chunk never holds the spare half of a doubled vector.
+  std::size_t words = 0;
+  for (std::size_t b = 0; b < kWindow / kBlock; ++b)
+    words += is_sequence(&scratch_[b * kBlock]) ? 1 : kBlock;
+  chunk.words.reserve(words);
+  chunk.wide.reserve(wide);
+  for (std::size_t b = 0; b < kWindow / kBlock; ++b) {
+    const std::uint32_t* block = &scratch_[b * kBlock];
+    chunk.blocks[b] = static_cast<std::uint16_t>(chunk.words.size());
+    if (is_sequence(block)) {
+      chunk.blocks[b] |= Chunk::kSequence;
+      chunk.words.push_back(block[0]);
       continue;
     }
-    // Literal values up to the next sequence worth a run; appended to the previous literal run
-    // when it ends right here.
-    end = i + 1;
-    while (end < fold) {
-      std::size_t probe = end;
-      while (probe + 1 < fold && probe + 1 - end < kMinSequence &&
-             continues(recent_[probe], recent_[probe + 1]))
-        ++probe;
-      if (probe + 1 - end >= kMinSequence)
-        break;
-      ++end;
+    for (std::size_t k = 0; k < kBlock; ++k) {
+      std::uint32_t w = block[k];
+      if (is_wide(w)) {
+        w = word(tag_wide, static_cast<std::uint32_t>(chunk.wide.size()));
+        chunk.wide.push_back(recent_[b * kBlock + k]);
+      }
+      chunk.words.push_back(w);
     }
-    if (!runs_.empty() && !runs_.back().sequence &&
-        runs_.back().first_slot + runs_.back().count == base_ + i) {
-      runs_.back().count += end - i;
-    } else {
-      Run run;
-      run.first_slot = base_ + i;
-      run.count = end - i;
-      run.literal = literals_.size();
-      runs_.push_back(run);
-    }
-    literals_.insert(literals_.end(), recent_.begin() + static_cast<std::ptrdiff_t>(i),
-                     recent_.begin() + static_cast<std::ptrdiff_t>(end));
-    i = end;
   }
-  recent_.erase(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(fold));
-  base_ += fold;
-}
-
-const Memo::Run& Memo::run_of(std::uint64_t slot) const {
-  // The first run (the keys and values memoized at the file's start) and the one found last
-  // answer most reads without a search.
-  auto holds = [slot](const Run& run) {
-    return slot >= run.first_slot && slot - run.first_slot < run.count;
-  };
-  if (holds(runs_.front()))
-    return runs_.front();
-  if (last_run_ < runs_.size() && holds(runs_[last_run_]))
-    return runs_[last_run_];
-  auto it = std::upper_bound(runs_.begin(), runs_.end(), slot,
-                             [](std::uint64_t s, const Run& run) { return s < run.first_slot; });
-  last_run_ = static_cast<std::size_t>(std::prev(it) - runs_.begin());
-  return *std::prev(it);
+  recent_.erase(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(kWindow));
+  base_ += kWindow;
 }
 
 Value Memo::get_folded(std::uint64_t slot) const {
-  if (!overrides_.empty())
-    if (auto it = overrides_.find(slot); it != overrides_.end())
-      return it->second;
-  const Run& run = run_of(slot);
-  const std::uint64_t offset = slot - run.first_slot;
-  if (!run.sequence)
-    return literals_[static_cast<std::size_t>(run.literal + offset)];
-  Value v = run.first;
-  v.i += static_cast<std::int64_t>(offset);
-  return v;
+  const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
+  const auto offset = static_cast<std::size_t>(slot % kWindow);
+  const std::uint16_t block = chunk.blocks[offset / kBlock];
+  if ((block & Chunk::kSequence) != 0)
+    return decode(chunk.words[block & ~Chunk::kSequence] + offset % kBlock, chunk.wide);
+  return decode(chunk.words[block + offset % kBlock], chunk.wide);
+}
+
+void Memo::unpack(Chunk& chunk, std::size_t block) {
+  const std::uint32_t first = chunk.words[chunk.blocks[block] & ~Chunk::kSequence];
+  // At most kWindow + kWindow / kBlock words in all: offsets stay below kSequence.
+  chunk.blocks[block] = static_cast<std::uint16_t>(chunk.words.size());
+  for (std::uint32_t k = 0; k < kBlock; ++k)
+    chunk.words.push_back(first + k);
+}
+
+void Memo::drop_unused_wide(Chunk& chunk) {
+  std::vector<Value> kept;
+  for (std::size_t b = 0; b < kWindow / kBlock; ++b) {
+    if ((chunk.blocks[b] & Chunk::kSequence) != 0)
+      continue;
+    for (std::size_t k = 0; k < kBlock; ++k) {
+      std::uint32_t& w = chunk.words[chunk.blocks[b] + k];
+      if (is_wide(w)) {
+        kept.push_back(chunk.wide[w & kPayloadMask]);
+        w = word(tag_wide, static_cast<std::uint32_t>(kept.size() - 1));
+      }
+    }
+  }
+  chunk.wide = std::move(kept);
 }
 
 void Memo::set(std::uint64_t slot, const Value& value) {
-  if (slot >= base_)
+  if (slot >= base_) {
     recent_[static_cast<std::size_t>(slot - base_)] = value;
-  else
-    overrides_[slot] = value;
+    return;
+  }
+  Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
+  const auto offset = static_cast<std::size_t>(slot % kWindow);
+  if ((chunk.blocks[offset / kBlock] & Chunk::kSequence) != 0)
+    unpack(chunk, offset / kBlock);
+  std::uint32_t& w = chunk.words[chunk.blocks[offset / kBlock] + offset % kBlock];
+  const std::uint32_t encoded = encode(value);
+  if (!is_wide(encoded)) {
+    w = encoded;  // a wide value it replaces stays unused in `wide`
+  } else if (is_wide(w)) {
+    chunk.wide[w & kPayloadMask] = value;
+  } else {
+    if (chunk.wide.size() >= 2 * kWindow)
+      drop_unused_wide(chunk);  // a slot written over and over, compact and wide in turn
+    w = word(tag_wide, static_cast<std::uint32_t>(chunk.wide.size()));
+    chunk.wide.push_back(value);
+  }
 }
 
 std::size_t Memo::memory_bytes() const {
-  return recent_.capacity() * sizeof(Value) + runs_.capacity() * sizeof(Run) +
-         literals_.capacity() * sizeof(Value) + overrides_.size() * (sizeof(Value) + 32);
+  std::size_t bytes = recent_.capacity() * sizeof(Value) + chunks_.capacity() * sizeof(Chunk) +
+                      scratch_.capacity() * sizeof(std::uint32_t);
+  for (const Chunk& chunk : chunks_)
+    bytes += chunk.words.capacity() * sizeof(std::uint32_t) + chunk.wide.capacity() * sizeof(Value);
+  return bytes;
 }
 
 }  // namespace fragscope::snapshot::pickle

@@ -5,6 +5,7 @@
 // its byte offset. Objects live in a flat arena (no recursion when freeing, so no stack overflow
 // on hostile nesting); a ListSink sees the items of every APPEND/APPENDS first and may consume
 // them into a compact structure, which is how a 1 GB trace never becomes a generic object tree.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -74,12 +75,13 @@ inline void release_storage(Node& n) {
 }
 
 // The pickle machine's memo, compacted behind a window. A snapshot memoizes every trace entry
-// dict, so the memo has a slot per entry (16 bytes each: 160 MB for a 10M-entry trace), and once
-// an entry is converted its slot only says "entry i of list L". Slots older than the window are
-// therefore folded into runs: consecutive converted entries of one list are one run, anything
-// else is kept as it was. Reads and writes of any slot stay exact; a write to a folded slot (rare:
-// a PUT that reuses an old index, an object converted long after it was memoized) is kept beside
-// the runs.
+// dict, its frames list and its compile_context string, so the memo has two or three slots per
+// entry (16 bytes each: 51 MB for a real 1.2M-entry trace), and once an entry is converted its
+// slots only say "entry i of list L", "frames list 5321", "string 12". Slots older than the
+// window are therefore folded into chunks of 32-bit words that hold those compact values
+// (anything else, such as an object still being built, stays a full Value beside the words),
+// and a block of 64 consecutive converted entries of one list is its first word alone. Reads and
+// writes of any slot stay exact, and a folded slot is read in constant time.
 class Memo {
  public:
   // Slots [0, size()) exist; a new one reads Kind::unset until set.
@@ -97,29 +99,30 @@ class Memo {
   std::size_t memory_bytes() const;
 
   // The newest kWindow..2*kWindow slots stay a plain array: entries are converted within a batch
-  // of APPENDS (PyTorch's pickler: 1000 items) of being memoized.
+  // of APPENDS (PyTorch's pickler: 1000 items) of being memoized. Folded a window at a time.
   static constexpr std::size_t kWindow = 1u << 14;
+  static constexpr std::size_t kBlock = 64;
 
  private:
-  struct Run {
-    std::uint64_t first_slot = 0;
-    std::uint64_t count = 0;
-    bool sequence = false;  // values `first`, first.i + 1, ... (converted entries of one list)
-    Value first;
-    std::uint64_t literal = 0;  // not a sequence: values literals_[literal, literal + count)
+  // kWindow folded slots. blocks[b]: where block b's words start in `words`; with kSequence set,
+  // the block is 64 converted entries in a row and keeps only its first word.
+  struct Chunk {
+    std::array<std::uint16_t, kWindow / kBlock> blocks{};
+    std::vector<std::uint32_t> words;
+    std::vector<Value> wide;  // the values of the words tagged wide
+    static constexpr std::uint16_t kSequence = 0x8000;
   };
   void fold_oldest();
   Value get_folded(std::uint64_t slot) const;
-  const Run& run_of(std::uint64_t slot) const;
+  // Turns a sequence block back into a word per slot, so that one of its slots can change.
+  static void unpack(Chunk& chunk, std::size_t block);
+  // Keeps only the wide values some word still refers to.
+  static void drop_unused_wide(Chunk& chunk);
 
-  std::uint64_t base_ = 0;     // slots below are in runs_
+  std::uint64_t base_ = 0;     // slots below are in chunks_
   std::vector<Value> recent_;  // slots [base_, size())
-  std::vector<Run> runs_;      // cover [0, base_) in order
-  std::vector<Value> literals_;
-  std::unordered_map<std::uint64_t, Value> overrides_;  // writes to slots below base_
-  // The run the last folded read found: reads of old slots are mostly of a few memoized keys,
-  // strings and frames lists, so they come back to the same runs again and again.
-  mutable std::size_t last_run_ = 0;
+  std::vector<Chunk> chunks_;  // chunk c holds slots [c * kWindow, (c + 1) * kWindow)
+  std::vector<std::uint32_t> scratch_;
 };
 
 class Machine;

@@ -130,6 +130,15 @@ TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
       if (roll % 7 == 0) {
         v.kind = Kind::integer;
         v.i = static_cast<std::int64_t>(rng() % 1000);
+      } else if (roll % 11 == 0) {
+        // The compact kinds of a folded slot, at the edges of what its word holds.
+        const Kind kinds[] = {Kind::string, Kind::frame, Kind::frame_stack, Kind::unset};
+        v = Value{};
+        v.kind = kinds[rng() % 4];
+        v.ref =
+            rng() % 2 == 0 ? static_cast<std::uint32_t>(rng() % 64) : (1u << 29) - 1 + rng() % 2;
+      } else if (roll % 13 == 0) {
+        v = rng() % 2 == 0 ? entry(~0u, 0) : entry(0, (std::int64_t{1} << 29) - 1 + rng() % 2);
       }
       memo.set(model.size(), v);
       model.push_back(v);
@@ -168,6 +177,66 @@ TEST(PickleMemo, ConvertedEntriesInARowCostNoSlotEach) {
   }
   EXPECT_LT(memo.memory_bytes(), kSlots * sizeof(pickle::Value) / 10);
   EXPECT_EQ(memo.get(12345).i, 12345);
+}
+
+// A real trace memoizes each entry, its compile_context string and (when not shared) its frames
+// list: folded, each slot is a 32-bit word, where a plain slot took 16 bytes.
+TEST(PickleMemo, EntriesBetweenOtherValuesCostAWordASlot) {
+  using pickle::Kind;
+  using pickle::Value;
+  std::mt19937_64 rng(5);
+  pickle::Memo memo;
+  std::vector<Value> model;
+  constexpr std::uint64_t kSlots = 300'000;
+  while (model.size() < kSlots) {
+    Value v;
+    v.kind = Kind::trace_event;
+    v.i = static_cast<std::int64_t>(model.size() / 3);
+    model.push_back(v);
+    v = Value{};
+    v.kind = Kind::string;
+    v.ref = 12;
+    model.push_back(v);
+    v.kind = Kind::frame_stack;
+    v.ref = static_cast<std::uint32_t>(rng() % 800'000);
+    model.push_back(v);
+  }
+  for (std::uint64_t slot = 0; slot < model.size(); ++slot) {
+    memo.grow(slot + 1);
+    memo.set(slot, model[slot]);
+  }
+  // The words, and the window of plain slots.
+  EXPECT_LT(memo.memory_bytes(), kSlots * sizeof(std::uint32_t) +
+                                     2 * pickle::Memo::kWindow * sizeof(Value) + (64u << 10));
+  for (std::uint64_t slot = 0; slot < model.size(); ++slot) {
+    const Value v = memo.get(slot);
+    ASSERT_EQ(v.kind, model[slot].kind) << slot;
+    ASSERT_EQ(v.ref, model[slot].ref) << slot;
+    ASSERT_EQ(v.i, model[slot].i) << slot;
+  }
+}
+
+// One folded slot written over and over, a value its word holds and one it does not in turn.
+TEST(PickleMemo, AFoldedSlotWrittenOverAndOverKeepsItsLastValue) {
+  using pickle::Kind;
+  using pickle::Value;
+  pickle::Memo memo;
+  memo.grow(3 * pickle::Memo::kWindow);
+  Value wide;
+  wide.kind = Kind::integer;
+  Value compact;
+  compact.kind = Kind::string;
+  constexpr auto kRounds = 20 * static_cast<std::int64_t>(pickle::Memo::kWindow);
+  for (std::int64_t round = 0; round < kRounds; ++round) {
+    wide.i = round;
+    memo.set(7, round % 2 == 0 ? wide : compact);
+    memo.set(9, wide);
+  }
+  EXPECT_EQ(memo.get(7).kind, Kind::string);
+  EXPECT_EQ(memo.get(9).i, kRounds - 1);
+  EXPECT_EQ(memo.get(8).kind, Kind::unset);
+  // The values no slot holds any more are let go.
+  EXPECT_LT(memo.memory_bytes(), 6 * pickle::Memo::kWindow * sizeof(Value));
 }
 
 // A converted list another holder still references (one frames list shared by two trace
