@@ -247,7 +247,7 @@ Value Machine::new_node(Kind kind) {
   }
   Node& n = nodes_[index];
   n.kind = kind;
-  n.escaped = false;
+  n.holders = 1;
   n.memo_slot = Node::kNoSlot;
   n.aux = 0;
   n.aux_index = 0;
@@ -261,22 +261,46 @@ Value Machine::new_node(Kind kind) {
   return v;
 }
 
+void Machine::hold(const Value& v) {
+  Node& n = node(v);
+  if (n.holders != Node::kForever)
+    ++n.holders;
+}
+
+void Machine::free_node(std::uint32_t index) {
+  Node& n = nodes_[index];
+  ++n.generation;
+  n.items.clear();
+  n.data.clear();
+  free_nodes_.push_back(index);
+}
+
 void Machine::retire(const Value& v, Value replacement) {
   Node& n = node(v);
   if (n.memo_slot != Node::kNoSlot && n.memo_slot < memo_.size())
     memo_.set(n.memo_slot, replacement);
-  if (n.escaped) {
-    // Someone else may still hold this node: keep it, but as the compact replacement.
+  if (n.holders > 1) {
+    // Someone else still holds this node: keep it, but as the compact replacement.
+    if (n.holders != Node::kForever)
+      --n.holders;
     n.kind = replacement.kind;
     n.aux = replacement.ref;
     n.aux_index = static_cast<std::uint64_t>(replacement.i);
     release_storage(n);
     return;
   }
-  ++n.generation;
-  n.items.clear();
-  n.data.clear();
-  free_nodes_.push_back(v.ref);
+  free_node(v.ref);
+}
+
+void Machine::release(const Value& v) {
+  Node& n = node(v);
+  if (n.holders == Node::kForever)
+    return;
+  if (n.holders > 1) {
+    --n.holders;
+    return;
+  }
+  free_node(v.ref);
 }
 
 std::uint32_t Machine::new_event_list(bool reserve) {
@@ -334,13 +358,19 @@ void Machine::memo_put(std::uint64_t index) {
            std::to_string(memo_.size()) + " (limit: the bytes read so far + " +
            std::to_string(limits_.max_memo_gap) + ")");
     memo_.grow(index + 1);
+  } else if (const Value old = memo_.get(index); old.is_node()) {
+    // A PUT reusing an index: the node stored there no longer has it as its slot.
+    Node& n = nodes_[old.ref];
+    if (n.generation == old.generation && n.memo_slot == index)
+      n.memo_slot = Node::kNoSlot;
   }
   memo_.set(index, v);
   if (v.is_node()) {
     Node& n = node(v);
-    // Stored under a second index: two holders from now on.
-    if (n.memo_slot != Node::kNoSlot && n.memo_slot != index)
-      n.escaped = true;
+    // Stored under a second index, or stored after its conversion (retire no longer clears
+    // that slot): the memo is one more holder.
+    if ((n.memo_slot != Node::kNoSlot && n.memo_slot != index) || n.kind != v.kind)
+      hold(v);
     n.memo_slot = static_cast<std::uint32_t>(index);
   }
 }
@@ -350,7 +380,7 @@ Value Machine::memo_get(std::uint64_t index) {
   if (v.kind == Kind::unset)
     fail("memo index " + std::to_string(index) + " was never stored");
   if (v.is_node())
-    node(v).escaped = true;
+    hold(v);
   return v;
 }
 
@@ -558,7 +588,7 @@ Value Machine::run() {
       case DUP: {
         Value v = top();
         if (v.is_node())
-          node(v).escaped = true;
+          hold(v);
         push(v);
         break;
       }

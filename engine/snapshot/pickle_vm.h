@@ -54,7 +54,11 @@ struct Value {
 
 struct Node {
   Kind kind = Kind::list;
-  bool escaped = false;  // fetched from the memo (GET) or DUP'd: other references may exist
+  // References to the node besides its memo slot: 1 when made, one more for each GET, DUP and
+  // further memo slot, one less for each holder converted and discarded. It may overcount (a
+  // reference POPped or left in a container never converted is not counted down), never
+  // undercount: a node is freed only at zero.
+  std::uint32_t holders = 1;
   std::uint32_t memo_slot = kNoSlot;
   std::uint32_t aux = 0;
   std::uint64_t aux_index = 0;  // trace_event: the event's index in its list
@@ -64,6 +68,7 @@ struct Node {
   std::string data;  // bytes / big integer payload
 
   static constexpr std::uint32_t kNoSlot = 0xffffffffu;
+  static constexpr std::uint32_t kForever = 0xffffffffu;  // holders: too many to count
 };
 
 // Frees a converted node's items and payload. `items = {}` would not: it assigns an empty
@@ -147,15 +152,20 @@ class Machine {
   const Node& node(const Value& v) const;
   std::string_view str(const Value& v) const { return strings_[v.ref]; }
   std::uint32_t intern(std::string_view s);
-  // Replaces a node a sink converted by its compact form `replacement` (a scalar Value): its memo
-  // slot reads the replacement from now on. A node nobody else can hold (never fetched from the
-  // memo or DUP'd) is freed for reuse, so the caller must drop its own reference to it; a shared
-  // one stays, turned into the replacement, so every other holder reads the same value.
+  // Replaces a node a sink converted by its compact form `replacement` (a scalar Value), for a
+  // caller whose reference goes away: its memo slot reads the replacement from now on. A node
+  // nobody else holds is freed for reuse; a shared one stays, turned into the replacement, so
+  // every other holder reads the same value, until the last of them lets go (release).
   void retire(const Value& v, Value replacement);
+  // The caller's reference to a node converted earlier goes away (its holder is discarded): the
+  // last one frees it. The 800k shared frames lists of a real 1.2M-entry trace stayed otherwise.
+  void release(const Value& v);
   // `reserve`: size the first list for the input (a sink that keeps its events elsewhere does not).
   std::uint32_t new_event_list(bool reserve = true);
   std::vector<TraceEvent>& event_list(std::uint32_t index) { return event_lists_[index]; }
   int protocol() const { return protocol_; }
+  // Nodes allocated, free ones included: for tests and measurements.
+  std::size_t node_count() const { return nodes_.size(); }
   std::uint64_t offset() const { return source_.offset(); }
   // Offset of the opcode being executed, for error messages.
   std::uint64_t op_offset() const { return op_offset_; }
@@ -167,6 +177,9 @@ class Machine {
   [[noreturn, gnu::cold, gnu::noinline]] void fail_stack_full() const;
   [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::size_t n, const char* what) const;
   Value new_node(Kind kind);
+  void free_node(std::uint32_t index);
+  // One more reference to the node of v.
+  void hold(const Value& v);
   void charge_text(std::uint64_t length);
   void push(Value v);
   Value pop();

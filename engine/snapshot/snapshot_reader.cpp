@@ -114,8 +114,12 @@ class FrameInterner {
       return FrameStackId{};
     }
     Node& n = vm_.node(v);
-    if (n.kind == Kind::frame_stack)
-      return FrameStackId{n.aux};
+    if (n.kind == Kind::frame_stack) {
+      const FrameStackId id{n.aux};
+      if (owner_discarded)
+        vm_.release(v);
+      return id;
+    }
     if (n.kind != Kind::list && n.kind != Kind::tuple) {
       note_odd(std::string(where) + " is a " + std::string(to_string(n.kind)) +
                ", not a list of frames (no stack kept)");
@@ -168,8 +172,11 @@ class FrameInterner {
       return std::nullopt;
     }
     Node& n = vm_.node(v);
-    if (n.kind == Kind::frame)
-      return n.aux;
+    if (n.kind == Kind::frame) {
+      const std::uint32_t index = n.aux;
+      vm_.release(v);  // the list holding it is turned compact right after
+      return index;
+    }
     if (n.kind != Kind::dict)
       return std::nullopt;
     // Missing or odd fields are kept as far as they go: a frame is only ever shown.
