@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator/stats.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
@@ -73,25 +74,14 @@ std::string stored_summary_differs(RunStore& store, RunId run, const snapshot::S
                                    std::size_t device) {
   const MemoryStatsAt stored = memory_stats_at(store, run, store.run(run).event_count);
   const replay::ReplayResult replayed = replay::replay_snapshot(snap, {}, device);
-  const alloc::DeviceStats& a = stored.stats;
-  const alloc::DeviceStats& b = replayed.run.stats;
+  // Every .current key of memory_stats(), through the table that names them.
+  const std::map<std::string, std::int64_t> a = alloc::to_memory_stats(stored.stats);
+  const std::map<std::string, std::int64_t> b = alloc::to_memory_stats(replayed.run.stats);
   std::string differs;
-  const auto compare = [&](const char* name, const alloc::StatArray& x, const alloc::StatArray& y) {
-    for (std::size_t t = 0; t < alloc::kStatTypes; ++t)
-      if (x.by_type[t].current != y.by_type[t].current)
-        differs += std::string(differs.empty() ? "" : ", ") + name + "[" + std::to_string(t) +
-                   "] " + std::to_string(x.by_type[t].current) + " vs " +
-                   std::to_string(y.by_type[t].current);
-  };
-  compare("allocation", a.allocation, b.allocation);
-  compare("segment", a.segment, b.segment);
-  compare("active", a.active, b.active);
-  compare("inactive_split", a.inactive_split, b.inactive_split);
-  compare("allocated_bytes", a.allocated_bytes, b.allocated_bytes);
-  compare("reserved_bytes", a.reserved_bytes, b.reserved_bytes);
-  compare("active_bytes", a.active_bytes, b.active_bytes);
-  compare("inactive_split_bytes", a.inactive_split_bytes, b.inactive_split_bytes);
-  compare("requested_bytes", a.requested_bytes, b.requested_bytes);
+  for (const auto& [key, value] : a)
+    if (key.ends_with(".current") && value != b.at(key))
+      differs += std::string(differs.empty() ? "" : ", ") + key + " " + std::to_string(value) +
+                 " vs " + std::to_string(b.at(key));
   if (stored.profile.version != replayed.profile.version)
     differs += std::string(differs.empty() ? "" : ", ") + "allocator rules of " +
                stored.profile.version.to_string() + " vs " + replayed.profile.version.to_string();
