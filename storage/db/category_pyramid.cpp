@@ -45,22 +45,6 @@ CategoryBytes get_bytes(ByteReader& in, const CategoryBytes& previous) {
 
 }  // namespace
 
-std::int64_t CategoryBucket::total() const {
-  std::int64_t sum = 0;
-  for (const auto value : bytes)
-    sum += value;
-  return sum;
-}
-
-CategoryBucket merge_buckets(const CategoryBucket& a, const CategoryBucket& b) {
-  CategoryBucket merged = b.total() > a.total() ? b : a;
-  merged.first_event = a.first_event;
-  merged.end_event = b.end_event;
-  merged.t0_us = a.t0_us;
-  merged.t1_us = b.t1_us;
-  return merged;
-}
-
 std::vector<std::uint8_t> encode_category_buckets(std::span<const CategoryBucket> buckets) {
   std::vector<std::uint8_t> raw;
   raw.reserve(buckets.size() * 16);
@@ -180,7 +164,7 @@ CategoryChunk decode_category_chunk(std::span<const std::uint8_t> blob, const st
 }
 
 void CategoryTracker::add_initial(std::uint64_t addr, std::int64_t size) {
-  live_[addr] = {static_cast<std::uint8_t>(Category::unknown), size};
+  live_.insert_or_assign(addr, {static_cast<std::uint8_t>(Category::unknown), size});
   bytes_[0] += size;
 }
 
@@ -190,14 +174,14 @@ CategoryTracker::Change CategoryTracker::apply(const TraceEvent& event, Category
     const auto size = static_cast<std::int64_t>(event.size);
     // An alloc at an address already live (a trace that lost its free) replaces the entry; the
     // lost allocation's bytes stay counted, as they did when this was computed by replay.
-    live_[event.addr] = {index, size};
+    live_.insert_or_assign(event.addr, {index, size});
     bytes_[index] = wrapping_add(bytes_[index], size);
     return {index, size};
   }
   if (event.action == TraceAction::free_completed) {
-    if (auto it = live_.find(event.addr); it != live_.end()) {
-      const Live gone = it->second;
-      live_.erase(it);
+    if (const Live* found = live_.find(event.addr)) {
+      const Live gone = *found;
+      live_.erase(event.addr);
       bytes_[gone.category] = wrapping_sub(bytes_[gone.category], gone.size);
       return {gone.category, wrapping_neg(gone.size)};
     }

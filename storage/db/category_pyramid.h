@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "engine/allocator/flat_map.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "storage/db/level_pyramid.h"
@@ -34,13 +34,26 @@ struct CategoryBucket {
   std::uint64_t peak_event = 0;  // the event after which `bytes` was taken
   CategoryBytes bytes{};
 
-  std::int64_t total() const;
+  std::int64_t total() const {
+    std::int64_t sum = 0;
+    for (const auto value : bytes)
+      sum += value;
+    return sum;
+  }
   friend bool operator==(const CategoryBucket&, const CategoryBucket&) = default;
 };
 
 // `a` followed by `b` (adjacent event ranges): the categories of whichever holds the higher total
 // (the earlier one on a tie).
-CategoryBucket merge_buckets(const CategoryBucket& a, const CategoryBucket& b);
+// Inline: ingest merges every event's bucket into level 0.
+inline CategoryBucket merge_buckets(const CategoryBucket& a, const CategoryBucket& b) {
+  CategoryBucket merged = b.total() > a.total() ? b : a;
+  merged.first_event = a.first_event;
+  merged.end_event = b.end_event;
+  merged.t0_us = a.t0_us;
+  merged.t1_us = b.t1_us;
+  return merged;
+}
 
 std::vector<std::uint8_t> encode_category_buckets(std::span<const CategoryBucket> buckets);
 // `what` names the blob in errors: a corrupt blob is a DatabaseError.
@@ -86,7 +99,7 @@ class CategoryTracker {
     std::uint8_t category;
     std::int64_t size;
   };
-  std::unordered_map<std::uint64_t, Live> live_;
+  alloc::FlatAddressMap<Live> live_;
   CategoryBytes bytes_{};
 };
 

@@ -31,34 +31,6 @@ enum Column : std::size_t {
 
 }  // namespace
 
-SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
-  return {wrapping_add(a.allocated, b.allocated), wrapping_add(a.reserved, b.reserved),
-          wrapping_add(a.active, b.active), wrapping_add(a.requested, b.requested)};
-}
-
-SeriesPoint trace_delta(const TraceEvent& event) {
-  const auto size = static_cast<std::int64_t>(event.size);
-  const std::int64_t minus = wrapping_neg(size);
-  switch (event.action) {
-    case TraceAction::alloc:
-      return {size, 0, size, size};
-    case TraceAction::free_requested:
-      return {minus, 0, 0, 0};
-    case TraceAction::free_completed:
-      return {0, 0, minus, minus};
-    case TraceAction::segment_alloc:
-    case TraceAction::segment_map:
-      return {0, size, 0, 0};
-    case TraceAction::segment_free:
-    case TraceAction::segment_unmap:
-      return {0, minus, 0, 0};
-    case TraceAction::snapshot:
-    case TraceAction::oom:
-      break;
-  }
-  return {};
-}
-
 std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start) {
   std::vector<SeriesPoint> series;
   series.reserve(events.size());

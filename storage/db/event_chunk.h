@@ -4,6 +4,7 @@
 // residuals), zstd-compressed (zlib in databases written before zstd). Column order groups like
 // values, so a chunk of a real trace costs well under 16 bytes per event, and each chunk decodes
 // on its own.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -32,15 +33,48 @@ struct SeriesPoint {
 };
 
 // a + b per series, wrapping modulo 2^64 like every stored delta: hostile sizes near 2^63 must
-// not overflow signed arithmetic.
-SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b);
+// not overflow signed arithmetic. Inline, like trace_delta, series_max and series_min: ingest
+// calls them for every event.
+inline SeriesPoint plus(const SeriesPoint& a, const SeriesPoint& b) {
+  return {wrapping_add(a.allocated, b.allocated), wrapping_add(a.reserved, b.reserved),
+          wrapping_add(a.active, b.active), wrapping_add(a.requested, b.requested)};
+}
+inline SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
+  return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
+          std::max(a.active, b.active), std::max(a.requested, b.requested)};
+}
+inline SeriesPoint series_min(const SeriesPoint& a, const SeriesPoint& b) {
+  return {std::min(a.allocated, b.allocated), std::min(a.reserved, b.reserved),
+          std::min(a.active, b.active), std::min(a.requested, b.requested)};
+}
 
 // What an event does to the series when only the trace is known: allocated, active and
 // requested move by the request size (PyTorch traces record unrounded sizes), reserved by the
 // segment size. allocated drops at free_requested, active and requested at free_completed
 // (torch-allocator-spec §4). reserved and requested are then exact; allocated and active are
 // the request-size view of PyTorch's rounded counters.
-SeriesPoint trace_delta(const TraceEvent& event);
+inline SeriesPoint trace_delta(const TraceEvent& event) {
+  const auto size = static_cast<std::int64_t>(event.size);
+  const std::int64_t minus = wrapping_neg(size);
+  switch (event.action) {
+    case TraceAction::alloc:
+      return {size, 0, size, size};
+    case TraceAction::free_requested:
+      return {minus, 0, 0, 0};
+    case TraceAction::free_completed:
+      return {0, 0, minus, minus};
+    case TraceAction::segment_alloc:
+    case TraceAction::segment_map:
+      return {0, size, 0, 0};
+    case TraceAction::segment_free:
+    case TraceAction::segment_unmap:
+      return {0, minus, 0, 0};
+    case TraceAction::snapshot:
+    case TraceAction::oom:
+      break;
+  }
+  return {};
+}
 
 // The series after each event, starting from `start`, computed with trace_delta().
 std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start = {});

@@ -30,19 +30,6 @@ void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelI
                                             ingest.categories.bytes()});
 }
 
-void RunWriter::flush_category_chunk(Ingest& ingest) {
-  CategoryChunk& chunk = ingest.category_buffer;
-  if (chunk.size() == 0)
-    return;
-  auto insert =
-      db_.prepare("INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)");
-  insert.bind_int(1, ingest.run.value)
-      .bind_int(2, static_cast<std::int64_t>(ingest.flushed))
-      .bind_blob(3, encode_category_chunk(chunk));
-  insert.run();
-  chunk.clear(ingest.categories.bytes());
-}
-
 void RunWriter::write_category_rows(RunId run,
                                     const std::vector<CategoryPyramidBuilder::Row>& rows) {
   run_store_detail::insert_level_rows(db_, "category_levels", run, rows, [](const auto& buckets) {

@@ -50,11 +50,6 @@ Category category_from_string(std::string_view text);
 // `what` names the row in the DatabaseError a corrupt value gives.
 nlohmann::json parse_json(const std::string& text, const std::string& what);
 
-inline SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
-  return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active), std::max(a.requested, b.requested)};
-}
-
 }  // namespace fragscope::storage::run_store_detail
 
 namespace fragscope::storage {
@@ -68,10 +63,11 @@ struct RunWriter::Ingest {
   EventChunk buffer;          // the chunk being filled; buffer.start = series before it
   SeriesPoint current;        // the series after the last event
   SeriesPoint peak;
-  SegmentMap segments;  // after the last event
+  SegmentMap segments;  // after the last flushed chunk; the worker's while a chunk is pending
   TimelineBuilder timeline;
   Statement insert_chunk;
   Statement insert_keyframe;
+  Statement insert_category_chunk;
 
   // Memory by category, built as events come (run_categories.cpp).
   std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
@@ -93,17 +89,23 @@ struct RunWriter::Ingest {
                      "last_time_us, data) VALUES (?, ?, ?, ?, ?, ?)"),
         insert_keyframe(db,
                         "INSERT OR REPLACE INTO segment_keyframes(run_id, event_index, data) "
-                        "VALUES (?, ?, ?)") {}
+                        "VALUES (?, ?, ?)"),
+        insert_category_chunk(
+            db, "INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)") {}
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
 
-  // A full chunk and the encoder that compresses it. Recycled once its row is written: the
+  // A full chunk and what the worker derives from it: the compressed events, the compressed
+  // categories and the segment keyframe after the chunk. Recycled once its rows are written: the
   // next chunk fills the same vectors and encodes into the same buffers, where a fresh chunk
   // (~5 MB of events and series for 64k events) and fresh encoder buffers were pages to fault
   // in for every chunk.
   struct ChunkWork {
     EventChunk chunk;
+    CategoryChunk categories;  // of the chunk's events
     ChunkEncoder encoder;
+    std::vector<std::uint8_t> category_blob;
+    std::vector<std::uint8_t> keyframe;  // `segments` after the chunk's events
   };
   // Chunks being compressed in the background, oldest first.
   struct PendingChunk {
@@ -116,8 +118,9 @@ struct RunWriter::Ingest {
   };
   std::deque<PendingChunk> pending;
   std::vector<std::unique_ptr<ChunkWork>> spare_work;  // written chunks, emptied
-  // One chunk compressing while this thread fills the next keeps both cores of a small machine
+  // One chunk in the worker while this thread fills the next keeps both cores of a small machine
   // busy; a second one in flight gained no time and held another 5.5 MB of events and series.
+  // With one at most, the worker also owns `segments` while it runs: chunks reach it in order.
   static constexpr std::size_t kMaxPending = 1;
 
   // Writes pending chunks, oldest first, until at most `keep` remain.
@@ -134,18 +137,26 @@ struct RunWriter::Ingest {
       insert_chunk.run();
       insert_chunk.reset();
       std::unique_ptr<ChunkWork> work = std::move(oldest.work);
+      if (work->categories.size() != 0) {
+        insert_category_chunk.bind_int(1, run.value)
+            .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
+            .bind_blob(3, work->category_blob);
+        insert_category_chunk.run();
+        insert_category_chunk.reset();
+      }
+      write_keyframe(oldest.first_event + oldest.count, work->keyframe);
       pending.pop_front();
       work->chunk.events.clear();
       work->chunk.series.clear();
       work->chunk.labels.clear();
+      work->categories.clear({});
       spare_work.push_back(std::move(work));
     }
   }
 
-  void write_keyframe() {
-    const auto blob = segments.serialize();
+  void write_keyframe(std::uint64_t event_index, std::span<const std::uint8_t> blob) {
     insert_keyframe.bind_int(1, run.value)
-        .bind_int(2, static_cast<std::int64_t>(event_count()))
+        .bind_int(2, static_cast<std::int64_t>(event_index))
         .bind_blob(3, blob);
     insert_keyframe.run();
     insert_keyframe.reset();

@@ -18,7 +18,6 @@ namespace fragscope::storage {
 
 using run_store_detail::kCategoryNames;
 using run_store_detail::now_iso8601;
-using run_store_detail::series_max;
 
 RunWriter::RunWriter(Database& db) : db_(db) {}
 
@@ -91,7 +90,7 @@ RunId RunWriter::begin_run(RunRecord record, const SegmentMap& initial, SeriesPo
   ingest->buffer.start = start;
   ingest->current = start;
   ingest->peak = start;
-  ingest->write_keyframe();
+  ingest->write_keyframe(0, ingest->segments.serialize());
   ingest_ = std::move(ingest);
   return ingest_->run;
 }
@@ -156,11 +155,9 @@ void RunWriter::flush_chunk(Ingest& ingest) {
   if (buffer.events.empty())
     return;
   ingest.write_pending_chunks(Ingest::kMaxPending - 1);
-  flush_category_chunk(ingest);
-  // The keyframe of the next chunk is the state after this one.
-  ingest.segments.apply_all(buffer.events);
-  // Compressing a chunk is most of the ingest cost: it runs on another core while this thread
-  // fills the next chunk. Rows are still written in order, on this connection's thread.
+  // Compressing a chunk, its categories and the segment keyframe after it are most of the
+  // ingest cost: they run on another core while this thread fills the next chunk. Rows are still
+  // written in order, on this connection's thread.
   Ingest::PendingChunk pending;
   pending.first_event = ingest.flushed;
   pending.count = buffer.events.size();
@@ -172,15 +169,21 @@ void RunWriter::flush_chunk(Ingest& ingest) {
     pending.work = std::move(ingest.spare_work.back());
     ingest.spare_work.pop_back();
   }
-  // The chunk goes to the work; the buffer takes the work's emptied vectors, capacity and all.
+  // The chunk goes to the work; the buffers take the work's emptied vectors, capacity and all.
   std::swap(pending.work->chunk, buffer);
-  pending.blob = std::async(std::launch::async, [work = pending.work.get()] {
-    return work->encoder.encode(work->chunk);
-  });
+  std::swap(pending.work->categories, ingest.category_buffer);
+  pending.blob =
+      std::async(std::launch::async, [work = pending.work.get(), segments = &ingest.segments] {
+        segments->apply_all(work->chunk.events);
+        work->keyframe = segments->serialize();
+        if (work->categories.size() != 0)
+          work->category_blob = encode_category_chunk(work->categories);
+        return work->encoder.encode(work->chunk);
+      });
   ingest.flushed += pending.count;
   ingest.pending.push_back(std::move(pending));
   buffer.start = ingest.current;
-  ingest.write_keyframe();
+  ingest.category_buffer.clear(ingest.categories.bytes());
 }
 
 void RunWriter::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {

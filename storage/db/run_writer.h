@@ -81,7 +81,6 @@ class RunWriter {
   void write_labels(RunId run, std::span<const RequestLabel> labels);
   // Memory by category (run_categories.cpp).
   void track_categories(Ingest& ingest, const TraceEvent& event, LabelId label);
-  void flush_category_chunk(Ingest& ingest);
   void write_category_rows(RunId run, const std::vector<CategoryPyramidBuilder::Row>& rows);
   void flush_chunk(Ingest& ingest);
   void write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows);

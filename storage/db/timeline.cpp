@@ -12,15 +12,6 @@ namespace {
 // Format 2 adds the requested series; format 1 rows read with requested = active.
 constexpr std::uint8_t kBucketFormat = 2;
 
-SeriesPoint series_max(const SeriesPoint& a, const SeriesPoint& b) {
-  return {std::max(a.allocated, b.allocated), std::max(a.reserved, b.reserved),
-          std::max(a.active, b.active), std::max(a.requested, b.requested)};
-}
-SeriesPoint series_min(const SeriesPoint& a, const SeriesPoint& b) {
-  return {std::min(a.allocated, b.allocated), std::min(a.reserved, b.reserved),
-          std::min(a.active, b.active), std::min(a.requested, b.requested)};
-}
-
 void put_series(std::vector<std::uint8_t>& out, const SeriesPoint& value,
                 const SeriesPoint& previous) {
   put_signed(out, wrapping_sub(value.allocated, previous.allocated));
@@ -45,21 +36,6 @@ std::uint64_t level_bucket_events(int level) {
   for (int i = 0; i < level; ++i)
     events *= kLevelFanout;
   return events;
-}
-
-TimelineBucket bucket_of(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after) {
-  return TimelineBucket{index, index + 1, event.time_us, event.time_us, after, after};
-}
-
-TimelineBucket merge_buckets(const TimelineBucket& a, const TimelineBucket& b) {
-  TimelineBucket merged;
-  merged.first_event = a.first_event;
-  merged.end_event = b.end_event;
-  merged.t0_us = a.t0_us;
-  merged.t1_us = b.t1_us;
-  merged.max = series_max(a.max, b.max);
-  merged.min = series_min(a.min, b.min);
-  return merged;
 }
 
 std::vector<std::uint8_t> encode_buckets(std::span<const TimelineBucket> buckets) {

@@ -25,10 +25,22 @@ struct TimelineBucket {
   friend bool operator==(const TimelineBucket&, const TimelineBucket&) = default;
 };
 
-// The bucket of one event.
-TimelineBucket bucket_of(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after);
+// The bucket of one event. Inline, like merge_buckets: ingest calls both for every event.
+inline TimelineBucket bucket_of(std::uint64_t index, const TraceEvent& event,
+                                const SeriesPoint& after) {
+  return TimelineBucket{index, index + 1, event.time_us, event.time_us, after, after};
+}
 // `a` followed by `b` (adjacent event ranges).
-TimelineBucket merge_buckets(const TimelineBucket& a, const TimelineBucket& b);
+inline TimelineBucket merge_buckets(const TimelineBucket& a, const TimelineBucket& b) {
+  TimelineBucket merged;
+  merged.first_event = a.first_event;
+  merged.end_event = b.end_event;
+  merged.t0_us = a.t0_us;
+  merged.t1_us = b.t1_us;
+  merged.max = series_max(a.max, b.max);
+  merged.min = series_min(a.min, b.min);
+  return merged;
+}
 
 std::vector<std::uint8_t> encode_buckets(std::span<const TimelineBucket> buckets);
 std::vector<TimelineBucket> decode_buckets(std::span<const std::uint8_t> blob,
