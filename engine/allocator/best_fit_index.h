@@ -13,11 +13,14 @@
 // class holds one or two blocks when touched (the sorted two-level array this replaces spent
 // about half of a replay searching and shifting ~100 entries).
 //
-// A class that fills up (many equal sizes: thousands of free 2 MiB small-pool segments) keeps
-// its run in pieces of at most kPiece entries, in order, so no operation shifts more than one
-// piece: a full piece splits in two, a piece that falls under a quarter full merges with the
-// next when both fit in half a piece. An emptied class keeps its piece's memory: steady-state
-// inserts and erases allocate nothing.
+// A class of at most kInline entries (nearly every class a replay touches) keeps them inline in
+// its run, one cache line beside its count, so a search or an update of it reads no other
+// memory. A class that fills up (many equal sizes: thousands of free 2 MiB small-pool segments)
+// keeps its run in pieces of at most kPiece entries, in order, so no operation shifts more than
+// one piece: a full piece splits in two, a piece that falls under a quarter full merges with
+// the next when both fit in half a piece; once it shrinks to one piece of at most kInline / 2
+// entries, they move back inline. A class keeps its pieces' memory: steady-state inserts and
+// erases allocate nothing.
 //
 // Differences from std::set a caller must know: inserting, erasing or rekeying invalidates every
 // iterator (collect first, then erase), and erase/contains match the block pointer as well as
@@ -29,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 #include "engine/core/units.h"
@@ -63,8 +67,18 @@ class BestFitIndex {
     bool before(Bytes s, std::uint64_t p) const { return size != s ? size < s : ptr < p; }
   };
   using Piece = std::vector<Entry>;
-  struct Run {
-    std::vector<Piece> pieces;  // in order; none empty unless the class is (then at most one)
+  static constexpr std::size_t kInline = 4;
+  // One class's entries, in order: `inline_count` of them in `small`, or (`big`) all of them in
+  // `pieces`, none empty. Its piece p is `small` (p = 0) or pieces[p].
+  struct alignas(64) Run {
+    std::uint32_t inline_count = 0;
+    bool big = false;
+    Entry small[kInline];
+    std::vector<Piece> pieces;  // kept when the entries move back inline, for reuse
+
+    std::size_t piece_count() const { return big ? pieces.size() : 1; }
+    std::size_t piece_size(std::size_t p) const { return big ? pieces[p].size() : inline_count; }
+    const Entry* piece_data(std::size_t p) const { return big ? pieces[p].data() : small; }
   };
   static constexpr std::size_t kSubBits = 3;
   static constexpr std::size_t kClasses = (64 - kSubBits + 1) << kSubBits;  // 496
@@ -72,7 +86,7 @@ class BestFitIndex {
   struct StreamRuns {
     std::uint64_t stream = 0;
     std::array<std::uint64_t, kWords> occupied{};  // bit c: class c holds blocks
-    std::vector<Run> runs = std::vector<Run>(kClasses);
+    std::array<Run, kClasses> runs{};
   };
 
  public:
@@ -89,13 +103,13 @@ class BestFitIndex {
     reference operator*() const { return entry_->block; }
     SizeKey key() const { return SizeKey{stream_, entry_->size, entry_->ptr}; }
     iterator& operator++() {
-      const std::vector<Piece>& pieces = index_->streams_[slot_].runs[class_].pieces;
-      if (++pos_ < pieces[piece_].size()) {
-        entry_ = &pieces[piece_][pos_];
-      } else if (piece_ + 1 < pieces.size()) {
+      const Run& run = index_->streams_[slot_]->runs[class_];
+      if (++pos_ < run.piece_size(piece_)) {
+        ++entry_;
+      } else if (piece_ + 1 < run.piece_count()) {
         ++piece_;
         pos_ = 0;
-        entry_ = &pieces[piece_][0];
+        entry_ = run.piece_data(piece_);
       } else {
         *this = index_->first_from(slot_, class_ + 1);
       }
@@ -108,10 +122,10 @@ class BestFitIndex {
     }
     iterator& operator--() {
       if (slot_ < index_->streams_.size() && (pos_ > 0 || piece_ > 0)) {
-        const std::vector<Piece>& pieces = index_->streams_[slot_].runs[class_].pieces;
+        const Run& run = index_->streams_[slot_]->runs[class_];
         if (pos_ == 0)
-          pos_ = pieces[--piece_].size();
-        entry_ = &pieces[piece_][--pos_];
+          pos_ = run.piece_size(--piece_);
+        entry_ = run.piece_data(piece_) + --pos_;
       } else {
         *this = index_->last_before(slot_, class_);
       }
@@ -132,9 +146,9 @@ class BestFitIndex {
              std::size_t pos)
         : index_(index), slot_(slot), class_(size_class), piece_(piece), pos_(pos) {
       if (slot < index->streams_.size()) {
-        const StreamRuns& runs = index->streams_[slot];
+        const StreamRuns& runs = *index->streams_[slot];
         stream_ = runs.stream;
-        entry_ = &runs.runs[size_class].pieces[piece][pos];
+        entry_ = runs.runs[size_class].piece_data(piece) + pos;
       }
     }
 
@@ -162,13 +176,13 @@ class BestFitIndex {
   // The first entry whose key is not less than `key`.
   iterator lower_bound(const SizeKey& key) const {
     const std::size_t slot = slot_for(key.stream);
-    if (slot == streams_.size() || streams_[slot].stream != key.stream)
+    if (slot == streams_.size() || streams_[slot]->stream != key.stream)
       return first_from(slot, 0);
-    const StreamRuns& runs = streams_[slot];
+    const StreamRuns& runs = *streams_[slot];
     const std::size_t c = size_class(key.size);
     if (holds(runs, c)) {
       const Where at = run_lower_bound(runs.runs[c], key.size, key.ptr);
-      if (at.piece < runs.runs[c].pieces.size())
+      if (at.piece < runs.runs[c].piece_count())
         return iterator(this, slot, c, at.piece, at.pos);
     }
     return first_from(slot, c + 1);
@@ -190,17 +204,17 @@ class BestFitIndex {
   // Where `block` is, found by `key`; end() if it is not in the index under that key.
   iterator find(const SizeKey& key, const Block* block) const {
     const std::size_t slot = slot_for(key.stream);
-    if (slot == streams_.size() || streams_[slot].stream != key.stream)
+    if (slot == streams_.size() || streams_[slot]->stream != key.stream)
       return end();
-    const StreamRuns& runs = streams_[slot];
+    const StreamRuns& runs = *streams_[slot];
     const std::size_t c = size_class(key.size);
     if (!holds(runs, c))
       return end();
     const Run& run = runs.runs[c];
     const Where at = run_lower_bound(run, key.size, key.ptr);
-    if (at.piece == run.pieces.size())
+    if (at.piece == run.piece_count())
       return end();
-    const Entry& e = run.pieces[at.piece][at.pos];
+    const Entry& e = run.piece_data(at.piece)[at.pos];
     if (e.size != key.size || e.ptr != key.ptr || e.block != block)
       return end();
     return iterator(this, slot, c, at.piece, at.pos);
@@ -258,14 +272,14 @@ class BestFitIndex {
   // The first stream slot whose stream is not less than `stream`.
   std::size_t slot_for(std::uint64_t stream) const {
     std::size_t slot = 0;
-    while (slot < streams_.size() && streams_[slot].stream < stream)
+    while (slot < streams_.size() && streams_[slot]->stream < stream)
       ++slot;
     return slot;
   }
   // The first entry of class `c` or later of slot `slot`, or of a later slot; end() if none.
   iterator first_from(std::size_t slot, std::size_t c) const {
     for (; slot < streams_.size(); ++slot, c = 0) {
-      const std::size_t found = next_class(streams_[slot], c);
+      const std::size_t found = next_class(*streams_[slot], c);
       if (found < kClasses)
         return iterator(this, slot, found, 0, 0);
     }
@@ -280,17 +294,24 @@ class BestFitIndex {
       c = kClasses;
     }
     for (;; --slot, c = kClasses) {
-      const std::size_t found = previous_class(streams_[slot], c);
+      const std::size_t found = previous_class(*streams_[slot], c);
       if (found < kClasses) {
-        const std::vector<Piece>& pieces = streams_[slot].runs[found].pieces;
-        return iterator(this, slot, found, pieces.size() - 1, pieces.back().size() - 1);
+        const Run& run = streams_[slot]->runs[found];
+        const std::size_t last = run.piece_count() - 1;
+        return iterator(this, slot, found, last, run.piece_size(last) - 1);
       }
       if (slot == 0)
         return end();
     }
   }
-  // The first entry of an occupied run not before (size, ptr); piece == pieces.size() if none.
+  // The first entry of an occupied run not before (size, ptr); piece == piece_count() if none.
   static Where run_lower_bound(const Run& run, Bytes size, std::uint64_t ptr) {
+    if (!run.big) {
+      std::size_t pos = 0;
+      while (pos < run.inline_count && run.small[pos].before(size, ptr))
+        ++pos;
+      return pos == run.inline_count ? Where{1, 0} : Where{0, pos};
+    }
     const std::vector<Piece>& pieces = run.pieces;
     std::size_t p = 0;
     if (pieces.size() > 1) {
@@ -310,30 +331,63 @@ class BestFitIndex {
       return Where{pieces.size(), 0};
     return Where{p, pos};
   }
+  // Inserts into a run held in pieces; false if the key is present.
+  static bool insert_big(Run& run, const Entry& entry);
   void erase_at(std::size_t slot, std::size_t c, std::size_t p, std::size_t pos);
 
-  std::vector<StreamRuns> streams_;  // by stream, ascending; emptied ones stay
+  // By stream, ascending; emptied ones stay. Each on the heap: a stream's runs are large.
+  std::vector<std::unique_ptr<StreamRuns>> streams_;
   std::size_t size_ = 0;
 };
 
 inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
   std::size_t slot = slot_for(key.stream);
-  if (slot == streams_.size() || streams_[slot].stream != key.stream) {
-    streams_.insert(streams_.begin() + static_cast<std::ptrdiff_t>(slot), StreamRuns{});
-    streams_[slot].stream = key.stream;
+  if (slot == streams_.size() || streams_[slot]->stream != key.stream) {
+    streams_.insert(streams_.begin() + static_cast<std::ptrdiff_t>(slot),
+                    std::make_unique<StreamRuns>());
+    streams_[slot]->stream = key.stream;
   }
-  StreamRuns& runs = streams_[slot];
+  StreamRuns& runs = *streams_[slot];
   const std::size_t c = size_class(key.size);
-  std::vector<Piece>& pieces = runs.runs[c].pieces;
+  Run& run = runs.runs[c];
   const Entry entry{key.size, key.ptr, block};
   if (!holds(runs, c)) {
-    if (pieces.empty())
-      pieces.emplace_back();
-    pieces[0].push_back(entry);
+    run.big = false;  // an emptied class's entries are inline again
+    run.small[0] = entry;
+    run.inline_count = 1;
     runs.occupied[c / 64] |= std::uint64_t{1} << (c % 64);
     ++size_;
     return true;
   }
+  if (!run.big) {
+    std::size_t pos = 0;
+    while (pos < run.inline_count && run.small[pos].before(key.size, key.ptr))
+      ++pos;
+    if (pos < run.inline_count && run.small[pos].size == key.size && run.small[pos].ptr == key.ptr)
+      return false;
+    if (run.inline_count < kInline) {
+      for (std::size_t i = run.inline_count; i > pos; --i)
+        run.small[i] = run.small[i - 1];
+      run.small[pos] = entry;
+      ++run.inline_count;
+      ++size_;
+      return true;
+    }
+    // Full: the entries move to one piece.
+    if (run.pieces.empty())
+      run.pieces.emplace_back();
+    run.pieces.resize(1);
+    run.pieces[0].assign(run.small, run.small + run.inline_count);
+    run.big = true;
+  }
+  if (!insert_big(run, entry))
+    return false;
+  ++size_;
+  return true;
+}
+
+inline bool BestFitIndex::insert_big(Run& run, const Entry& entry) {
+  std::vector<Piece>& pieces = run.pieces;
   // The piece whose range takes the key: the first whose last entry is not before it, else the
   // last piece.
   std::size_t p = 0;
@@ -341,16 +395,15 @@ inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
     p = static_cast<std::size_t>(
         std::partition_point(
             pieces.begin(), pieces.end() - 1,
-            [&](const Piece& piece) { return piece.back().before(key.size, key.ptr); }) -
+            [&](const Piece& piece) { return piece.back().before(entry.size, entry.ptr); }) -
         pieces.begin());
   }
   Piece& piece = pieces[p];
-  const auto at = std::partition_point(piece.begin(), piece.end(),
-                                       [&](const Entry& e) { return e.before(key.size, key.ptr); });
-  if (at != piece.end() && at->size == key.size && at->ptr == key.ptr)
+  const auto at = std::partition_point(
+      piece.begin(), piece.end(), [&](const Entry& e) { return e.before(entry.size, entry.ptr); });
+  if (at != piece.end() && at->size == entry.size && at->ptr == entry.ptr)
     return false;
   piece.insert(at, entry);
-  ++size_;
   if (piece.size() > kPiece) {
     // Split: the upper half moves to a new piece after this one.
     const auto half = static_cast<std::ptrdiff_t>(piece.size() / 2);
@@ -363,23 +416,35 @@ inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
 
 inline void BestFitIndex::erase_at(std::size_t slot, std::size_t c, std::size_t p,
                                    std::size_t pos) {
-  StreamRuns& runs = streams_[slot];
-  std::vector<Piece>& pieces = runs.runs[c].pieces;
-  Piece& piece = pieces[p];
-  piece.erase(piece.begin() + static_cast<std::ptrdiff_t>(pos));
+  StreamRuns& runs = *streams_[slot];
+  Run& run = runs.runs[c];
   --size_;
-  if (piece.empty()) {
-    if (pieces.size() == 1)
-      runs.occupied[c / 64] &= ~(std::uint64_t{1} << (c % 64));  // the piece stays, for reuse
-    else
-      pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(p));
+  if (!run.big) {
+    for (std::size_t i = pos + 1; i < run.inline_count; ++i)
+      run.small[i - 1] = run.small[i];
+    if (--run.inline_count == 0)
+      runs.occupied[c / 64] &= ~(std::uint64_t{1} << (c % 64));
     return;
   }
-  // Merge a sparse piece with the next while both fit in half a piece.
-  if (piece.size() <= kPiece / 4 && p + 1 < pieces.size() &&
-      piece.size() + pieces[p + 1].size() <= kPiece / 2) {
+  std::vector<Piece>& pieces = run.pieces;
+  Piece& piece = pieces[p];
+  piece.erase(piece.begin() + static_cast<std::ptrdiff_t>(pos));
+  if (piece.empty() && pieces.size() > 1) {
+    pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(p));
+  } else if (piece.size() <= kPiece / 4 && p + 1 < pieces.size() &&
+             piece.size() + pieces[p + 1].size() <= kPiece / 2) {
+    // Merge a sparse piece with the next while both fit in half a piece.
     piece.insert(piece.end(), pieces[p + 1].begin(), pieces[p + 1].end());
     pieces.erase(pieces.begin() + static_cast<std::ptrdiff_t>(p) + 1);
+  }
+  if (pieces.size() == 1 && pieces[0].size() <= kInline / 2) {
+    // Few enough to go back inline (the piece keeps its memory for the next time).
+    std::copy(pieces[0].begin(), pieces[0].end(), run.small);
+    run.inline_count = static_cast<std::uint32_t>(pieces[0].size());
+    pieces[0].clear();
+    run.big = false;
+    if (run.inline_count == 0)
+      runs.occupied[c / 64] &= ~(std::uint64_t{1} << (c % 64));
   }
 }
 

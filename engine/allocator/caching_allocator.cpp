@@ -11,7 +11,13 @@ CachingAllocator::CachingAllocator(AllocatorConfig config, Device& device, Event
 CachingAllocator::~CachingAllocator() = default;
 
 MallocResult CachingAllocator::malloc(Bytes bytes, StreamId stream) {
-  return impl_->malloc(bytes, stream.value);
+  MallocResult result;
+  result.address = impl_->malloc(bytes, stream.value, result.oom);
+  return result;
+}
+std::uint64_t CachingAllocator::malloc(Bytes bytes, StreamId stream,
+                                       std::optional<OutOfMemory>& oom) {
+  return impl_->malloc(bytes, stream.value, oom);
 }
 void CachingAllocator::free(std::uint64_t address) {
   impl_->free(address);

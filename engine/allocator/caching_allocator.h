@@ -144,6 +144,10 @@ class CachingAllocator {
   // like PyTorch. Sizes >= 1 EiB fail with "Tried to allocate more than 1EB memory." and no
   // stats change.
   MallocResult malloc(Bytes bytes, StreamId stream);
+  // The same for a loop of many requests: the address (0 for 0 bytes), or 0 with `oom` set when
+  // the request fails. `oom` must be empty; the caller keeps one for every request (building a
+  // MallocResult zeroes its whole OutOfMemory storage each time).
+  std::uint64_t malloc(Bytes bytes, StreamId stream, std::optional<OutOfMemory>& oom);
   // caching_allocator_delete. Address 0 is a no-op; an unknown address throws
   // InvalidPointerError.
   void free(std::uint64_t address);

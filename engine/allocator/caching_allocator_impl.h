@@ -24,12 +24,13 @@ inline StatType stat_type(PoolKind pool) {
   return pool == PoolKind::small ? StatType::small_pool : StatType::large_pool;
 }
 
-inline void increase(StatArray& stat, PoolKind pool, std::int64_t amount) {
+// Inlined always: every malloc and free makes several of these updates.
+[[gnu::always_inline]] inline void increase(StatArray& stat, PoolKind pool, std::int64_t amount) {
   stat[StatType::aggregate].increase(amount);
   stat[stat_type(pool)].increase(amount);
 }
 
-inline void decrease(StatArray& stat, PoolKind pool, std::int64_t amount) {
+[[gnu::always_inline]] inline void decrease(StatArray& stat, PoolKind pool, std::int64_t amount) {
   stat[StatType::aggregate].decrease(amount);
   stat[stat_type(pool)].decrease(amount);
 }
@@ -127,8 +128,10 @@ struct CachingAllocator::Impl : AllocatorState {
   // Frees deferred during a capture: the streams recorded during the capture are done once the
   // graph is; events are recorded for the others (none: freed now).
   void insert_events_deferred_until_no_capture() {
-    if (deferred_blocks.empty())
-      return;
+    if (!deferred_blocks.empty())
+      insert_deferred_events();
+  }
+  [[gnu::noinline]] void insert_deferred_events() {
     auto deferred = std::move(deferred_blocks);
     deferred_blocks.clear();
     for (auto& [block, capture_uses] : deferred) {
@@ -718,78 +721,93 @@ struct CachingAllocator::Impl : AllocatorState {
     decrease(stats.requested_bytes, kind, to_signed(requested));
   }
 
-  MallocResult malloc(Bytes requested, std::uint64_t stream) {
-    MallocResult result;
+  // malloc's refusal of a request of 1 EiB or more (PyTorch's TORCH_CHECK_WITH).
+  [[gnu::cold, gnu::noinline]] static std::uint64_t refuse_oversize(
+      Bytes requested, std::uint64_t stream, std::optional<OutOfMemory>& failure) {
+    OutOfMemory oom;
+    oom.requested = requested;
+    oom.stream = StreamId{stream};
+    oom.message = std::string(kOomMoreThan1EB);
+    failure = std::move(oom);
+    return 0;
+  }
+
+  // malloc's failure: the oom event, the counter and the OutOfMemory with PyTorch's message.
+  // Out of line, so the frame of a malloc that succeeds stays small.
+  [[gnu::cold, gnu::noinline]] std::uint64_t out_of_memory(Bytes requested, Bytes size,
+                                                           Bytes alloc_size, std::uint64_t stream,
+                                                           std::optional<OutOfMemory>& failure) {
+    OutOfMemory oom;
+    oom.requested = requested;
+    oom.rounded_size = size;
+    oom.segment_size = alloc_size;
+    oom.allocated = static_cast<Bytes>(stats.allocated_bytes[StatType::aggregate].current);
+    oom.reserved = static_cast<Bytes>(stats.reserved_bytes[StatType::aggregate].current);
+    oom.allowed = allowed;
+    oom.device_total = device.total_memory();
+    oom.device_free = device.free_memory();
+    oom.stream = StreamId{stream};
+    emit(TraceAction::oom, oom.device_free, size, stream);
+    ++stats.num_ooms;
+    OomMessageInputs text;
+    text.device = device.ordinal();
+    text.tried_to_allocate = alloc_size;
+    text.total_capacity = oom.device_total;
+    text.device_free = oom.device_free;
+    if (auto in_use = device.process_memory_in_use())
+      text.processes.push_back(GpuProcessMemory{0, *in_use, true});
+    text.allowed = allowed;
+    text.allocated = oom.allocated;
+    text.reserved = oom.reserved;
+    text.private_pool_free = private_pool_free_bytes(*this);
+    oom.message = oom_message(text, profile);
+    failure = std::move(oom);
+    return 0;
+  }
+
+  // CachingAllocator::malloc: the block's address (0 for 0 bytes), or 0 with `failure` set.
+  // `failure` is the caller's and empty: a MallocResult built per request would zero its
+  // OutOfMemory's storage whole (GCC's std::optional), a tenth of a malloc's own time.
+  std::uint64_t malloc(Bytes requested, std::uint64_t stream, std::optional<OutOfMemory>& failure) {
     if (requested == 0)
-      return result;
-    if (requested >= kOneExbibyte) {
-      OutOfMemory oom;
-      oom.requested = requested;
-      oom.stream = StreamId{stream};
-      oom.message = std::string(kOomMoreThan1EB);
-      result.oom = std::move(oom);
-      return result;
-    }
+      return 0;
+    if (requested >= kOneExbibyte) [[unlikely]]
+      return refuse_oversize(requested, stream, failure);
     // During a capture event queries are illegal: pending frees wait until it ends.
     if (captures_underway.empty())
       process_events();
     const Bytes size = round_size(requested, config, profile.one_division_leaves_size_unrounded);
     BlockPool& pool = select_pool(*this, size, stream);
-    const Bytes alloc_size = allocation_size(size, config);
     bool expandable = expandable_active(pool);
 
     const auto found = find_free_block(pool, stream, size);
-    const bool in_index = found != pool.blocks.end();
-    Block* block = in_index ? *found : nullptr;
-    if (!block) {
-      // What any garbage_collection_threshold is measured against here (gc_check_peak).
-      gc_check_peak = std::max(gc_check_peak, total_allocated);
-      if (gc_enabled())
-        garbage_collect_cached_blocks();
+    if (found != pool.blocks.end()) {
+      Block* const cached = *found;
+      return alloc_found_block(cached, requested, size, should_split(cached, size, expandable),
+                               &found)
+          ->ptr;
+    }
+    // No cached block: new memory (the segment size is needed only here).
+    const Bytes alloc_size = allocation_size(size, config);
+    // What any garbage_collection_threshold is measured against here (gc_check_peak).
+    gc_check_peak = std::max(gc_check_peak, total_allocated);
+    if (gc_enabled())
+      garbage_collect_cached_blocks();
+    Block* block = alloc_block(pool, stream, size, alloc_size, false);
+    if (!block && !pool.owner) {
+      block = try_mempool_fallback(stream, size);
+      expandable = expandable && !block;
+    }
+    if (!block && release_available_cached_blocks(pool, stream, size))
       block = alloc_block(pool, stream, size, alloc_size, false);
-      if (!block && !pool.owner) {
-        block = try_mempool_fallback(stream, size);
-        expandable = expandable && !block;
-      }
-      if (!block && release_available_cached_blocks(pool, stream, size))
-        block = alloc_block(pool, stream, size, alloc_size, false);
-      if (!block && captures_underway.empty()) {
-        release_cached_blocks();
-        block = alloc_block(pool, stream, size, alloc_size, true);
-      }
+    if (!block && captures_underway.empty()) {
+      release_cached_blocks();
+      block = alloc_block(pool, stream, size, alloc_size, true);
     }
-    if (!block) {
-      OutOfMemory oom;
-      oom.requested = requested;
-      oom.rounded_size = size;
-      oom.segment_size = alloc_size;
-      oom.allocated = static_cast<Bytes>(stats.allocated_bytes[StatType::aggregate].current);
-      oom.reserved = static_cast<Bytes>(stats.reserved_bytes[StatType::aggregate].current);
-      oom.allowed = allowed;
-      oom.device_total = device.total_memory();
-      oom.device_free = device.free_memory();
-      oom.stream = StreamId{stream};
-      emit(TraceAction::oom, oom.device_free, size, stream);
-      ++stats.num_ooms;
-      OomMessageInputs text;
-      text.device = device.ordinal();
-      text.tried_to_allocate = alloc_size;
-      text.total_capacity = oom.device_total;
-      text.device_free = oom.device_free;
-      if (auto in_use = device.process_memory_in_use())
-        text.processes.push_back(GpuProcessMemory{0, *in_use, true});
-      text.allowed = allowed;
-      text.allocated = oom.allocated;
-      text.reserved = oom.reserved;
-      text.private_pool_free = private_pool_free_bytes(*this);
-      oom.message = oom_message(text, profile);
-      result.oom = std::move(oom);
-      return result;
-    }
+    if (!block)
+      return out_of_memory(requested, size, alloc_size, stream, failure);
     const bool split = should_split(block, size, expandable);
-    result.address =
-        alloc_found_block(block, requested, size, split, in_index ? &found : nullptr)->ptr;
-    return result;
+    return alloc_found_block(block, requested, size, split)->ptr;
   }
 
   // use_on_oom MemPools, in id order: their cached blocks (no new segments) serve a request the

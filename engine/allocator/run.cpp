@@ -14,42 +14,62 @@ std::string where(std::size_t index) {
   return "request " + std::to_string(index) + ": ";
 }
 
+// The refusals of run_with's per-request checks, out of line: the checks stay small enough to
+// be inlined into the request loop.
+[[noreturn, gnu::cold, gnu::noinline]] void fail_reserved_tensor(std::size_t index) {
+  throw InputError(where(index) + "tensor id 18446744073709551615 is reserved");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void fail_not_allocated(std::size_t index,
+                                                               std::uint64_t tensor) {
+  throw InputError(where(index) + "tensor " + std::to_string(tensor) + " is not allocated");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void fail_allocated_twice(std::size_t index,
+                                                                 std::uint64_t tensor) {
+  throw InputError(where(index) + "tensor " + std::to_string(tensor) + " is allocated twice");
+}
+
 // run_requests' bookkeeping per tensor: the block address of a live tensor, the tensors whose
 // malloc failed (or had size 0), the live tensors with record_stream, and the freed tensors
 // awaiting events with the address their block had. Two layouts with one interface:
 //
 // DenseTensors, for streams whose tensor ids are small (requests_from_trace numbers them 1, 2,
-// ...): arrays indexed by id, so the lookup every request makes is one load, not a hash probe.
+// ...): one array indexed by id, address and flags side by side, so the lookup every request
+// makes is one load, not a hash probe.
 // HashedTensors, for any ids: flat hash maps keyed by id + 1 (key 0 is their empty marker).
 // Pending frees are rare (record_stream'ed tensors only), so both keep them in a hash map.
+// prefetch(id) starts loading what a later request of `id` reads (a hint; changes nothing).
 class DenseTensors {
  public:
-  explicit DenseTensors(std::size_t ids) : address_(ids), flags_(ids) {}
+  explicit DenseTensors(std::size_t ids) : slots_(ids) {}
   const std::uint64_t* live(std::uint64_t id) const {
-    return flags_[id] & kLive ? &address_[id] : nullptr;
+    return slots_[id].flags & kLive ? &slots_[id].address : nullptr;
   }
   void set_live(std::uint64_t id, std::uint64_t address) {
-    address_[id] = address;
-    flags_[id] |= kLive;
+    slots_[id].address = address;
+    slots_[id].flags |= kLive;
   }
-  void erase_live(std::uint64_t id) { flags_[id] &= static_cast<std::uint8_t>(~kLive); }
-  bool failed(std::uint64_t id) const { return flags_[id] & kFailed; }
-  void set_failed(std::uint64_t id) { flags_[id] |= kFailed; }
-  bool used_elsewhere(std::uint64_t id) const { return flags_[id] & kUsedElsewhere; }
-  void set_used_elsewhere(std::uint64_t id) { flags_[id] |= kUsedElsewhere; }
+  void erase_live(std::uint64_t id) { slots_[id].flags &= static_cast<std::uint8_t>(~kLive); }
+  bool failed(std::uint64_t id) const { return slots_[id].flags & kFailed; }
+  void set_failed(std::uint64_t id) { slots_[id].flags |= kFailed; }
+  bool used_elsewhere(std::uint64_t id) const { return slots_[id].flags & kUsedElsewhere; }
+  void set_used_elsewhere(std::uint64_t id) { slots_[id].flags |= kUsedElsewhere; }
   bool take_used_elsewhere(std::uint64_t id) {
     const bool had = used_elsewhere(id);
-    flags_[id] &= static_cast<std::uint8_t>(~kUsedElsewhere);
+    slots_[id].flags &= static_cast<std::uint8_t>(~kUsedElsewhere);
     return had;
   }
+  void prefetch(std::uint64_t id) const { __builtin_prefetch(&slots_[id]); }
   FlatMap64<std::uint64_t>& pending() { return pending_; }
 
  private:
   static constexpr std::uint8_t kLive = 1;
   static constexpr std::uint8_t kFailed = 2;
   static constexpr std::uint8_t kUsedElsewhere = 4;
-  std::vector<std::uint64_t> address_;
-  std::vector<std::uint8_t> flags_;
+  struct Slot {
+    std::uint64_t address = 0;
+    std::uint8_t flags = 0;
+  };
+  std::vector<Slot> slots_;
   FlatMap64<std::uint64_t> pending_;  // keyed by id + 1
 };
 
@@ -65,6 +85,7 @@ class HashedTensors {
   bool used_elsewhere(std::uint64_t id) const { return used_elsewhere_.contains(id + 1); }
   void set_used_elsewhere(std::uint64_t id) { used_elsewhere_.insert_or_assign(id + 1, true); }
   bool take_used_elsewhere(std::uint64_t id) { return used_elsewhere_.erase(id + 1); }
+  void prefetch(std::uint64_t id) const { address_of_.prefetch(id + 1); }
   FlatMap64<std::uint64_t>& pending() { return pending_; }
 
  private:
@@ -129,27 +150,28 @@ void run_pool_request(CachingAllocator& allocator, const RequestStream& requests
 
 namespace {
 
+// How many requests ahead run_with prefetches a request's tensor.
+constexpr std::size_t kTensorAhead = 8;
+
 template <typename Tensors>
 void run_with(const RequestStream& requests, CachingAllocator& allocator, Tensors& tensors,
               const RunOptions& options, RunResult& result) {
   FlatMap64<std::uint64_t>& pending = tensors.pending();  // keyed by tensor id + 1
   // The request's tensor id; UINT64_MAX is refused (id + 1 keys the hash maps).
   auto tensor_of = [](const Request& r, std::size_t index) {
-    if (r.tensor.value == UINT64_MAX)
-      throw InputError(where(index) + "tensor id 18446744073709551615 is reserved");
+    if (r.tensor.value == UINT64_MAX) [[unlikely]]
+      fail_reserved_tensor(index);
     return r.tensor.value;
   };
 
   auto live_address = [&](const Request& r, std::size_t index) -> std::optional<std::uint64_t> {
     tensor_of(r, index);
-    if (const std::uint64_t* address = tensors.live(r.tensor.value))
+    if (const std::uint64_t* address = tensors.live(r.tensor.value)) [[likely]]
       return *address;
-    if (tensors.failed(r.tensor.value)) {
-      ++result.skipped_requests;
-      return std::nullopt;
-    }
-    throw InputError(where(index) + "tensor " + std::to_string(r.tensor.value) +
-                     " is not allocated");
+    if (!tensors.failed(r.tensor.value)) [[unlikely]]
+      fail_not_allocated(index, r.tensor.value);
+    ++result.skipped_requests;
+    return std::nullopt;
   };
 
   if (!options.initial_segments.empty()) {
@@ -177,29 +199,32 @@ void run_with(const RequestStream& requests, CachingAllocator& allocator, Tensor
     allocator.restore_stats(*options.initial_stats);
 
   const auto& list = requests.requests;
+  std::optional<OutOfMemory> oom;  // a failing malloc's, moved into result.ooms
   for (std::size_t index = 0; index < list.size(); ++index) {
     if (index % kCancelPollRequests == 0) {
       options.progress.report(kRunStages[0].name, index, list.size());
       options.cancel.throw_if_cancelled();
     }
+    if (index + kTensorAhead < list.size())
+      tensors.prefetch(list[index + kTensorAhead].tensor.value);
     const Request& r = list[index];
     ++result.requests_run;
     switch (r.op) {
       case RequestOp::malloc: {
         const std::uint64_t tensor = tensor_of(r, index);
-        if (tensors.live(tensor))
-          throw InputError(where(index) + "tensor " + std::to_string(r.tensor.value) +
-                           " is allocated twice");
-        MallocResult got = allocator.malloc(r.size, r.stream);
-        if (got.ok()) {
+        if (tensors.live(tensor)) [[unlikely]]
+          fail_allocated_twice(index, tensor);
+        const std::uint64_t address = allocator.malloc(r.size, r.stream, oom);
+        if (!oom) {
           ++result.allocs;
-          if (got.address != 0)
-            tensors.set_live(tensor, got.address);
+          if (address != 0)
+            tensors.set_live(tensor, address);
           else
             tensors.set_failed(tensor);  // size 0: nothing to free later
         } else {
           tensors.set_failed(tensor);
-          result.ooms.push_back(RequestOom{index, result.allocs, std::move(*got.oom)});
+          result.ooms.push_back(RequestOom{index, result.allocs, std::move(*oom)});
+          oom.reset();
           if (options.stop_on_oom) {
             result.stopped_on_oom = true;
             index = list.size();  // leave the loop after the invariant check

@@ -195,17 +195,22 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
   auto& requests = out.requests.requests;
   requests.reserve(trace.size());
 
-  // The distinct streams, as far as a third (only "exactly two" matters).
+  // The distinct streams, as far as a third (only "exactly two" matters), counted at the first
+  // free with pending events: a trace without any (one stream, mostly) is not walked for them.
   std::vector<std::uint64_t> streams;
-  for (const TraceEvent& e : trace) {
-    if (std::find(streams.begin(), streams.end(), e.stream.value) == streams.end()) {
-      streams.push_back(e.stream.value);
-      if (streams.size() > 2)
-        break;
-    }
-  }
+  bool streams_counted = false;
   // The stream that used a block freed with pending events: not recorded in the trace.
   auto use_stream = [&](std::uint64_t allocation_stream) {
+    if (!streams_counted) {
+      streams_counted = true;
+      for (const TraceEvent& e : trace) {
+        if (std::find(streams.begin(), streams.end(), e.stream.value) == streams.end()) {
+          streams.push_back(e.stream.value);
+          if (streams.size() > 2)
+            break;
+        }
+      }
+    }
     if (streams.size() == 2)
       return allocation_stream == streams[0] ? streams[1] : streams[0];
     return kSyntheticUseStream;
@@ -228,7 +233,7 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
     switch (e.action) {
       case TraceAction::alloc: {
         const std::uint64_t tensor = next_tensor++;
-        if (!live.emplace(e.addr, tensor) || pending.contains(e.addr))
+        if (!live.emplace(e.addr, tensor) || (pending.size() != 0 && pending.contains(e.addr)))
           throw InputError(entry_name(i) + ": alloc at " + hex_address(e.addr) +
                            ", which is still allocated");
         requests.push_back(Request{RequestOp::malloc, TensorId{tensor}, e.size, e.stream, {}});
@@ -264,7 +269,7 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
         break;
       }
       case TraceAction::free_completed: {
-        if (const std::uint64_t* tensor = pending.find(e.addr)) {
+        if (const std::uint64_t* tensor = pending.size() == 0 ? nullptr : pending.find(e.addr)) {
           requests.push_back(Request{RequestOp::events_ready, TensorId{*tensor}, 0, e.stream, {}});
           pending.erase(e.addr);
         } else if (evidence && i != completes_prior_free) {
@@ -497,15 +502,17 @@ ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
   }
 
   result.compared = true;
+  // Addresses inside expandable reservations are the simulated device's, not the driver's: the
+  // sink compared them only without expandable segments.
+  result.first_divergence = recorder.first_divergence();
   // The trace's snapshot entries are no segment events: the trace itself is the expectation.
-  result.segment_events_match = same_segment_events(result.segment_events, trace);
+  // Without a divergence every event matched its entry's action and size, these among them.
+  result.segment_events_match =
+      !result.first_divergence || same_segment_events(result.segment_events, trace);
   std::vector<RecordedOom> got_ooms;
   for (const alloc::RequestOom& oom : result.run.ooms)
     got_ooms.push_back(RecordedOom{oom.allocs_before, oom.oom.rounded_size, oom.oom.device_free});
   result.ooms_match = got_ooms == requests.ooms;
-  // Addresses inside expandable reservations are the simulated device's, not the driver's: the
-  // sink compared them only without expandable segments.
-  result.first_divergence = recorder.first_divergence();
   options.progress.report("comparing", 1, 1);
   return result;
 }

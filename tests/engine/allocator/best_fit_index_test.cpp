@@ -2,6 +2,7 @@
 // erase through random inserts and erases that split, merge and empty its pieces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iterator>
 #include <random>
 #include <set>
@@ -181,6 +182,55 @@ TEST(BestFitIndex, KeepsStdSetOrderAtClassEdgesAndInCrowdedClasses) {
   }
   expect_same(index, reference);
   probe();
+}
+
+// A class's entries live inline while there are few and in pieces past that: one class (and
+// its neighbours) filled entry by entry to past the inline capacity and emptied again, in
+// random orders, keeps std::set order, lower_bound, and refuses a present key at every count.
+TEST(BestFitIndex, KeepsStdSetOrderAsAClassFillsAndEmpties) {
+  std::mt19937_64 random(31);
+  std::vector<Block> blocks(12);
+  BestFitIndex index;
+  std::set<Key> reference;
+  for (int round = 0; round < 40; ++round) {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i].stream = 5;
+      // [1024, 1152) is one size class; every fourth block sits in the class before or after.
+      blocks[i].size = i % 4 == 3 ? (round % 2 ? 1000 : 1200) : 1024 + (random() % 4) * 32;
+      blocks[i].ptr = 0x10000 + (random() % 64) * 0x100 + i;  // distinct, ties on size common
+    }
+    std::vector<std::size_t> order(blocks.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::shuffle(order.begin(), order.end(), random);
+    const std::size_t fill = 1 + random() % blocks.size();
+    for (std::size_t n = 0; n < fill; ++n) {
+      Block* b = &blocks[order[n]];
+      ASSERT_TRUE(index.insert(size_key(b), b));
+      reference.insert(tuple_of(size_key(b)));
+      Block* again = &blocks[order[random() % (n + 1)]];
+      EXPECT_FALSE(index.insert(size_key(again), again));
+      expect_same(index, reference);
+      for (Bytes size : {Bytes{1000}, Bytes{1024}, Bytes{1088}, Bytes{1150}, Bytes{1200}}) {
+        const SizeKey key{5, size, 0x10000 + (random() % 64) * 0x100};
+        auto got = index.lower_bound(key);
+        auto want = reference.lower_bound(tuple_of(key));
+        ASSERT_EQ(got == index.end(), want == reference.end());
+        if (want != reference.end()) {
+          ASSERT_EQ(tuple_of(got.key()), *want);
+        }
+      }
+    }
+    std::shuffle(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(fill), random);
+    for (std::size_t n = 0; n < fill; ++n) {
+      Block* b = &blocks[order[n]];
+      ASSERT_TRUE(index.erase(size_key(b), b));
+      reference.erase(tuple_of(size_key(b)));
+      EXPECT_FALSE(index.contains(size_key(b), b));
+      expect_same(index, reference);
+    }
+    EXPECT_TRUE(index.empty());
+  }
 }
 
 TEST(BestFitIndex, EraseNeedsTheSameBlockUnderItsKey) {
