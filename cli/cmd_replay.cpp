@@ -56,7 +56,7 @@ int run_replay(const std::vector<std::string>& argv) {
   }
   const std::size_t device = static_cast<std::size_t>(args.uint_option("--device").value_or(0));
 
-  snapshot::Snapshot snapshot = snapshot::read_snapshot(file);
+  snapshot::Snapshot snapshot = snapshot::read_snapshot_spooled(file);
   apply_torch_version_option(args, snapshot);
   const alloc::AllocatorProfile profile =
       alloc::allocator_profile(snapshot.torch_version.profile());

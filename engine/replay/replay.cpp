@@ -61,11 +61,41 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
 
 namespace {
 
+// A device trace as the replay reads it: in memory, or spooled (read forward through a
+// TraceWindow, never unpacked whole). Only a trace in memory can go through the pool inference,
+// which looks back and ahead anywhere in it: replay_snapshot unpacks a spooled one that may need
+// it.
+struct TraceSource {
+  const std::vector<TraceEvent>* events = nullptr;
+  const snapshot::EventSpool* spool = nullptr;
+
+  snapshot::TraceWindow window() const {
+    return events != nullptr ? snapshot::TraceWindow(*events) : snapshot::TraceWindow(*spool);
+  }
+};
+
+// Whether needs_pool_inference could say yes for the spooled trace: private pools at the end, or
+// any segment_free (a burst outside an OOM path, which only the unpacked trace can tell).
+bool may_need_pool_inference(const snapshot::EventSpool& spool, const ReplayOptions& options) {
+  for (const SegmentPool& segment : options.final_segments)
+    if (!segment.pool.is_default())
+      return true;
+  bool segment_free = false;
+  spool.for_each_block(false, [&](std::span<const TraceEvent> block, std::size_t) {
+    segment_free = segment_free || std::any_of(block.begin(), block.end(), [](const TraceEvent& e) {
+                     return e.action == TraceAction::segment_free;
+                   });
+  });
+  return segment_free;
+}
+
 // got == segment_events(trace) without building the trace's list.
 bool same_segment_events(const std::vector<std::pair<TraceAction, Bytes>>& got,
-                         const std::vector<TraceEvent>& trace) {
+                         const TraceSource& source) {
+  const snapshot::TraceWindow trace = source.window();
   std::size_t i = 0;
-  for (const TraceEvent& e : trace) {
+  for (std::size_t k = 0; k < trace.size(); ++k) {
+    const TraceEvent& e = trace[k];
     if (!is_segment_action(e.action))
       continue;
     if (i == got.size() || got[i].first != e.action || got[i].second != e.size)
@@ -113,9 +143,12 @@ class ComparingSink final : public alloc::EventSink {
  public:
   // `compare`: find the first divergence (addresses too when `compare_addresses`); `keep`: keep
   // every event, about `expected` of them.
-  ComparingSink(const std::vector<TraceEvent>& trace, bool compare, bool compare_addresses,
-                bool keep, std::size_t expected)
-      : trace_(trace), compare_(compare), compare_addresses_(compare_addresses), keep_(keep) {
+  ComparingSink(const TraceSource& trace, bool compare, bool compare_addresses, bool keep,
+                std::size_t expected)
+      : trace_(trace.window()),
+        compare_(compare),
+        compare_addresses_(compare_addresses),
+        keep_(keep) {
     if (keep_)
       events_.reserve(expected + expected / 8);
   }
@@ -164,7 +197,7 @@ class ComparingSink final : public alloc::EventSink {
       ++next_;
   }
 
-  const std::vector<TraceEvent>& trace_;
+  snapshot::TraceWindow trace_;
   bool compare_;
   bool compare_addresses_;
   bool keep_;
@@ -177,19 +210,20 @@ class ComparingSink final : public alloc::EventSink {
 
 // What extracting a trace's requests without a start state shows of one: whether an entry frees
 // a block no earlier entry allocated (a block from before the trace, or an inconsistent trace),
-// whether the trace allocated every block active at its end, and where its segment events are
+// whether the trace allocated every block active at its end, and its segment events
 // (snapshot::no_segments_before). Together they prove that snapshot::initial_state is empty.
 struct StartEvidence {
   std::vector<std::uint64_t> active_at_end;  // in: the final snapshot's active blocks
   bool frees_older_block = false;            // out: the extraction stopped at such a free
   bool allocates_every_final_block = false;  // out
-  std::vector<std::size_t> segment_entries;  // out: the segment_* entries, in order
+  std::vector<TraceEvent> segment_events;    // out: the segment_* entries, in order
 };
 
-// requests_from_trace, gathering `evidence` when given (without `initial` or a router).
-TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
-                               const snapshot::SegmentState* initial, PoolRouter* router,
-                               StartEvidence* evidence) {
+// requests_from_trace, gathering `evidence` when given (without `initial` or a router). A router
+// needs the trace in memory.
+TraceRequests extract_requests(const TraceSource& source, const snapshot::SegmentState* initial,
+                               PoolRouter* router, StartEvidence* evidence) {
+  const snapshot::TraceWindow trace = source.window();
   TraceRequests out;
   out.entries = trace.size();
   auto& requests = out.requests.requests;
@@ -202,8 +236,11 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
   // The stream that used a block freed with pending events: not recorded in the trace.
   auto use_stream = [&](std::uint64_t allocation_stream) {
     if (!streams_counted) {
+      // A window of its own: the caller's entry stays where trace's window keeps it.
       streams_counted = true;
-      for (const TraceEvent& e : trace) {
+      const snapshot::TraceWindow walk = source.window();
+      for (std::size_t i = 0; i < walk.size(); ++i) {
+        const TraceEvent& e = walk[i];
         if (std::find(streams.begin(), streams.end(), e.stream.value) == streams.end()) {
           streams.push_back(e.stream.value);
           if (streams.size() > 2)
@@ -222,12 +259,12 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
   if (initial)
     seed_from(*initial, out, live, pending, next_tensor);
   if (router)
-    router->seed(trace, out.initial_segments, out.requests);
+    router->seed(*source.events, out.initial_segments, out.requests);
   std::size_t completes_prior_free = trace.size();  // the free_completed right after its free
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const TraceEvent& e = trace[i];
     if (router)
-      router->before_entry(trace, i, out.requests);
+      router->before_entry(*source.events, i, out.requests);
     if (e.action != TraceAction::snapshot)
       ++out.expected_events;
     switch (e.action) {
@@ -281,7 +318,7 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
       case TraceAction::segment_alloc:
         out.segments.push_back({e.addr, e.size});
         if (evidence)
-          evidence->segment_entries.push_back(i);
+          evidence->segment_events.push_back(e);
         break;
       case TraceAction::oom:
         out.ooms.push_back(RecordedOom{out.allocs, e.size, e.addr});
@@ -293,7 +330,7 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
       case TraceAction::segment_map:
       case TraceAction::segment_unmap:
         if (evidence)
-          evidence->segment_entries.push_back(i);
+          evidence->segment_events.push_back(e);
         break;
       case TraceAction::snapshot:
         break;
@@ -311,8 +348,7 @@ TraceRequests extract_requests(const std::vector<TraceEvent>& trace,
 
 // replay_trace, with the requests already `extracted` (for a trace that needs no pool
 // inference) or extracted here.
-ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
-                               const nlohmann::json& allocator_settings,
+ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
                                std::optional<TraceRequests> extracted);
 
@@ -320,7 +356,7 @@ ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
 
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
                                   const snapshot::SegmentState* initial, PoolRouter* router) {
-  return extract_requests(trace, initial, router, nullptr);
+  return extract_requests(TraceSource{&trace}, initial, router, nullptr);
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std::string* note) {
@@ -373,13 +409,12 @@ std::string describe(const SeededState& seeded) {
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
-  return replay_trace_from(trace, allocator_settings, options, initial, std::nullopt);
+  return replay_trace_from(TraceSource{&trace}, allocator_settings, options, initial, std::nullopt);
 }
 
 namespace {
 
-ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
-                               const nlohmann::json& allocator_settings,
+ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
                                std::optional<TraceRequests> extracted) {
   const bool recorded_config = !options.config.has_value();
@@ -390,13 +425,13 @@ ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
   TraceRequests requests;
   if (extracted) {
     requests = std::move(*extracted);
-  } else if (needs_pool_inference(trace, options)) {
+  } else if (trace.events != nullptr && needs_pool_inference(*trace.events, options)) {
     PoolInferenceSettings settings;
     settings.config = config_from_settings(allocator_settings);
     settings.total_memory = options.total_memory;
     settings.capacity = options.capacity;
     settings.allowed_memory = options.allowed_memory;
-    settings.recorded_segments = recorded_segments(trace);
+    settings.recorded_segments = recorded_segments(*trace.events);
     settings.final_segments = options.final_segments;
     settings.profile = profile;
     if (initial)
@@ -407,7 +442,7 @@ ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
       options.progress.report("pools", pass - 1, kMaxPoolPasses);
       options.cancel.throw_if_cancelled();
       router = std::make_unique<PoolRouter>(settings);
-      requests = requests_from_trace(trace, initial, router.get());
+      requests = requests_from_trace(*trace.events, initial, router.get());
       passes = pass;
       const auto& revised = router->revised_hints();
       if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
@@ -422,7 +457,7 @@ ReplayResult replay_trace_from(const std::vector<TraceEvent>& trace,
     }
     options.progress.report("pools", 1, 1);
   } else {
-    requests = requests_from_trace(trace, initial);
+    requests = extract_requests(trace, initial, nullptr, nullptr);
   }
   std::string config_note;
   const alloc::AllocatorConfig config =
@@ -551,14 +586,25 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     throw InputError("snapshot has traces for " + std::to_string(snapshot.device_traces.size()) +
                      " device(s); there is no device " + std::to_string(device));
   }
-  const std::vector<TraceEvent>& trace = snapshot.device_traces[device];
+  // A spooled trace (read_snapshot_spooled) is read forward from its packed blocks, never
+  // unpacked whole: replaying a real 1.2M-entry trace then holds its requests, not its 48 MB of
+  // entries as well. One that may need the pool inference is unpacked (see TraceSource).
+  TraceSource trace{&snapshot.device_traces[device]};
+  std::vector<TraceEvent> unpacked;
+  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty()) {
+    const snapshot::EventSpool& spool = snapshot.device_spools[device];
+    if (may_need_pool_inference(spool, options)) {
+      unpacked = spool.to_vector();
+      trace = TraceSource{&unpacked};
+    } else {
+      trace = TraceSource{nullptr, &spool};
+    }
+  }
   // A trace recorded from the process's start touches no block or segment from before it: its
   // start state is empty, which extracting its requests proves, without initial_state's walk
   // back through every entry (a tenth of a replay). Otherwise, and where the extraction fails,
   // the replay below does it all again, seeded as initial_state says.
-  const bool spooled =
-      device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty();
-  if (!spooled && !needs_pool_inference(trace, options)) {
+  if (trace.events == nullptr || !needs_pool_inference(*trace.events, options)) {
     StartEvidence evidence;
     for (const snapshot::Segment& segment : snapshot.segments)
       if (segment.device == static_cast<int>(device))
@@ -572,8 +618,7 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
       requests.reset();  // the replay below reports it, or not, with the start state seeded
     }
     if (requests && !evidence.frees_older_block && evidence.allocates_every_final_block &&
-        snapshot::no_segments_before(snapshot, static_cast<int>(device), trace,
-                                     evidence.segment_entries))
+        snapshot::no_segments_before(snapshot, static_cast<int>(device), evidence.segment_events))
       return replay_trace_from(trace, snapshot.allocator_settings, options, nullptr,
                                std::move(requests));
   }
@@ -585,8 +630,8 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
   } catch (const InputError& error) {
     rebuild_error = error.what();
   }
-  ReplayResult result =
-      replay_trace(trace, snapshot.allocator_settings, options, initial ? &*initial : nullptr);
+  ReplayResult result = replay_trace_from(trace, snapshot.allocator_settings, options,
+                                          initial ? &*initial : nullptr, std::nullopt);
   if (!rebuild_error.empty())
     result.warnings.push_back(
         "the state at the trace's start could not be rebuilt from the "
@@ -599,7 +644,9 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
                   [](const auto& block) { return block.second.state != BlockState::inactive; });
   if (any_active) {
     std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
-    for (const TraceEvent& e : trace) {
+    const snapshot::TraceWindow entries = trace.window();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const TraceEvent& e = entries[i];
       if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
           e.action == TraceAction::free_completed)
         freed_first.emplace(e.addr, e.action != TraceAction::alloc);

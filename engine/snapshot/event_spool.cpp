@@ -189,4 +189,14 @@ std::vector<TraceEvent> EventSpool::to_vector() const {
   return out;
 }
 
+std::span<const TraceEvent> TraceWindow::decode(std::size_t b) const {
+  const std::size_t other = 1 - last_;
+  if (kept_[other].block != b) {
+    kept_[other].events = spool_->block(b, kept_[other].scratch);
+    kept_[other].block = b;
+  }
+  last_ = other;
+  return kept_[other].events;
+}
+
 }  // namespace fragscope::snapshot

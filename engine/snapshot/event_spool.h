@@ -58,6 +58,7 @@ class EventSpool {
   }
 
  private:
+  friend class TraceWindow;
   struct Scratch {
     std::vector<TraceEvent> events;
     std::vector<std::uint8_t> bytes;
@@ -116,6 +117,44 @@ class TraceBlocks {
  private:
   std::span<const TraceEvent> events_;
   const EventSpool* spool_ = nullptr;
+};
+
+// A device trace in either form read by index, for a reader that moves forward and looks at most
+// one block back or ahead (a replay's request extraction, its comparison with the recording): a
+// spool's blocks are decoded as they are reached, the last two kept, so the trace need not be
+// unpacked whole. A reference it returns stays valid until a third block is decoded.
+class TraceWindow {
+ public:
+  explicit TraceWindow(std::span<const TraceEvent> events) : events_(events) {}
+  explicit TraceWindow(const EventSpool& spool) : spool_(&spool) {}
+  TraceWindow(const TraceWindow&) = delete;  // the kept blocks' spans point into the scratches
+  TraceWindow& operator=(const TraceWindow&) = delete;
+  TraceWindow(TraceWindow&&) = default;
+
+  std::size_t size() const { return spool_ != nullptr ? spool_->size() : events_.size(); }
+  const TraceEvent& operator[](std::size_t index) const {
+    if (spool_ == nullptr)
+      return events_[index];
+    const std::size_t b = index / EventSpool::kBlockEvents;
+    const Kept& last = kept_[last_];
+    if (last.block == b)
+      return last.events[index - b * EventSpool::kBlockEvents];
+    return decode(b)[index - b * EventSpool::kBlockEvents];
+  }
+
+ private:
+  struct Kept {
+    std::size_t block = static_cast<std::size_t>(-1);
+    EventSpool::Scratch scratch;
+    std::span<const TraceEvent> events;
+  };
+  // Block `b`, kept or decoded into the slot used less recently; it becomes the last used.
+  std::span<const TraceEvent> decode(std::size_t b) const;
+
+  std::span<const TraceEvent> events_;
+  const EventSpool* spool_ = nullptr;
+  mutable Kept kept_[2];
+  mutable std::size_t last_ = 0;
 };
 
 }  // namespace fragscope::snapshot

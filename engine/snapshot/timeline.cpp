@@ -128,15 +128,15 @@ std::string describe_segment_difference(const Segment& a, const Segment& b) {
 
 }  // namespace
 
-bool no_segments_before(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,
-                        std::span<const std::size_t> segment_entries) {
+bool no_segments_before(const Snapshot& snapshot, int device,
+                        std::span<const TraceEvent> segment_events) {
   std::map<std::uint64_t, RangeSegment> segs;
   for (const Segment& s : snapshot.segments)
     if (s.device == device)
       segs[s.address] = RangeSegment{s.total_size, s.stream, s.pool, s.is_expandable};
   try {
-    for (auto i = segment_entries.rbegin(); i != segment_entries.rend(); ++i)
-      undo_segment_event(segs, trace[*i]);
+    for (auto e = segment_events.rbegin(); e != segment_events.rend(); ++e)
+      undo_segment_event(segs, *e);
   } catch (const InputError&) {
     return false;
   }

@@ -43,11 +43,11 @@ struct Timeline {
 // `guessed_blocks`, when given, receives the addresses of blocks whose size had to be guessed.
 SegmentState initial_state(const Snapshot& snapshot, int device,
                            std::vector<std::uint64_t>* guessed_blocks = nullptr);
-// Whether no segment predates `trace` (the device's, in memory): undoing its segment events at
-// `segment_entries` (indices, ascending) from the final segments leaves none, as the walk of
-// initial_state would. False as well where that walk fails.
-bool no_segments_before(const Snapshot& snapshot, int device, const std::vector<TraceEvent>& trace,
-                        std::span<const std::size_t> segment_entries);
+// Whether no segment predates the device's trace: undoing its `segment_events` (its segment_*
+// entries, in trace order) from the final segments leaves none, as the walk of initial_state
+// would. False as well where that walk fails.
+bool no_segments_before(const Snapshot& snapshot, int device,
+                        std::span<const TraceEvent> segment_events);
 
 // Throws InputError when the trace contradicts itself (e.g. frees an address never allocated).
 Timeline build_timeline(const Snapshot& snapshot, int device = 0);

@@ -106,6 +106,31 @@ TEST(EventSpool, BlocksPastTheMemoryLimitGoToAFile) {
   EXPECT_LT(spool.memory_bytes(), EventSpool::kBlockEvents * (4 + sizeof(TraceEvent)) + 4096);
 }
 
+// A TraceWindow reads a spool, its blocks in the file too, as the vector it holds: forward, looking
+// one entry back and one ahead, as a replay reads it (what it returned stays valid meanwhile).
+TEST(TraceWindow, ReadsASpoolForwardAsTheVector) {
+  const std::vector<TraceEvent> events = random_events(3 * EventSpool::kBlockEvents + 5, 13);
+  EventSpool spool(EventSpool::kBlockEvents * 4);  // less than a packed block: all to the file
+  for (const TraceEvent& e : events)
+    spool.push_back(e);
+  ASSERT_GT(spool.file_bytes(), 0u);
+  const TraceWindow window(spool);
+  ASSERT_EQ(window.size(), events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& e = window[i];
+    if (i + 1 < events.size()) {
+      ASSERT_EQ(window[i + 1], events[i + 1]) << i + 1;
+    }
+    if (i > 0) {
+      ASSERT_EQ(window[i - 1], events[i - 1]) << i - 1;
+    }
+    ASSERT_EQ(e, events[i]) << i;
+  }
+  const TraceWindow plain(events);
+  EXPECT_EQ(plain.size(), events.size());
+  EXPECT_EQ(&plain[5], &events[5]);
+}
+
 // The compacted memo against a plain vector, under grows, writes to any slot and reads.
 TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
   using pickle::Kind;
