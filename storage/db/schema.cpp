@@ -301,11 +301,6 @@ std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode 
     return db;
   }
   if (path != ":memory:" && !path.empty()) {
-    // A store is mostly compressed chunk blobs: 16 KiB pages write them in a quarter of the 4 KiB
-    // pages' calls (ingest of a real 1.2M-event trace: ~4,200 pwrite calls, ~20 % of the writing
-    // thread's CPU). Only a database without pages yet takes it; older files keep theirs.
-    if (version == 0)
-      db->exec("PRAGMA page_size = " + std::to_string(kNewDatabasePageSize));
     // WAL lets the GUI read while a run is being written; NORMAL sync is crash-safe in WAL mode.
     db->exec("PRAGMA journal_mode = WAL");
     db->exec("PRAGMA synchronous = NORMAL");

@@ -11,8 +11,6 @@ namespace fragscope::storage {
 
 // Marks the file as FragScope's (PRAGMA application_id, "FRSG").
 inline constexpr int kApplicationId = 0x46525347;
-// The page size of a database file FragScope creates (SQLite's default is 4096).
-inline constexpr int kNewDatabasePageSize = 16384;
 
 // Thrown for a database whose schema is newer than this build understands. Nothing was written.
 class SchemaTooNewError : public DatabaseError {

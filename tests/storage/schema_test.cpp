@@ -22,26 +22,6 @@ TEST(Schema, NewDatabaseIsCreatedAtTheLatestVersionInWalMode) {
   EXPECT_EQ(mode.column_text(0), "wal");
   auto store = open_store_database(path);
   EXPECT_EQ(store->query_int("PRAGMA foreign_keys"), 1);
-  EXPECT_EQ(store->query_int("PRAGMA page_size"), kNewDatabasePageSize);
-}
-
-// A file made with SQLite's default pages keeps them: the page size of a database with pages
-// cannot change without a VACUUM, and opening must not try.
-TEST(Schema, AnExistingDatabaseKeepsItsPageSize) {
-  TempDir dir;
-  const std::string path = dir.file("old.db");
-  {
-    Database db(path);
-    migrate_to(db, latest_schema_version());
-  }
-  auto store = open_store_database(path);
-  EXPECT_EQ(store->query_int("PRAGMA page_size"), 4096);
-  store->exec(
-      "INSERT INTO experiments(id, name, definition, created_at) VALUES (1, 'e', '{}', 'now')");
-  store.reset();
-  Database db(path);
-  EXPECT_EQ(db.query_int("PRAGMA page_size"), 4096);
-  EXPECT_EQ(db.query_int("SELECT COUNT(*) FROM experiments"), 1);
 }
 
 // Builds a database at every earlier schema version, with data that version could hold, and
