@@ -132,6 +132,20 @@ TEST(TraceWindow, ReadsASpoolForwardAsTheVector) {
 }
 
 // The compacted memo against a plain vector, under grows, writes to any slot and reads.
+// Whether `memo`'s slot reads what the plain array `model` holds there.
+::testing::AssertionResult memo_slot_holds(const pickle::Memo& memo,
+                                           const std::vector<pickle::Value>& model,
+                                           std::uint64_t slot) {
+  const pickle::Value got = memo.get(slot);
+  const pickle::Value& want = model[slot];
+  if (got.kind == want.kind && got.ref == want.ref && got.i == want.i)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "slot " << slot << ": kind " << pickle::to_string(got.kind) << " ref " << got.ref
+         << " i " << got.i << ", expected kind " << pickle::to_string(want.kind) << " ref "
+         << want.ref << " i " << want.i;
+}
+
 TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
   using pickle::Kind;
   using pickle::Value;
@@ -174,18 +188,12 @@ TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
       model[slot] = v;
     } else {
       const std::uint64_t slot = rng() % model.size();
-      const Value v = memo.get(slot);
-      ASSERT_EQ(v.kind, model[slot].kind) << slot;
-      ASSERT_EQ(v.ref, model[slot].ref) << slot;
-      ASSERT_EQ(v.i, model[slot].i) << slot;
+      ASSERT_TRUE(memo_slot_holds(memo, model, slot));
     }
   }
   ASSERT_EQ(memo.size(), model.size());
   for (std::uint64_t slot = 0; slot < model.size(); ++slot) {
-    const Value v = memo.get(slot);
-    ASSERT_EQ(v.kind, model[slot].kind) << slot;
-    ASSERT_EQ(v.ref, model[slot].ref) << slot;
-    ASSERT_EQ(v.i, model[slot].i) << slot;
+    ASSERT_TRUE(memo_slot_holds(memo, model, slot));
   }
 }
 
@@ -234,10 +242,7 @@ TEST(PickleMemo, EntriesBetweenOtherValuesCostAWordASlot) {
   EXPECT_LT(memo.memory_bytes(), kSlots * sizeof(std::uint32_t) +
                                      2 * pickle::Memo::kWindow * sizeof(Value) + (64u << 10));
   for (std::uint64_t slot = 0; slot < model.size(); ++slot) {
-    const Value v = memo.get(slot);
-    ASSERT_EQ(v.kind, model[slot].kind) << slot;
-    ASSERT_EQ(v.ref, model[slot].ref) << slot;
-    ASSERT_EQ(v.i, model[slot].i) << slot;
+    ASSERT_TRUE(memo_slot_holds(memo, model, slot));
   }
 }
 
