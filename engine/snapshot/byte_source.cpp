@@ -122,6 +122,7 @@ std::size_t ByteSource::fill() {
     if (begin_ > 0) {
       std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
       end_ -= begin_;
+      dropped_ += begin_;
       begin_ = 0;
     } else {
       buf_.resize(buf_.size() * 2);
@@ -191,7 +192,6 @@ const std::uint8_t* ByteSource::take_slow(std::size_t n) {
   }
   const std::uint8_t* p = buf_.data() + begin_;
   begin_ += n;
-  consumed_ += n;
   return p;
 }
 
@@ -204,7 +204,6 @@ bool ByteSource::read_into(std::string& out, std::uint64_t n) {
     std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, end_ - begin_));
     out.append(reinterpret_cast<const char*>(buf_.data() + begin_), chunk);
     begin_ += chunk;
-    consumed_ += chunk;
     n -= chunk;
   }
   return true;

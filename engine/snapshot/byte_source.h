@@ -30,12 +30,13 @@ class ByteSource {
       return take_slow(n);
     const std::uint8_t* p = buf_.data() + begin_;
     begin_ += n;
-    consumed_ += n;
     return p;
   }
+  // The next byte without consuming it, or -1 when none is buffered (the input may still go on).
+  int peek_buffered() const { return begin_ < end_ ? buf_[begin_] : -1; }
   // Appends exactly `n` bytes to `out`; false when the input ends first.
   bool read_into(std::string& out, std::uint64_t n);
-  std::uint64_t offset() const { return consumed_; }
+  std::uint64_t offset() const { return dropped_ + begin_; }
   // About how many bytes the pickle has (gzip's recorded size, mod 4 GiB, for a compressed
   // input), for sizing buffers up front; never trusted as a limit. 0 when unknown.
   std::uint64_t size_hint() const { return size_hint_; }
@@ -64,7 +65,7 @@ class ByteSource {
   std::vector<std::uint8_t> buf_;  // decompressed bytes [begin_, end_)
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
-  std::uint64_t consumed_ = 0;
+  std::uint64_t dropped_ = 0;  // bytes consumed and dropped from the front of buf_
   std::uint64_t produced_ = 0;
   std::uint64_t raw_read_ = 0;
   std::uint64_t size_hint_ = 0;

@@ -5,20 +5,17 @@
 namespace fragscope::snapshot::pickle {
 namespace {
 
-// A folded slot's word: the top 3 bits say what the slot holds, the low 29 bits its payload.
-enum Tag : std::uint32_t {
-  tag_unset,          // Kind::unset
-  tag_string,         // payload: string id
-  tag_frame,          // payload: frame index
-  tag_frame_stack,    // payload: frame stack id
-  tag_entry,          // a converted entry of event list 0; payload: its index
-  tag_skipped_entry,  // an entry with an unknown action (ref ~0)
-  tag_wide,           // payload: index into the chunk's wide values
-};
-constexpr unsigned kPayloadBits = 29;
-constexpr std::uint32_t kPayloadMask = (std::uint32_t{1} << kPayloadBits) - 1;
+constexpr Memo::Tag tag_unset = Memo::tag_unset;
+constexpr Memo::Tag tag_string = Memo::tag_string;
+constexpr Memo::Tag tag_frame = Memo::tag_frame;
+constexpr Memo::Tag tag_frame_stack = Memo::tag_frame_stack;
+constexpr Memo::Tag tag_entry = Memo::tag_entry;
+constexpr Memo::Tag tag_skipped_entry = Memo::tag_skipped_entry;
+constexpr Memo::Tag tag_wide = Memo::tag_wide;
+constexpr unsigned kPayloadBits = Memo::kPayloadBits;
+constexpr std::uint32_t kPayloadMask = Memo::kPayloadMask;
 
-constexpr std::uint32_t word(Tag tag, std::uint32_t payload) {
+constexpr std::uint32_t word(Memo::Tag tag, std::uint32_t payload) {
   return static_cast<std::uint32_t>(tag) << kPayloadBits | payload;
 }
 
@@ -43,39 +40,6 @@ std::uint32_t encode(const Value& v) {
     default:
       return word(tag_wide, 0);
   }
-}
-
-Value decode(std::uint32_t w, const std::vector<Value>& wide) {
-  Value v;
-  const std::uint32_t payload = w & kPayloadMask;
-  switch (static_cast<Tag>(w >> kPayloadBits)) {
-    case tag_unset:
-      v.kind = Kind::unset;
-      break;
-    case tag_string:
-      v.kind = Kind::string;
-      v.ref = payload;
-      break;
-    case tag_frame:
-      v.kind = Kind::frame;
-      v.ref = payload;
-      break;
-    case tag_frame_stack:
-      v.kind = Kind::frame_stack;
-      v.ref = payload;
-      break;
-    case tag_entry:
-      v.kind = Kind::trace_event;
-      v.i = payload;
-      break;
-    case tag_skipped_entry:
-      v.kind = Kind::trace_event;
-      v.ref = ~std::uint32_t{0};
-      break;
-    default:
-      return wide[payload];
-  }
-  return v;
 }
 
 bool is_wide(std::uint32_t w) {
@@ -137,15 +101,6 @@ void Memo::fold_oldest() {
   }
   recent_.erase(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(kWindow));
   base_ += kWindow;
-}
-
-Value Memo::get_folded(std::uint64_t slot) const {
-  const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
-  const auto offset = static_cast<std::size_t>(slot % kWindow);
-  const std::uint16_t block = chunk.blocks[offset / kBlock];
-  if ((block & Chunk::kSequence) != 0)
-    return decode(chunk.words[block & ~Chunk::kSequence] + offset % kBlock, chunk.wide);
-  return decode(chunk.words[block + offset % kBlock], chunk.wide);
 }
 
 void Memo::unpack(Chunk& chunk, std::size_t block) {

@@ -184,10 +184,6 @@ std::string_view to_string(Kind kind) {
   return "?";
 }
 
-bool Value::is_node() const {
-  return is_container(kind) || kind == Kind::big_integer || kind == Kind::bytes;
-}
-
 Machine::Machine(ByteSource& source, const ReadLimits& limits, ListSink* sink)
     : source_(source), limits_(limits), sink_(sink) {
   // Grown by doubling, the trace's event list was copied and faulted in again and again (a third
@@ -205,17 +201,8 @@ void Machine::fail(const std::string& what) const {
                    what);
 }
 
-Node& Machine::node(const Value& v) {
-  Node& n = nodes_[v.ref];
-  // Unreachable for any pickle: retire() frees only nodes with a single holder, and that holder
-  // drops its reference. Kept as a check so a bug is an error, not a read of a reused node.
-  if (n.generation != v.generation)
-    fail("internal error: a stale reference to a converted object");
-  return n;
-}
-
-const Node& Machine::node(const Value& v) const {
-  return const_cast<Machine*>(this)->node(v);
+void Machine::fail_stale() const {
+  fail("internal error: a stale reference to a converted object");
 }
 
 std::uint32_t Machine::intern(std::string_view s) {
@@ -254,6 +241,10 @@ Value Machine::new_node(Kind kind) {
   n.depth = 1;
   n.items.clear();
   n.data.clear();
+  if (n.items.capacity() == 0 && !spare_items_.empty()) {
+    n.items.swap(spare_items_.back());
+    spare_items_.pop_back();
+  }
   Value v;
   v.kind = kind;
   v.ref = index;
@@ -286,10 +277,20 @@ void Machine::retire(const Value& v, Value replacement) {
     n.kind = replacement.kind;
     n.aux = replacement.ref;
     n.aux_index = static_cast<std::uint64_t>(replacement.i);
-    release_storage(n);
+    recycle_storage(n);
     return;
   }
   free_node(v.ref);
+}
+
+void Machine::recycle_storage(Node& n) {
+  if (spare_items_.size() < kSpareItems && n.items.capacity() > 0 &&
+      n.items.capacity() <= kMaxSpareCapacity) {
+    n.items.clear();
+    spare_items_.push_back(std::move(n.items));
+    n.items = {};
+  }
+  release_storage(n);
 }
 
 void Machine::release(const Value& v) {
@@ -309,12 +310,6 @@ std::uint32_t Machine::new_event_list(bool reserve) {
   if (reserve && event_lists_.size() == 1)
     event_lists_.back().reserve(event_list_reserve_);
   return static_cast<std::uint32_t>(event_lists_.size() - 1);
-}
-
-void Machine::push(Value v) {
-  if (stack_.size() >= limits_.max_stack) [[unlikely]]
-    fail_stack_full();
-  stack_.push_back(v);
 }
 
 void Machine::fail_stack_full() const {
@@ -375,13 +370,8 @@ void Machine::memo_put(std::uint64_t index) {
   }
 }
 
-Value Machine::memo_get(std::uint64_t index) {
-  const Value v = index < memo_.size() ? memo_.get(index) : scalar(Kind::unset);
-  if (v.kind == Kind::unset)
-    fail("memo index " + std::to_string(index) + " was never stored");
-  if (v.is_node())
-    hold(v);
-  return v;
+void Machine::fail_memo_unset(std::uint64_t index) const {
+  fail("memo index " + std::to_string(index) + " was never stored");
 }
 
 void Machine::note_child(Node& parent, const Value& child) {
@@ -757,10 +747,18 @@ Value Machine::run() {
         memo_put(memo_.size());
         break;
       case BINGET:
-        push(memo_get(*need(1, "BINGET")));
-        break;
       case LONG_BINGET:
-        push(memo_get(load_le<std::uint32_t>(need(4, "LONG_BINGET"))));
+        // A frames list of a real trace is a run of dozens of GETs: they loop here, without a
+        // return to the dispatch for each.
+        for (;;) {
+          push(memo_get(op == BINGET ? *need(1, "BINGET")
+                                     : load_le<std::uint32_t>(need(4, "LONG_BINGET"))));
+          const int next = source_.peek_buffered();
+          if (next != BINGET && next != LONG_BINGET)
+            break;
+          op_offset_ = source_.offset();
+          op = *source_.take(1);
+        }
         break;
       case PUT:
       case GET: {

@@ -49,7 +49,15 @@ struct Value {
     double d;
     std::uint64_t generation;  // node values: generation of the node when referenced
   };
-  bool is_node() const;
+  // A container, a big integer or bytes: a node of the machine's arena.
+  bool is_node() const {
+    constexpr std::uint32_t nodes =
+        1u << static_cast<unsigned>(Kind::big_integer) | 1u << static_cast<unsigned>(Kind::bytes) |
+        1u << static_cast<unsigned>(Kind::list) | 1u << static_cast<unsigned>(Kind::tuple) |
+        1u << static_cast<unsigned>(Kind::dict) | 1u << static_cast<unsigned>(Kind::set) |
+        1u << static_cast<unsigned>(Kind::trace_list);
+    return (nodes >> static_cast<unsigned>(kind) & 1u) != 0;
+  }
 };
 
 struct Node {
@@ -93,11 +101,18 @@ class Memo {
   std::uint64_t size() const { return base_ + recent_.size(); }
   // Adds unset slots up to `size` slots.
   void grow(std::uint64_t size);
-  // Inline for the window; a folded slot is looked up out of line.
+  // Inline, folded slots too: a frames list of a real trace is dozens of GETs of old slots.
   Value get(std::uint64_t slot) const {
     if (slot >= base_)
       return recent_[static_cast<std::size_t>(slot - base_)];
-    return get_folded(slot);
+    const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
+    const auto offset = static_cast<std::uint32_t>(slot % kWindow);
+    const std::uint16_t block = chunk.blocks[offset / kBlock];
+    const bool sequence = (block & Chunk::kSequence) != 0;
+    const std::uint32_t in_block = offset % kBlock;
+    const std::uint32_t w = chunk.words[(block & ~Chunk::kSequence) + (sequence ? 0 : in_block)] +
+                            (sequence ? in_block : 0);
+    return decode(w, chunk.wide);
   }
   void set(std::uint64_t slot, const Value& value);
   // Bytes held, for tests and measurements.
@@ -108,17 +123,44 @@ class Memo {
   static constexpr std::size_t kWindow = 1u << 14;
   static constexpr std::size_t kBlock = 64;
 
+  // A folded slot's word: the top 3 bits say what the slot holds, the low 29 bits its payload.
+  enum Tag : std::uint32_t {
+    tag_unset,          // Kind::unset
+    tag_string,         // payload: string id
+    tag_frame,          // payload: frame index
+    tag_frame_stack,    // payload: frame stack id
+    tag_entry,          // a converted entry of event list 0; payload: its index
+    tag_skipped_entry,  // an entry with an unknown action (ref ~0)
+    tag_wide,           // payload: index into the chunk's wide values
+  };
+  static constexpr unsigned kPayloadBits = 29;
+  static constexpr std::uint32_t kPayloadMask = (std::uint32_t{1} << kPayloadBits) - 1;
+  // Without a switch: the tags of a frames list's GETs alternate unpredictably.
+  static Value decode(std::uint32_t w, const std::vector<Value>& wide) {
+    static constexpr Kind kinds[8] = {Kind::unset,       Kind::string,      Kind::frame,
+                                      Kind::frame_stack, Kind::trace_event, Kind::trace_event,
+                                      Kind::unset,       Kind::unset};
+    const std::uint32_t tag = w >> kPayloadBits;
+    const std::uint32_t payload = w & kPayloadMask;
+    if (tag == tag_wide) [[unlikely]]
+      return wide[payload];
+    Value v;
+    v.kind = kinds[tag];
+    v.ref = tag - tag_string < 3 ? payload : (tag == tag_skipped_entry ? ~std::uint32_t{0} : 0);
+    v.i = tag == tag_entry ? payload : 0;
+    return v;
+  }
+
  private:
   // kWindow folded slots. blocks[b]: where block b's words start in `words`; with kSequence set,
   // the block is 64 converted entries in a row and keeps only its first word.
   struct Chunk {
-    std::array<std::uint16_t, kWindow / kBlock> blocks{};
     std::vector<std::uint32_t> words;
     std::vector<Value> wide;  // the values of the words tagged wide
+    std::array<std::uint16_t, kWindow / kBlock> blocks{};
     static constexpr std::uint16_t kSequence = 0x8000;
   };
   void fold_oldest();
-  Value get_folded(std::uint64_t slot) const;
   // Turns a sequence block back into a word per slot, so that one of its slots can change.
   static void unpack(Chunk& chunk, std::size_t block);
   // Keeps only the wide values some word still refers to.
@@ -148,8 +190,16 @@ class Machine {
   Value run();
 
   // Accessors for sinks and for the schema walk.
-  Node& node(const Value& v);
-  const Node& node(const Value& v) const;
+  Node& node(const Value& v) {
+    Node& n = nodes_[v.ref];
+    // Unreachable for any pickle: retire() frees only nodes with a single holder, and that
+    // holder drops its reference. Kept as a check so a bug is an error, not a read of a reused
+    // node.
+    if (n.generation != v.generation) [[unlikely]]
+      fail_stale();
+    return n;
+  }
+  const Node& node(const Value& v) const { return const_cast<Machine*>(this)->node(v); }
   std::string_view str(const Value& v) const { return strings_[v.ref]; }
   std::uint32_t intern(std::string_view s);
   // Replaces a node a sink converted by its compact form `replacement` (a scalar Value), for a
@@ -178,15 +228,34 @@ class Machine {
   [[noreturn, gnu::cold, gnu::noinline]] void fail_truncated(std::size_t n, const char* what) const;
   Value new_node(Kind kind);
   void free_node(std::uint32_t index);
+  // Frees a shared node's items and payload as it turns compact (release_storage), keeping a few
+  // item buffers for the next nodes: a real trace's 800k shared frames lists otherwise cost a
+  // malloc and a free of ~1 KB each.
+  void recycle_storage(Node& n);
   // One more reference to the node of v.
   void hold(const Value& v);
   void charge_text(std::uint64_t length);
-  void push(Value v);
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_stale() const;
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_memo_unset(std::uint64_t index) const;
+  void push(Value v) {
+    if (stack_.size() >= limits_.max_stack) [[unlikely]]
+      fail_stack_full();
+    stack_.push_back(v);
+  }
   Value pop();
   Value& top();
   std::size_t pop_mark();
   void memo_put(std::uint64_t index);
-  Value memo_get(std::uint64_t index);
+  Value memo_get(std::uint64_t index) {
+    if (index >= memo_.size()) [[unlikely]]
+      fail_memo_unset(index);
+    const Value v = memo_.get(index);
+    if (v.kind == Kind::unset) [[unlikely]]
+      fail_memo_unset(index);
+    if (v.is_node())
+      hold(v);
+    return v;
+  }
   void add_to_list(Value list, std::size_t first);
   void add_to_dict(Value dict, std::size_t first);
   void add_to_set(Value set, std::size_t first);
@@ -206,6 +275,9 @@ class Machine {
   Memo memo_;
   std::vector<Node> nodes_;
   std::vector<std::uint32_t> free_nodes_;
+  std::vector<std::vector<Value>> spare_items_;  // at most kSpareItems, empty, kept by capacity
+  static constexpr std::size_t kSpareItems = 64;
+  static constexpr std::size_t kMaxSpareCapacity = 1024;
   std::vector<std::string> strings_;
   struct StringHash {
     using is_transparent = void;

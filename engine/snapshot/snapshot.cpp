@@ -20,10 +20,24 @@ FrameTable::FrameTable() : stack_offsets_{0, 0} {
 }
 
 std::uint64_t FrameTable::hash_stack(std::span<const std::uint32_t> frame_indices) {
-  std::uint64_t h = 0xcbf29ce484222325ull ^ frame_indices.size();
-  for (std::uint32_t i : frame_indices)
-    h = (h ^ i) * 0x100000001b3ull;
-  return h;
+  // Two indices a step, in four independent lanes: one lane of a multiply per index made the
+  // hash a chain of ~65 dependent multiplies for every stack of a real trace.
+  constexpr std::uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  std::uint64_t lanes[4] = {0xcbf29ce484222325ull ^ frame_indices.size(), 1, 2, 3};
+  const std::size_t n = frame_indices.size();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 4; ++l) {
+      const std::uint64_t pair =
+          frame_indices[i + 2 * l] | std::uint64_t{frame_indices[i + 2 * l + 1]} << 32;
+      lanes[l] = (lanes[l] ^ pair) * kMul;
+    }
+  for (; i < n; ++i)
+    lanes[i % 4] = (lanes[i % 4] ^ frame_indices[i]) * kMul;
+  std::uint64_t h = lanes[0];
+  for (std::size_t l = 1; l < 4; ++l)
+    h = (h ^ (lanes[l] >> 29 | lanes[l] << 35)) * kMul;
+  return h ^ h >> 32;
 }
 
 std::uint32_t FrameTable::intern_frame(const Frame& frame) {
