@@ -126,42 +126,50 @@ void SegmentState::add_free(std::uint64_t address, Bytes size, SegmentInfo& seg)
 }
 
 void SegmentState::remove_free(BlockIt it, SegmentInfo& seg) {
-  auto fs = free_sizes_.find(it->second.size);
-  if (--fs->second == 0)
-    free_sizes_.erase(fs);
+  forget_free_size(it->second.size);
   --seg.block_count;
   seg.free_bytes -= it->second.size;
   blocks_.erase(it);
 }
 
+void SegmentState::forget_free_size(Bytes size) {
+  auto fs = free_sizes_.find(size);
+  if (--fs->second == 0)
+    free_sizes_.erase(fs);
+}
+
 SegmentState::BlockIt SegmentState::coalesce(BlockIt it, SegmentIt seg) {
   std::uint64_t seg_start = seg->first;
   std::uint64_t seg_end = seg->first + seg->second.size;
-  std::uint64_t start = it->first;
-  Bytes size = it->second.size;
-  bool merged = false;
+  // The merged block keeps the first node of the run (the free block before `it`, or `it`), so a
+  // merge erases the nodes after it and inserts none: a free is most of a trace's map churn.
+  BlockIt first = it;
   if (it != blocks_.begin()) {
     auto prev = std::prev(it);
-    if (prev->first >= seg_start && prev->first + prev->second.size == start &&
-        prev->second.state == BlockState::inactive) {
-      start = prev->first;
-      size += prev->second.size;
-      remove_free(prev, seg->second);
-      merged = true;
-    }
+    if (prev->first >= seg_start && prev->first + prev->second.size == it->first &&
+        prev->second.state == BlockState::inactive)
+      first = prev;
   }
+  BlockIt last = it;
   auto next = std::next(it);
   if (next != blocks_.end() && next->first < seg_end &&
-      it->first + it->second.size == next->first && next->second.state == BlockState::inactive) {
-    size += next->second.size;
-    remove_free(next, seg->second);
-    merged = true;
-  }
-  if (!merged)
+      it->first + it->second.size == next->first && next->second.state == BlockState::inactive)
+    last = next;
+  if (first == last)
     return it;
-  remove_free(it, seg->second);
-  add_free(start, size, seg->second);
-  return blocks_.find(start);
+  Bytes size = 0;
+  const BlockIt end = std::next(last);
+  for (auto merged = first; merged != end; ++merged) {
+    forget_free_size(merged->second.size);
+    --seg->second.block_count;
+    size += merged->second.size;
+  }
+  blocks_.erase(std::next(first), end);
+  first->second = BlockInfo{};
+  first->second.size = size;
+  ++free_sizes_[size];
+  ++seg->second.block_count;
+  return first;
 }
 
 void SegmentState::refresh_largest_free() {
@@ -214,19 +222,25 @@ void SegmentState::on_alloc(const TraceEvent& e) {
                 std::to_string(rounded) + "-byte block");
   Bytes before = split_contribution(seg->second);
   Bytes size = free_size;
-  remove_free(it, seg->second);
+  // The free block's node becomes the allocation (the same key), and a split's rest goes right
+  // after it: no node is erased and at most one is inserted, next to a known position.
+  forget_free_size(free_size);
+  seg->second.free_bytes -= free_size;
   if (rules_.should_split(free_size, rounded)) {
     size = rounded;
-    add_free(e.addr + rounded, free_size - rounded, seg->second);
+    BlockInfo rest;
+    rest.size = free_size - rounded;
+    blocks_.emplace_hint(std::next(it), e.addr + rounded, rest);
+    ++free_sizes_[rest.size];
+    ++seg->second.block_count;
+    seg->second.free_bytes += rest.size;
   }
   seg->second.pool = rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
-  BlockInfo b;
-  b.size = size;
-  b.requested = e.size;
-  b.state = BlockState::active_allocated;
-  b.frames = e.frames;
-  blocks_.emplace(e.addr, b);
-  ++seg->second.block_count;
+  it->second = BlockInfo{};
+  it->second.size = size;
+  it->second.requested = e.size;
+  it->second.state = BlockState::active_allocated;
+  it->second.frames = e.frames;
   totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
   totals_.allocated += size;
   totals_.active += size;

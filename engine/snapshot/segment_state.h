@@ -99,6 +99,9 @@ class SegmentState {
   Bytes split_contribution(const SegmentInfo& s) const;
   void add_free(std::uint64_t address, Bytes size, SegmentInfo& seg);
   void remove_free(BlockIt it, SegmentInfo& seg);
+  void forget_free_size(Bytes size);  // one free block of `size` fewer in free_sizes_
+  // Merges the free block at `it` with free neighbours in the same segment; returns the merged
+  // block.
   BlockIt coalesce(BlockIt it, SegmentIt seg);
   void recount(SegmentIt seg);
   void refresh_largest_free();
