@@ -162,6 +162,10 @@ class FlatAddressMap {
       f(std::uint64_t{0}, *zero_);
     map_.for_each(f);
   }
+  void clear() {
+    map_.clear();
+    zero_.reset();
+  }
 
  private:
   FlatMap64<Value> map_;

@@ -45,30 +45,46 @@ void SegmentMap::apply(const TraceEvent& event) {
   }
 }
 
+namespace {
+// A block's state after the events so far, where they touched it: live (with its record) or
+// gone. Blocks not in it are as the ordered map holds them.
+struct BlockChange {
+  bool live = false;
+  LiveBlock block;
+};
+using BlockChanges = alloc::FlatAddressMap<BlockChange>;
+
+const LiveBlock* block_now(const BlockChanges& changes,
+                           const std::map<std::uint64_t, LiveBlock>& blocks, std::uint64_t addr) {
+  if (const BlockChange* change = changes.find(addr))
+    return change->live ? &change->block : nullptr;
+  const auto it = blocks.find(addr);
+  return it == blocks.end() ? nullptr : &it->second;
+}
+
+void commit_changes(BlockChanges& changes, std::map<std::uint64_t, LiveBlock>& blocks) {
+  changes.for_each([&blocks](std::uint64_t addr, const BlockChange& change) {
+    if (change.live)
+      blocks[addr] = change.block;
+    else
+      blocks.erase(addr);
+  });
+  changes.clear();
+}
+}  // namespace
+
 void SegmentMap::apply_all(std::span<const TraceEvent> events) {
-  // A block's state after the events so far, where they touched it: live (with its record) or
-  // gone. Blocks not in it are as blocks_ holds them.
-  struct Change {
-    bool live = false;
-    LiveBlock block;
-  };
-  alloc::FlatAddressMap<Change> changes(1024);
-  auto block_now = [&](std::uint64_t addr) -> const LiveBlock* {
-    if (const Change* change = changes.find(addr))
-      return change->live ? &change->block : nullptr;
-    const auto it = blocks_.find(addr);
-    return it == blocks_.end() ? nullptr : &it->second;
-  };
+  BlockChanges changes(1024);
   for (const TraceEvent& event : events) {
     switch (event.action) {
       case TraceAction::alloc:
         changes.insert_or_assign(
-            event.addr, Change{true, LiveBlock{event.addr, event.size, event.stream,
-                                               BlockState::active_allocated, event.frames}});
+            event.addr, BlockChange{true, LiveBlock{event.addr, event.size, event.stream,
+                                                    BlockState::active_allocated, event.frames}});
         break;
       case TraceAction::free_requested:
-        if (const LiveBlock* block = block_now(event.addr)) {
-          Change pending{true, *block};
+        if (const LiveBlock* block = block_now(changes, blocks_, event.addr)) {
+          BlockChange pending{true, *block};
           pending.block.state = BlockState::active_pending_free;
           changes.insert_or_assign(event.addr, pending);
         } else {
@@ -76,8 +92,8 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
         }
         break;
       case TraceAction::free_completed:
-        if (block_now(event.addr))
-          changes.insert_or_assign(event.addr, Change{});
+        if (block_now(changes, blocks_, event.addr))
+          changes.insert_or_assign(event.addr, BlockChange{});
         else
           ++unmatched_;
         break;
@@ -86,12 +102,53 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
         break;
     }
   }
-  changes.for_each([this](std::uint64_t addr, const Change& change) {
-    if (change.live)
-      blocks_[addr] = change.block;
-    else
-      blocks_.erase(addr);
+  commit_changes(changes, blocks_);
+}
+
+void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
+  // Committed every kWindow events, so the hash map stays small on any trace; most blocks a
+  // window frees it also allocates, and those never reach the ordered map.
+  constexpr std::size_t kWindow = std::size_t{1} << 14;
+  BlockChanges changes(1024);
+  std::size_t in_window = 0;
+  events.for_each_backward([&](const TraceEvent& event, std::size_t) {
+    switch (event.action) {
+      case TraceAction::alloc:
+        changes.insert_or_assign(event.addr, BlockChange{});
+        break;
+      case TraceAction::free_requested:
+        if (const LiveBlock* block = block_now(changes, blocks_, event.addr)) {
+          BlockChange allocated{true, *block};
+          allocated.block.state = BlockState::active_allocated;
+          changes.insert_or_assign(event.addr, allocated);
+        } else {
+          changes.insert_or_assign(
+              event.addr,
+              BlockChange{
+                  true,
+                  LiveBlock{
+                      event.addr, event.size, event.stream, BlockState::active_allocated, {}}});
+        }
+        break;
+      case TraceAction::free_completed:
+        // The stack of a free event is the free's, not the allocation's: unknown here.
+        changes.insert_or_assign(
+            event.addr,
+            BlockChange{
+                true,
+                LiveBlock{
+                    event.addr, event.size, event.stream, BlockState::active_pending_free, {}}});
+        break;
+      default:
+        unapply(event);  // segments: not blocks
+        break;
+    }
+    if (++in_window == kWindow) {
+      commit_changes(changes, blocks_);
+      in_window = 0;
+    }
   });
+  commit_changes(changes, blocks_);
 }
 
 void SegmentMap::unapply(const TraceEvent& event) {
@@ -130,8 +187,7 @@ void SegmentMap::unapply(const TraceEvent& event) {
 }
 
 SegmentMap rewind(SegmentMap final_state, const snapshot::TraceBlocks& events) {
-  events.for_each_backward(
-      [&final_state](const TraceEvent& event, std::size_t) { final_state.unapply(event); });
+  final_state.unapply_all(events);
   return SegmentMap(final_state.segments(), final_state.blocks());
 }
 

@@ -79,6 +79,9 @@ class SegmentMap {
   // Undoes one event: the state before `event`, given the state after it. Rewinding a final
   // state through a whole trace gives the state the trace started from.
   void unapply(const TraceEvent& event);
+  // unapply() of each event from the last to the first: the same state, with the blocks' changes
+  // gathered in a hash map as apply_all() does (rewind walks a whole trace back).
+  void unapply_all(const snapshot::TraceBlocks& events);
 
   std::vector<std::uint8_t> serialize() const;
   // `what` names the blob in errors.

@@ -12,6 +12,7 @@
 
 #include "engine/snapshot/snapshot.h"
 #include "storage/db/event_chunk.h"
+#include "storage/db/segment_map.h"
 #include "storage/db/run_store.h"
 #include "storage/storage_test_util.h"
 
@@ -92,6 +93,19 @@ const std::vector<TraceEvent>& real_trace() {
   }();
   return events;
 }
+
+// An import's start state: the real trace's final segment map walked back through all of it.
+void BM_RewindRealTrace(benchmark::State& state) {
+  const auto& events = real_trace();
+  SegmentMap final_state;
+  final_state.apply_all(events);
+  for (auto _ : state) {
+    const SegmentMap start = rewind(final_state, events);
+    benchmark::DoNotOptimize(start.blocks().size());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+}
+BENCHMARK(BM_RewindRealTrace)->Unit(benchmark::kMillisecond);
 
 void BM_IngestRealTrace(benchmark::State& state) {
   const auto& events = real_trace();

@@ -230,6 +230,23 @@ TEST(SegmentMap, RewindingTheFinalStateGivesTheStartingState) {
   EXPECT_EQ(rewind(full, events), SegmentMap());
 }
 
+TEST(SegmentMap, UnapplyAllUndoesEventsAsUnapplyDoesOneByOne) {
+  // Past several of unapply_all's windows, from a state with blocks live before the events
+  // (their frees find a block to mark or none at all).
+  const auto events = test::synthetic_trace(60'000, 29);
+  SegmentMap final_state;
+  for (const auto& event : events)
+    final_state.apply(event);
+  const auto walked = std::span(events).subspan(7'000);
+  SegmentMap one_by_one = final_state;
+  for (std::size_t i = walked.size(); i-- > 0;)
+    one_by_one.unapply(walked[i]);
+  SegmentMap all = final_state;
+  all.unapply_all(snapshot::TraceBlocks(walked));
+  ASSERT_FALSE(one_by_one.blocks().empty());
+  EXPECT_EQ(all, one_by_one);
+}
+
 TEST(SegmentMap, RewindHandlesExpandableRanges) {
   const std::uint64_t base = 0x7f0000000000;
   const std::uint64_t page = 2 << 20;
