@@ -167,8 +167,9 @@ class ImportWriter {
                                       options_.recorded_environment_file);
   }
 
-  // Entries [first, first + events.size()) with the series after each. Slices of 2^16 entries
-  // (as the timeline hands them out), so that a cancel is seen within a fraction of a second.
+  // Entries [first, first + events.size()) with the series after each. Slices of
+  // snapshot::kTimelineSlice entries (as the timeline hands them out), so that a cancel is seen
+  // within a fraction of a second.
   void append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
               std::size_t first) {
     stage("events", first, event_count_);
