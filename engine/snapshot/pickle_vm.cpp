@@ -206,13 +206,29 @@ void Machine::fail_stale() const {
 }
 
 std::uint32_t Machine::intern(std::string_view s) {
-  auto it = string_ids_.find(s);
-  if (it != string_ids_.end())
-    return it->second;
-  charge_text(s.size());
-  auto id = static_cast<std::uint32_t>(strings_.size());
-  strings_.emplace_back(s);
-  string_ids_.emplace(strings_.back(), id);
+  // A string of up to 8 bytes (the 'N/A' compile_context of every entry of a real trace) is
+  // looked up in a small direct-mapped cache first, without hashing it as a std::string.
+  ShortString* cached = nullptr;
+  std::uint64_t key = 0;
+  if (s.size() <= 8) {
+    std::memcpy(&key, s.data(), s.size());
+    if (short_strings_.empty())
+      short_strings_.resize(kShortStrings);
+    cached = &short_strings_[((key ^ s.size()) * 0x9e3779b97f4a7c15ull) >> (64 - kShortStringBits)];
+    if (cached->length == s.size() && cached->key == key)
+      return cached->id;
+  }
+  std::uint32_t id;
+  if (auto it = string_ids_.find(s); it != string_ids_.end()) {
+    id = it->second;
+  } else {
+    charge_text(s.size());
+    id = static_cast<std::uint32_t>(strings_.size());
+    strings_.emplace_back(s);
+    string_ids_.emplace(strings_.back(), id);
+  }
+  if (cached != nullptr)
+    *cached = ShortString{key, id, static_cast<std::uint32_t>(s.size())};
   return id;
 }
 
@@ -225,9 +241,11 @@ void Machine::charge_text(std::uint64_t length) {
 
 Value Machine::new_node(Kind kind) {
   std::uint32_t index;
-  if (!free_nodes_.empty()) {
-    index = free_nodes_.back();
-    free_nodes_.pop_back();
+  const std::size_t prefer = kind == Kind::list ? 1 : 0;
+  if (auto& free = free_nodes_[prefer].empty() ? free_nodes_[1 - prefer] : free_nodes_[prefer];
+      !free.empty()) {
+    index = free.back();
+    free.pop_back();
   } else {
     index = static_cast<std::uint32_t>(nodes_.size());
     nodes_.emplace_back();
@@ -263,7 +281,7 @@ void Machine::free_node(std::uint32_t index) {
   ++n.generation;
   n.items.clear();
   n.data.clear();
-  free_nodes_.push_back(index);
+  free_nodes_[n.items.capacity() >= kLargeItems ? 1 : 0].push_back(index);
 }
 
 void Machine::retire(const Value& v, Value replacement) {
@@ -345,7 +363,18 @@ std::size_t Machine::pop_mark() {
 
 void Machine::memo_put(std::uint64_t index) {
   Value v = top();
-  if (index >= memo_.size()) {
+  if (index == memo_.size() && index <= op_offset_ + limits_.max_memo_gap) {
+    // MEMOIZE, or a PUT of the next slot: a new slot, nothing to take it from.
+    memo_.push_back(v);
+    if (v.is_node()) {
+      Node& n = node(v);
+      if (n.memo_slot != Node::kNoSlot || n.kind != v.kind)
+        hold(v);
+      n.memo_slot = static_cast<std::uint32_t>(index);
+    }
+    return;
+  }
+  if (index > memo_.size()) {
     // Every memoized object takes at least one byte of input, so a memo larger than the bytes
     // read so far (plus a small gap) only serves to exhaust memory.
     if (index - memo_.size() > limits_.max_memo_gap || index > op_offset_ + limits_.max_memo_gap)

@@ -115,6 +115,12 @@ class Memo {
     return decode(w, chunk.wide);
   }
   void set(std::uint64_t slot, const Value& value);
+  // Adds slot size() holding `value` (MEMOIZE).
+  void push_back(const Value& value) {
+    recent_.push_back(value);
+    if (recent_.size() >= 2 * kWindow) [[unlikely]]
+      fold_oldest();
+  }
   // Bytes held, for tests and measurements.
   std::size_t memory_bytes() const;
 
@@ -274,7 +280,10 @@ class Machine {
   std::vector<std::size_t> marks_;
   Memo memo_;
   std::vector<Node> nodes_;
-  std::vector<std::uint32_t> free_nodes_;
+  // Free nodes by the capacity of their items: a frames list of a real trace (~65 items) takes
+  // one that held as many, an entry dict (~18) one that held few, so neither grows its buffer.
+  std::vector<std::uint32_t> free_nodes_[2];
+  static constexpr std::size_t kLargeItems = 32;
   std::vector<std::vector<Value>> spare_items_;  // at most kSpareItems, empty, kept by capacity
   static constexpr std::size_t kSpareItems = 64;
   static constexpr std::size_t kMaxSpareCapacity = 1024;
@@ -286,6 +295,14 @@ class Machine {
     }
   };
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> string_ids_;
+  struct ShortString {
+    std::uint64_t key = 0;  // the bytes, zero-padded
+    std::uint32_t id = 0;
+    std::uint32_t length = ~std::uint32_t{0};  // none yet
+  };
+  static constexpr unsigned kShortStringBits = 10;
+  static constexpr std::size_t kShortStrings = std::size_t{1} << kShortStringBits;
+  std::vector<ShortString> short_strings_;  // kShortStrings once a short string is interned
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
   std::uint64_t text_bytes_ = 0;

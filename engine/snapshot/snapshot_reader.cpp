@@ -249,9 +249,12 @@ class TraceSink : public pickle::ListSink {
 
   bool on_append(Machine& vm, Value list, std::span<Value> items) override {
     // Items that are no entries, appended to a trace: the loop below says what is wrong with them.
+    // (A frames list's items are frames: the kind alone says so, without a call for each.)
     if (vm.node(list).kind != Kind::trace_list &&
-        std::none_of(items.begin(), items.end(),
-                     [&](const Value& item) { return is_trace_entry(vm, item); }))
+        std::none_of(items.begin(), items.end(), [&](const Value& item) {
+          return item.kind == Kind::trace_event ||
+                 (item.kind == Kind::dict && is_trace_entry(vm, item));
+        }))
       return false;
     Node& ln = vm.node(list);
     if (ln.kind == Kind::list) {
@@ -450,14 +453,17 @@ class TraceSink : public pickle::ListSink {
       ev.time_us = time_us->kind == Kind::integer ? time_us->i
                                                   : as_i64(vm, *time_us, where() + " 'time_us'");
     }
+    // Spooled, the texts are only counted (push() keeps none).
     TraceEntryText text;
     if (compile_context != nullptr) {
       ++out_.features.entries_with_compile_context;
-      text.compile_context = text_id(vm, *compile_context);
+      if (!spool_)
+        text.compile_context = text_id(vm, *compile_context);
     }
     if (user_metadata != nullptr) {
       ++out_.features.entries_with_user_metadata;
-      text.user_metadata = text_id(vm, *user_metadata);
+      if (!spool_)
+        text.user_metadata = text_id(vm, *user_metadata);
     }
     if (frames != nullptr) {
       Value fv = *frames;  // the dict's item storage may move while frames are interned

@@ -165,8 +165,11 @@ TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
   for (int step = 0; step < 200000; ++step) {
     const auto roll = rng() % 100;
     if (roll < 80 || model.empty()) {
-      // Mostly converted entries in order, now and then another value between them.
-      memo.grow(model.size() + 1);
+      // Mostly converted entries in order, now and then another value between them; a new slot
+      // set after growing, or appended (MEMOIZE).
+      const bool append = rng() % 2 == 0;
+      if (!append)
+        memo.grow(model.size() + 1);
       Value v = roll < 75 ? entry(0, next_entry++) : entry(1, 5);
       if (roll % 7 == 0) {
         v.kind = Kind::integer;
@@ -181,7 +184,10 @@ TEST(PickleMemo, ReadsBackWhatAPlainArrayWouldHold) {
       } else if (roll % 13 == 0) {
         v = rng() % 2 == 0 ? entry(~0u, 0) : entry(0, (std::int64_t{1} << 29) - 1 + rng() % 2);
       }
-      memo.set(model.size(), v);
+      if (append)
+        memo.push_back(v);
+      else
+        memo.set(model.size(), v);
       model.push_back(v);
     } else if (roll < 90) {
       const std::uint64_t slot = rng() % model.size();
