@@ -80,13 +80,7 @@ bool may_need_pool_inference(const snapshot::EventSpool& spool, const ReplayOpti
   for (const SegmentPool& segment : options.final_segments)
     if (!segment.pool.is_default())
       return true;
-  bool segment_free = false;
-  spool.for_each_block(false, [&](std::span<const TraceEvent> block, std::size_t) {
-    segment_free = segment_free || std::any_of(block.begin(), block.end(), [](const TraceEvent& e) {
-                     return e.action == TraceAction::segment_free;
-                   });
-  });
-  return segment_free;
+  return spool.count(TraceAction::segment_free) > 0;  // counted as the spool was written
 }
 
 // got == segment_events(trace) without building the trace's list.

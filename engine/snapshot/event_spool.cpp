@@ -98,6 +98,8 @@ void EventSpool::push_back(const TraceEvent& event) {
   if (tail_.empty())
     tail_.reserve(kBlockEvents);
   tail_.push_back(event);
+  if (const auto a = static_cast<std::size_t>(event.action); a < action_counts_.size())
+    ++action_counts_[a];
   if (tail_.size() == kBlockEvents)
     pack_tail();
 }

@@ -10,6 +10,7 @@
 // filled stays unpacked. Packed blocks past `memory_limit` bytes go to an unnamed temporary file
 // (under TMPDIR, gone when the last spool using it is), so a spool's memory is bounded whatever
 // the trace's length; where no file can be made they stay in memory.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,6 +35,10 @@ class EventSpool {
   void push_back(const TraceEvent& event);
   std::size_t size() const { return packed_events_ + tail_.size(); }
   bool empty() const { return size() == 0; }
+  // Events of `action`, counted as they were appended (no block decoded).
+  std::size_t count(TraceAction action) const {
+    return action_counts_[static_cast<std::size_t>(action)];
+  }
   // The event at `index` (< size()): decodes its block, so only for the odd lookup.
   TraceEvent at(std::size_t index) const;
   // Calls visit(block, index of its first event) for every block in order; `backward` visits the
@@ -80,6 +85,7 @@ class EventSpool {
   std::shared_ptr<File> file_;    // shared by copies; appends go to its end
   bool no_file_ = false;          // making the file failed: keep everything in memory
   std::vector<TraceEvent> tail_;  // the block being filled
+  std::array<std::size_t, kTraceActionCount> action_counts_{};
 };
 
 // A device trace in either form, visited block by block (a vector is one block).

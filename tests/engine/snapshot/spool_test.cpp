@@ -55,6 +55,13 @@ TEST(EventSpool, GivesBackEveryEventInEitherDirectionAndByIndex) {
       spool.push_back(e);
     ASSERT_EQ(spool.size(), count);
     EXPECT_EQ(spool.to_vector(), events);
+    for (int a = 0; a < kTraceActionCount; ++a) {
+      const auto action = static_cast<TraceAction>(a);
+      EXPECT_EQ(spool.count(action), static_cast<std::size_t>(std::count_if(
+                                         events.begin(), events.end(),
+                                         [&](const TraceEvent& e) { return e.action == action; })))
+          << to_string(action);
+    }
     std::vector<TraceEvent> backward;
     TraceBlocks(spool).for_each_backward([&](const TraceEvent& e, std::size_t index) {
       ASSERT_EQ(index, count - 1 - backward.size());
