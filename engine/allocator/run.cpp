@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/allocator/flat_map.h"
+#include "engine/core/packed_requests.h"
 
 namespace fragscope::alloc {
 namespace {
@@ -97,12 +98,10 @@ class HashedTensors {
 
 // Tensor ids below this bound (ids seen + slack) get DenseTensors: a table at most a few times
 // the size of the request list itself.
-std::optional<std::size_t> dense_tensor_ids(const RequestStream& requests,
-                                            const RunOptions& options) {
-  const std::size_t limit = 2 * requests.requests.size() + 4096;
-  std::uint64_t largest = 0;
-  for (const Request& r : requests.requests)
-    largest = std::max(largest, r.tensor.value);
+template <typename Requests>
+std::optional<std::size_t> dense_tensor_ids(const Requests& requests, const RunOptions& options) {
+  const std::size_t limit = 2 * requests.size() + 4096;
+  std::uint64_t largest = requests.largest_tensor();
   for (const SeedSegment& segment : options.initial_segments)
     for (const SeedBlock& block : segment.blocks)
       largest = std::max(largest, block.tensor.value);
@@ -115,11 +114,11 @@ std::optional<std::size_t> dense_tensor_ids(const RequestStream& requests,
 
 namespace {
 
-void run_pool_request(CachingAllocator& allocator, const RequestStream& requests, const Request& r,
-                      const std::string& place) {
-  if (r.pool >= requests.pools.size())
+void run_pool_request(CachingAllocator& allocator, const std::vector<RequestPool>& pools,
+                      const Request& r, const std::string& place) {
+  if (r.pool >= pools.size())
     throw InputError(place + "pool index " + std::to_string(r.pool) + " is not in the stream");
-  const RequestPool& pool = requests.pools[r.pool];
+  const RequestPool& pool = pools[r.pool];
   try {
     switch (r.op) {
       case RequestOp::pool_create:
@@ -153,8 +152,45 @@ namespace {
 // How many requests ahead run_with prefetches a request's tensor.
 constexpr std::size_t kTensorAhead = 8;
 
-template <typename Tensors>
-void run_with(const RequestStream& requests, CachingAllocator& allocator, Tensors& tensors,
+// A RequestStream as run_with reads requests: one block, the whole list.
+class PlainRequests {
+ public:
+  explicit PlainRequests(const RequestStream& stream) : stream_(stream) {}
+  std::size_t size() const { return stream_.requests.size(); }
+  std::uint64_t largest_tensor() const {
+    std::uint64_t largest = 0;
+    for (const Request& r : stream_.requests)
+      largest = std::max(largest, r.tensor.value);
+    return largest;
+  }
+  const std::vector<RequestPool>& pools() const { return stream_.pools; }
+  template <typename Visit>
+  void for_each_block(Visit&& visit) const {
+    visit(std::span<const Request>(stream_.requests), std::size_t{0});
+  }
+
+ private:
+  const RequestStream& stream_;
+};
+
+// PackedRequests as run_with reads them: decoded a block at a time.
+class UnpackedBlocks {
+ public:
+  explicit UnpackedBlocks(const PackedRequests& packed) : packed_(packed) {}
+  std::size_t size() const { return packed_.size(); }
+  std::uint64_t largest_tensor() const { return packed_.largest_tensor(); }
+  const std::vector<RequestPool>& pools() const { return packed_.pools; }
+  template <typename Visit>
+  void for_each_block(Visit&& visit) const {
+    packed_.for_each_block(visit);
+  }
+
+ private:
+  const PackedRequests& packed_;
+};
+
+template <typename Requests, typename Tensors>
+void run_with(const Requests& requests, CachingAllocator& allocator, Tensors& tensors,
               const RunOptions& options, RunResult& result) {
   FlatMap64<std::uint64_t>& pending = tensors.pending();  // keyed by tensor id + 1
   // The request's tensor id; UINT64_MAX is refused (id + 1 keys the hash maps).
@@ -198,108 +234,116 @@ void run_with(const RequestStream& requests, CachingAllocator& allocator, Tensor
   if (options.initial_stats)
     allocator.restore_stats(*options.initial_stats);
 
-  const auto& list = requests.requests;
+  const std::size_t total = requests.size();
   std::optional<OutOfMemory> oom;  // a failing malloc's, moved into result.ooms
-  for (std::size_t index = 0; index < list.size(); ++index) {
-    if (index % kCancelPollRequests == 0) {
-      options.progress.report(kRunStages[0].name, index, list.size());
-      options.cancel.throw_if_cancelled();
-    }
-    if (index + kTensorAhead < list.size())
-      tensors.prefetch(list[index + kTensorAhead].tensor.value);
-    const Request& r = list[index];
-    ++result.requests_run;
-    switch (r.op) {
-      case RequestOp::malloc: {
-        const std::uint64_t tensor = tensor_of(r, index);
-        if (tensors.live(tensor)) [[unlikely]]
-          fail_allocated_twice(index, tensor);
-        const std::uint64_t address = allocator.malloc(r.size, r.stream, oom);
-        if (!oom) {
-          ++result.allocs;
-          if (address != 0)
-            tensors.set_live(tensor, address);
-          else
-            tensors.set_failed(tensor);  // size 0: nothing to free later
-        } else {
-          tensors.set_failed(tensor);
-          result.ooms.push_back(RequestOom{index, result.allocs, std::move(*oom)});
-          oom.reset();
-          if (options.stop_on_oom) {
-            result.stopped_on_oom = true;
-            index = list.size();  // leave the loop after the invariant check
+  // Each block of the requests in turn (a RequestStream is one); returns false once an OOM
+  // stopped the run.
+  auto run_block = [&](std::span<const Request> list, std::size_t first) {
+    for (std::size_t at = 0; at < list.size(); ++at) {
+      std::size_t index = first + at;
+      if (index % kCancelPollRequests == 0) {
+        options.progress.report(kRunStages[0].name, index, total);
+        options.cancel.throw_if_cancelled();
+      }
+      if (at + kTensorAhead < list.size())
+        tensors.prefetch(list[at + kTensorAhead].tensor.value);
+      const Request& r = list[at];
+      ++result.requests_run;
+      switch (r.op) {
+        case RequestOp::malloc: {
+          const std::uint64_t tensor = tensor_of(r, index);
+          if (tensors.live(tensor)) [[unlikely]]
+            fail_allocated_twice(index, tensor);
+          const std::uint64_t address = allocator.malloc(r.size, r.stream, oom);
+          if (!oom) {
+            ++result.allocs;
+            if (address != 0)
+              tensors.set_live(tensor, address);
+            else
+              tensors.set_failed(tensor);  // size 0: nothing to free later
+          } else {
+            tensors.set_failed(tensor);
+            result.ooms.push_back(RequestOom{index, result.allocs, std::move(*oom)});
+            oom.reset();
+            if (options.stop_on_oom) {
+              result.stopped_on_oom = true;
+              index = total;  // leave the loop after the invariant check
+            }
           }
+          break;
         }
-        break;
-      }
-      case RequestOp::free: {
-        if (auto address = live_address(r, index)) {
-          allocator.free(*address);
-          const std::uint64_t tensor = r.tensor.value;
-          tensors.erase_live(tensor);
-          if (tensors.take_used_elsewhere(tensor) &&
-              allocator.block_state(*address) == BlockState::active_pending_free)
-            pending.insert_or_assign(tensor + 1, *address);
+        case RequestOp::free: {
+          if (auto address = live_address(r, index)) {
+            allocator.free(*address);
+            const std::uint64_t tensor = r.tensor.value;
+            tensors.erase_live(tensor);
+            if (tensors.take_used_elsewhere(tensor) &&
+                allocator.block_state(*address) == BlockState::active_pending_free)
+              pending.insert_or_assign(tensor + 1, *address);
+          }
+          break;
         }
-        break;
-      }
-      case RequestOp::record_stream: {
-        if (auto address = live_address(r, index)) {
-          allocator.record_stream(*address, r.stream);
-          tensors.set_used_elsewhere(r.tensor.value);
+        case RequestOp::record_stream: {
+          if (auto address = live_address(r, index)) {
+            allocator.record_stream(*address, r.stream);
+            tensors.set_used_elsewhere(r.tensor.value);
+          }
+          break;
         }
-        break;
-      }
-      case RequestOp::events_ready: {
-        // The tensor was freed already; its pending block is known by the address it had.
-        const std::uint64_t key = tensor_of(r, index) + 1;
-        if (const std::uint64_t* address = pending.find(key)) {
-          // A free deferred during a capture may have completed already (its only other
-          // stream was used inside the capture).
-          if (allocator.block_state(*address) == BlockState::active_pending_free)
-            allocator.mark_events_ready(*address);
-          pending.erase(key);
-        } else if (tensors.failed(r.tensor.value)) {
-          ++result.skipped_requests;
-        } else if (!tensors.used_elsewhere(r.tensor.value) && !tensors.live(r.tensor.value)) {
-          // Freed without pending events (record_stream only named its own stream): nothing
-          // to wait for.
-        } else {
-          throw InputError(where(index) + "events_ready for tensor " +
-                           std::to_string(r.tensor.value) + " that is not freed");
+        case RequestOp::events_ready: {
+          // The tensor was freed already; its pending block is known by the address it had.
+          const std::uint64_t key = tensor_of(r, index) + 1;
+          if (const std::uint64_t* address = pending.find(key)) {
+            // A free deferred during a capture may have completed already (its only other
+            // stream was used inside the capture).
+            if (allocator.block_state(*address) == BlockState::active_pending_free)
+              allocator.mark_events_ready(*address);
+            pending.erase(key);
+          } else if (tensors.failed(r.tensor.value)) {
+            ++result.skipped_requests;
+          } else if (!tensors.used_elsewhere(r.tensor.value) && !tensors.live(r.tensor.value)) {
+            // Freed without pending events (record_stream only named its own stream): nothing
+            // to wait for.
+          } else {
+            throw InputError(where(index) + "events_ready for tensor " +
+                             std::to_string(r.tensor.value) + " that is not freed");
+          }
+          break;
         }
-        break;
+        case RequestOp::empty_cache:
+          allocator.empty_cache();
+          break;
+        case RequestOp::step_begin:
+          break;
+        case RequestOp::reset_peak:
+          allocator.reset_peak_stats();
+          break;
+        case RequestOp::pool_create:
+        case RequestOp::pool_begin:
+        case RequestOp::pool_end:
+        case RequestOp::pool_release:
+        case RequestOp::pool_empty_cache:
+          run_pool_request(allocator, requests.pools(), r, where(index));
+          break;
       }
-      case RequestOp::empty_cache:
-        allocator.empty_cache();
-        break;
-      case RequestOp::step_begin:
-        break;
-      case RequestOp::reset_peak:
-        allocator.reset_peak_stats();
-        break;
-      case RequestOp::pool_create:
-      case RequestOp::pool_begin:
-      case RequestOp::pool_end:
-      case RequestOp::pool_release:
-      case RequestOp::pool_empty_cache:
-        run_pool_request(allocator, requests, r, where(index));
-        break;
+      const std::size_t every = options.check_invariants_every;
+      if (every != 0 && (index % every == 0 || index + 1 >= total)) {
+        std::string why;
+        if (!allocator.is_valid(&why))
+          throw std::logic_error(where(index) + "allocator invariant violated: " + why);
+      }
+      if (result.stopped_on_oom)
+        return false;
     }
-    const std::size_t every = options.check_invariants_every;
-    if (every != 0 && (index % every == 0 || index + 1 >= list.size())) {
-      std::string why;
-      if (!allocator.is_valid(&why))
-        throw std::logic_error(where(index) + "allocator invariant violated: " + why);
-    }
-  }
-  options.progress.report(kRunStages[0].name, list.size(), list.size());
+    return true;
+  };
+  requests.for_each_block(run_block);
+  options.progress.report(kRunStages[0].name, total, total);
 }
 
-}  // namespace
-
-RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
-                       EventSink* sink, const RunOptions& options) {
+template <typename Requests>
+RunResult run_all(const Requests& requests, const AllocatorConfig& config, Device& device,
+                  EventSink* sink, const RunOptions& options) {
   const DeviceCallCounts calls_before = device.calls();
   CachingAllocator allocator(config, device, sink);
   allocator.set_profile(options.profile);
@@ -333,6 +377,18 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
                        after.map_failures - calls_before.map_failures,
                        after.unmaps - calls_before.unmaps};
   return result;
+}
+
+}  // namespace
+
+RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
+                       EventSink* sink, const RunOptions& options) {
+  return run_all(PlainRequests(requests), config, device, sink, options);
+}
+
+RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
+                       Device& device, EventSink* sink, const RunOptions& options) {
+  return run_all(UnpackedBlocks(requests), config, device, sink, options);
 }
 
 }  // namespace fragscope::alloc

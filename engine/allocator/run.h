@@ -11,6 +11,10 @@
 #include "engine/core/progress.h"
 #include "engine/core/request.h"
 
+namespace fragscope {
+class PackedRequests;
+}
+
 namespace fragscope::alloc {
 
 struct RequestOom {
@@ -76,5 +80,8 @@ struct RunResult {
 // fragscope::InputError naming the request index.
 RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
                        EventSink* sink = nullptr, const RunOptions& options = {});
+// The same for a packed stream (engine/core/packed_requests.h), unpacked a block at a time.
+RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
+                       Device& device, EventSink* sink = nullptr, const RunOptions& options = {});
 
 }  // namespace fragscope::alloc

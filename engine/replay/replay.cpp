@@ -5,11 +5,14 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <span>
+#include <type_traits>
 #include <unordered_map>
 
 #include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
 #include "engine/core/hex.h"
+#include "engine/core/packed_requests.h"
 #include "engine/snapshot/timeline.h"
 
 namespace fragscope::replay {
@@ -213,15 +216,17 @@ struct StartEvidence {
   std::vector<TraceEvent> segment_events;    // out: the segment_* entries, in order
 };
 
-// requests_from_trace, gathering `evidence` when given (without `initial` or a router). A router
-// needs the trace in memory.
-TraceRequests extract_requests(const TraceSource& source, const snapshot::SegmentState* initial,
-                               PoolRouter* router, StartEvidence* evidence) {
+// requests_from_trace into `out`, its requests into `requests` (out.requests.requests, or a
+// PackedRequests beside it), gathering `evidence` when given (without `initial` or a router). A
+// router needs the trace in memory and the requests in `out`.
+template <typename Requests>
+void extract_into(const TraceSource& source, const snapshot::SegmentState* initial,
+                  PoolRouter* router, StartEvidence* evidence, TraceRequests& out,
+                  Requests& requests) {
   const snapshot::TraceWindow trace = source.window();
-  TraceRequests out;
   out.entries = trace.size();
-  auto& requests = out.requests.requests;
-  requests.reserve(trace.size());
+  if constexpr (std::is_same_v<Requests, std::vector<Request>>)
+    requests.reserve(trace.size());
 
   // The distinct streams, as far as a third (only "exactly two" matters), counted at the first
   // free with pending events: a trace without any (one stream, mostly) is not walked for them.
@@ -276,7 +281,7 @@ TraceRequests extract_requests(const TraceSource& source, const snapshot::Segmen
         if (!found) {
           if (evidence) {
             evidence->frees_older_block = true;
-            return out;
+            return;
           }
           ++out.unmatched_frees;
           break;
@@ -305,7 +310,7 @@ TraceRequests extract_requests(const TraceSource& source, const snapshot::Segmen
           pending.erase(e.addr);
         } else if (evidence && i != completes_prior_free) {
           evidence->frees_older_block = true;
-          return out;
+          return;
         }
         break;
       }
@@ -337,6 +342,19 @@ TraceRequests extract_requests(const TraceSource& source, const snapshot::Segmen
         evidence->active_at_end.begin(), evidence->active_at_end.end(),
         [&](std::uint64_t address) { return live.contains(address) || pending.contains(address); });
   }
+}
+
+// A trace's requests packed, for a replay without the pool inference: a tenth of the memory of
+// the Requests (`trace.requests` stays empty).
+struct PackedTrace {
+  TraceRequests trace;
+  PackedRequests requests;
+};
+
+PackedTrace extract_packed(const TraceSource& source, const snapshot::SegmentState* initial,
+                           StartEvidence* evidence) {
+  PackedTrace out;
+  extract_into(source, initial, nullptr, evidence, out.trace, out.requests);
   return out;
 }
 
@@ -344,13 +362,15 @@ TraceRequests extract_requests(const TraceSource& source, const snapshot::Segmen
 // inference) or extracted here.
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               std::optional<TraceRequests> extracted);
+                               std::optional<PackedTrace> extracted);
 
 }  // namespace
 
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
                                   const snapshot::SegmentState* initial, PoolRouter* router) {
-  return extract_requests(TraceSource{&trace}, initial, router, nullptr);
+  TraceRequests out;
+  extract_into(TraceSource{&trace}, initial, router, nullptr, out, out.requests.requests);
+  return out;
 }
 
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std::string* note) {
@@ -410,16 +430,22 @@ namespace {
 
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               std::optional<TraceRequests> extracted) {
+                               std::optional<PackedTrace> extracted) {
   const bool recorded_config = !options.config.has_value();
   const alloc::AllocatorProfile profile =
       alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
+  // The requests are packed, or in requests.requests where the pool inference made them.
   TraceRequests requests;
+  std::optional<PackedRequests> packed;
+  if (!extracted && (trace.events == nullptr || !needs_pool_inference(*trace.events, options)))
+    extracted = extract_packed(trace, initial, nullptr);
   if (extracted) {
-    requests = std::move(*extracted);
-  } else if (trace.events != nullptr && needs_pool_inference(*trace.events, options)) {
+    requests = std::move(extracted->trace);
+    packed = std::move(extracted->requests);
+    extracted.reset();
+  } else {
     PoolInferenceSettings settings;
     settings.config = config_from_settings(allocator_settings);
     settings.total_memory = options.total_memory;
@@ -450,8 +476,6 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
       settings.hints = *revised;
     }
     options.progress.report("pools", 1, 1);
-  } else {
-    requests = extract_requests(trace, initial, nullptr, nullptr);
   }
   std::string config_note;
   const alloc::AllocatorConfig config =
@@ -479,6 +503,10 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
   run_options.initial_stats = options.initial_stats;
   run_options.keep_final_segments = options.keep_final_segments;
 
+  auto run = [&](alloc::Device& device, alloc::EventSink* sink, const alloc::RunOptions& how) {
+    return packed ? alloc::run_requests(*packed, config, device, sink, how)
+                  : alloc::run_requests(requests.requests, config, device, sink, how);
+  };
   ReplayResult result;
   result.profile = profile;
   if (router) {
@@ -490,19 +518,30 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
     alloc::ReplayDevice dry_gpu(segments, capacity, options.total_memory, options.device);
     alloc::RunOptions dry_options = run_options;
     dry_options.progress = progress_as(options.progress, "sync calls");
-    const auto dry =
-        alloc::run_requests(requests.requests, config, dry_gpu.device(), nullptr, dry_options);
+    const auto dry = run(dry_gpu.device(), nullptr, dry_options);
     const std::int64_t missing =
         *options.recorded_sync_all_streams - dry.stats.num_sync_all_streams;
     if (missing > 0) {
       Request call{};
       call.op = RequestOp::empty_cache;
-      auto& list = requests.requests.requests;
-      list.insert(list.begin(), static_cast<std::size_t>(missing), call);
+      if (packed) {
+        PackedRequests with_calls;
+        for (std::int64_t k = 0; k < missing; ++k)
+          with_calls.push_back(call);
+        packed->for_each_block([&](std::span<const Request> block, std::size_t) {
+          for (const Request& r : block)
+            with_calls.push_back(r);
+          return true;
+        });
+        packed = std::move(with_calls);
+      } else {
+        auto& list = requests.requests.requests;
+        list.insert(list.begin(), static_cast<std::size_t>(missing), call);
+      }
       result.silent_empty_caches = static_cast<std::size_t>(missing);
     }
   }
-  result.run = alloc::run_requests(requests.requests, config, gpu.device(), &recorder, run_options);
+  result.run = run(gpu.device(), &recorder, run_options);
   result.emitted_events = recorder.emitted();
   result.segment_events = recorder.take_segment_events();
   result.events = recorder.take_events();
@@ -605,9 +644,9 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
         for (const snapshot::Block& block : segment.blocks)
           if (block.state != BlockState::inactive)
             evidence.active_at_end.push_back(block.address);
-    std::optional<TraceRequests> requests;
+    std::optional<PackedTrace> requests;
     try {
-      requests = extract_requests(trace, nullptr, nullptr, &evidence);
+      requests = extract_packed(trace, nullptr, &evidence);
     } catch (const InputError&) {
       requests.reset();  // the replay below reports it, or not, with the start state seeded
     }
