@@ -143,7 +143,10 @@ std::vector<Mitigation> trace_candidates(const TraceRequests& trace,
                                          const alloc::AllocatorConfig& config,
                                          const std::vector<TorchVersion>& releases,
                                          TorchVersion recorded) {
-  std::vector<Mitigation> candidates = standard_mitigations(trace.requests, config);
+  // The stream as it was extracted: packed (packed_requests_from_trace) or not.
+  std::vector<Mitigation> candidates = trace.packed_requests.empty()
+                                           ? standard_mitigations(trace.requests, config)
+                                           : standard_mitigations(trace.packed_requests, config);
   for (Mitigation& release : release_mitigations(config, releases, recorded))
     candidates.push_back(std::move(release));
   return candidates;
@@ -168,8 +171,9 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   if (device >= std::max<std::size_t>(snap.device_traces.size(), 1))
     throw InputError(input + ": no device " + std::to_string(device) + " in the snapshot (it has " +
                      std::to_string(snap.device_traces.size()) + ")");
-  static const std::vector<TraceEvent> kNoEvents;
-  const auto& events = device < snap.device_traces.size() ? snap.device_traces[device] : kNoEvents;
+  // The trace in either form: a spooled one (read_snapshot_spooled) is read forward, a block at a
+  // time, by every pass below.
+  const snapshot::TraceBlocks events = snap.trace_blocks(device);
 
   options.progress.report(kAdviseStages[0].name, 0, 1);
   Advice advice;
@@ -184,7 +188,7 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   const PrivateSegments pools = private_segments(snap, static_cast<int>(device));
   advice.post_mortems = trace_post_mortems(events, initial, config, options.capacity, &pools);
 
-  const TraceRequests trace = requests_from_trace(events, initial);
+  const TraceRequests trace = packed_requests_from_trace(snap, device, initial);
   advice.recorded_oom_requests = trace.oom_requests;
   advice.profile = snapshot::profile_choice(snap.torch_version);
   if (std::string note = mid_run_what_if_note(trace.initial_segments); !note.empty())
@@ -195,7 +199,7 @@ Advice advise_snapshot(const snapshot::Snapshot& snap, const std::string& input,
   advice.device_memory = what_if.device_memory;
   const std::vector<Mitigation> candidates =
       trace_candidates(trace, config, options.what_if_releases, advice.profile.version);
-  advice.table = run_what_if(trace.requests, candidates, what_if);
+  advice.table = run_what_if(trace.packed_requests, candidates, what_if);
   return advice;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/snapshot/event_spool.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -175,13 +176,18 @@ RunMetrics MetricsRecorder::finish() {
 
 RunMetrics measure_trace(std::span<const TraceEvent> events, snapshot::SegmentState initial,
                          MetricsRecorder::Options options, std::span<const StepStart> step_starts) {
+  return measure_trace(snapshot::TraceBlocks(events), std::move(initial), options, step_starts);
+}
+
+RunMetrics measure_trace(const snapshot::TraceBlocks& events, snapshot::SegmentState initial,
+                         MetricsRecorder::Options options, std::span<const StepStart> step_starts) {
   MetricsRecorder recorder(std::move(initial), options);
   std::size_t next_step = 0;
-  for (std::size_t i = 0; i < events.size(); ++i) {
+  events.for_each([&](const TraceEvent& event, std::size_t i) {
     while (next_step < step_starts.size() && step_starts[next_step].event <= i)
       recorder.begin_step(step_starts[next_step++].step);
-    recorder.apply(events[i]);
-  }
+    recorder.apply(event);
+  });
   while (next_step < step_starts.size())
     recorder.begin_step(step_starts[next_step++].step);
   return recorder.finish();

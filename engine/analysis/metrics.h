@@ -27,6 +27,10 @@
 #include "engine/core/units.h"
 #include "engine/snapshot/segment_state.h"
 
+namespace fragscope::snapshot {
+class TraceBlocks;
+}
+
 namespace fragscope::analysis {
 
 // Calls the allocator made on the device, counted from segment events.
@@ -151,6 +155,10 @@ struct StepStart {
   std::size_t event = 0;
 };
 RunMetrics measure_trace(std::span<const TraceEvent> events, snapshot::SegmentState initial,
+                         MetricsRecorder::Options options = {},
+                         std::span<const StepStart> step_starts = {});
+// The same for a trace in either form (a spooled one read forward, never unpacked).
+RunMetrics measure_trace(const snapshot::TraceBlocks& events, snapshot::SegmentState initial,
                          MetricsRecorder::Options options = {},
                          std::span<const StepStart> step_starts = {});
 

@@ -233,10 +233,18 @@ std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events
                                               const alloc::AllocatorConfig& config,
                                               std::optional<Bytes> limit,
                                               const PrivateSegments* pools) {
+  return trace_post_mortems(snapshot::TraceBlocks(events), std::move(initial), config, limit,
+                            pools);
+}
+
+std::vector<OomPostMortem> trace_post_mortems(const snapshot::TraceBlocks& events,
+                                              snapshot::SegmentState initial,
+                                              const alloc::AllocatorConfig& config,
+                                              std::optional<Bytes> limit,
+                                              const PrivateSegments* pools) {
   std::vector<OomPostMortem> result;
   snapshot::SegmentState state = std::move(initial);
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& event = events[i];
+  events.for_each([&](const TraceEvent& event, std::size_t i) {
     if (event.action == TraceAction::oom) {
       OomSituation s;
       s.rounded = event.size;
@@ -252,14 +260,14 @@ std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events
       OomPostMortem pm = diagnose(s, config);
       pm.event_index = i;
       result.push_back(std::move(pm));
-      continue;
+      return;
     }
     try {
       state.apply(event);
     } catch (const InputError& error) {
       throw InputError("event " + std::to_string(i) + ": " + error.what());
     }
-  }
+  });
   return result;
 }
 

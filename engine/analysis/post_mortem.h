@@ -113,6 +113,12 @@ std::vector<OomPostMortem> trace_post_mortems(std::span<const TraceEvent> events
                                               const alloc::AllocatorConfig& config,
                                               std::optional<Bytes> limit = std::nullopt,
                                               const PrivateSegments* pools = nullptr);
+// The same for a trace in either form (a spooled one read forward, never unpacked).
+std::vector<OomPostMortem> trace_post_mortems(const snapshot::TraceBlocks& events,
+                                              snapshot::SegmentState initial,
+                                              const alloc::AllocatorConfig& config,
+                                              std::optional<Bytes> limit = std::nullopt,
+                                              const PrivateSegments* pools = nullptr);
 
 nlohmann::json to_json(const OomPostMortem& post_mortem);
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/core/packed_requests.h"
 #include "engine/replay/replay.h"
 
 namespace fragscope::analysis {
@@ -15,6 +16,18 @@ TraceRequests requests_from_trace(std::span<const TraceEvent> events,
   replay::TraceRequests converted = replay::requests_from_trace(trace, &initial);
   TraceRequests out;
   out.requests = std::move(converted.requests);
+  out.recorded_ooms = converted.ooms.size();
+  out.oom_requests = std::move(converted.oom_requests);
+  out.initial_segments = std::move(converted.initial_segments);
+  out.recorded_segments = std::move(converted.segments);
+  return out;
+}
+
+TraceRequests packed_requests_from_trace(const snapshot::Snapshot& snapshot, std::size_t device,
+                                         const snapshot::SegmentState& initial) {
+  TraceRequests out;
+  replay::TraceRequests converted =
+      replay::requests_from_trace(snapshot, device, &initial, out.packed_requests);
   out.recorded_ooms = converted.ooms.size();
   out.oom_requests = std::move(converted.oom_requests);
   out.initial_segments = std::move(converted.initial_segments);

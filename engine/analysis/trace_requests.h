@@ -22,14 +22,17 @@
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
+#include "engine/core/packed_requests.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "engine/snapshot/segment_state.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::analysis {
 
 struct TraceRequests {
   RequestStream requests;
+  PackedRequests packed_requests;         // instead, from packed_requests_from_trace
   std::size_t recorded_ooms = 0;          // oom entries turned into mallocs
   std::vector<std::size_t> oom_requests;  // request index of each of those mallocs
   // The segments that existed before the first entry (empty for a complete trace), for
@@ -44,6 +47,10 @@ struct TraceRequests {
 // address neither the trace nor `initial` allocated is skipped (replay counts it).
 TraceRequests requests_from_trace(std::span<const TraceEvent> events,
                                   const snapshot::SegmentState& initial);
+// The same for one device's trace of a snapshot in either form (a spooled one read forward, never
+// unpacked), the requests in packed_requests (`requests` stays empty).
+TraceRequests packed_requests_from_trace(const snapshot::Snapshot& snapshot, std::size_t device,
+                                         const snapshot::SegmentState& initial);
 
 // The allocator configuration a snapshot recorded (allocator_settings, PyTorch 2.x keys): the
 // size and split rules, expandable segments and the garbage-collection threshold. A value of the

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <exception>
 #include <limits>
+#include <span>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -47,9 +48,25 @@ Mitigation candidate(std::string name, const alloc::AllocatorConfig& baseline,
   return m;
 }
 
+// Every request of a stream in order: visit(request, index).
+template <typename Visit>
+void for_each_request(const RequestStream& requests, Visit&& visit) {
+  for (std::size_t i = 0; i < requests.requests.size(); ++i)
+    visit(requests.requests[i], i);
+}
+template <typename Visit>
+void for_each_request(const PackedRequests& requests, Visit&& visit) {
+  requests.for_each_block([&](std::span<const Request> block, std::size_t first) {
+    for (std::size_t i = 0; i < block.size(); ++i)
+      visit(block[i], first + i);
+    return true;
+  });
+}
+
 // `requests_ideal` is ideal_peak(requests, options.initial_segments), computed once per sweep:
 // it only depends on the stream, and every candidate that keeps the baseline stream shares it.
-alloc::RunResult run_with_progress(const RequestStream& requests, const Mitigation& candidate,
+template <typename Requests>
+alloc::RunResult run_with_progress(const Requests& requests, const Mitigation& candidate,
                                    const WhatIfOptions& options, alloc::EventSink* sink,
                                    Progress progress) {
   auto gpu = candidate_device(options);
@@ -71,7 +88,9 @@ WhatIfRow row_header(Bytes requests_ideal, const Mitigation& m, const WhatIfOpti
   row.alloc_conf = m.config.raw;
   row.step_time_ratio = m.step_time_ratio;
   row.torch_version = m.profile ? m.profile->version : options.profile.version;
-  row.ideal_peak = m.requests ? ideal_peak(*m.requests, options.initial_segments) : requests_ideal;
+  row.ideal_peak = m.requests          ? ideal_peak(*m.requests, options.initial_segments)
+                   : m.packed_requests ? ideal_peak(*m.packed_requests, options.initial_segments)
+                                       : requests_ideal;
   return row;
 }
 
@@ -93,7 +112,8 @@ void fill_from_run(WhatIfRow& row, const alloc::RunResult& result) {
 }
 
 // `run` receives the candidate's run when it completed.
-WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mitigation& m,
+template <typename Requests>
+WhatIfRow run_one(const Requests& requests, Bytes requests_ideal, const Mitigation& m,
                   const WhatIfOptions& options, std::size_t index, Progress progress,
                   std::optional<alloc::RunResult>& run) {
   WhatIfRow row = row_header(requests_ideal, m, options, index);
@@ -101,9 +121,13 @@ WhatIfRow run_one(const RequestStream& requests, Bytes requests_ideal, const Mit
     row.error = m.unavailable;
     return row;
   }
-  const RequestStream& stream = m.requests ? *m.requests : requests;
   try {
-    run = run_with_progress(stream, m, options, nullptr, std::move(progress));
+    if (m.requests)
+      run = run_with_progress(*m.requests, m, options, nullptr, std::move(progress));
+    else if (m.packed_requests)
+      run = run_with_progress(*m.packed_requests, m, options, nullptr, std::move(progress));
+    else
+      run = run_with_progress(requests, m, options, nullptr, std::move(progress));
     fill_from_run(row, *run);
   } catch (const Cancelled&) {
     row.error = "cancelled";  // run_what_if throws once the workers are done
@@ -136,8 +160,8 @@ std::vector<std::optional<std::size_t>> collector_twins(const std::vector<Mitiga
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const Mitigation& base = candidates[i];
       if (base.config.garbage_collection_threshold == 0.0 && base.unavailable.empty() &&
-          base.requests == twin.requests && base.profile == twin.profile &&
-          without[i] == without[j]) {
+          base.requests == twin.requests && base.packed_requests == twin.packed_requests &&
+          base.profile == twin.profile && without[i] == without[j]) {
         out[j] = i;
         break;
       }
@@ -168,32 +192,36 @@ alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& 
   return run_with_progress(requests, candidate, options, sink, options.progress);
 }
 
-RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
-  RequestStream out;
-  out.labels = requests.labels;
-  out.requests.reserve(requests.requests.size() + 64);
-  const bool has_steps =
-      std::any_of(requests.requests.begin(), requests.requests.end(),
-                  [](const Request& r) { return r.op == RequestOp::step_begin; });
+namespace {
+
+// with_empty_cache_before_big_phase into `out` (a vector of requests or PackedRequests).
+template <typename Requests, typename Out>
+void add_empty_cache_before_big_phase(const Requests& requests, Out& out) {
+  bool has_steps = false;
+  for_each_request(requests, [&](const Request& r, std::size_t) {
+    has_steps = has_steps || r.op == RequestOp::step_begin;
+  });
   std::optional<std::size_t> largest;
+  Bytes largest_size = 0;
   if (!has_steps) {
-    for (std::size_t i = 0; i < requests.requests.size(); ++i) {
-      const Request& r = requests.requests[i];
-      if (r.op == RequestOp::malloc && (!largest || r.size > requests.requests[*largest].size))
+    for_each_request(requests, [&](const Request& r, std::size_t i) {
+      if (r.op == RequestOp::malloc && (!largest || r.size > largest_size)) {
         largest = i;
-    }
+        largest_size = r.size;
+      }
+    });
   }
-  for (std::size_t i = 0; i < requests.requests.size(); ++i) {
-    const Request& r = requests.requests[i];
+  for_each_request(requests, [&](const Request& r, std::size_t i) {
     if ((has_steps && r.op == RequestOp::step_begin) || (largest && *largest == i))
-      out.requests.push_back(Request{RequestOp::empty_cache, TensorId{}, 0, StreamId{}, LabelId{}});
-    out.requests.push_back(r);
-  }
-  return out;
+      out.push_back(Request{RequestOp::empty_cache, TensorId{}, 0, StreamId{}, LabelId{}});
+    out.push_back(r);
+  });
 }
 
-std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
-                                             const alloc::AllocatorConfig& baseline) {
+// standard_mitigations but the empty_cache candidate, whose stream `add_stream` sets.
+template <typename AddStream>
+std::vector<Mitigation> standard_mitigations_with(const alloc::AllocatorConfig& baseline,
+                                                  AddStream&& add_stream) {
   std::vector<Mitigation> out;
   Mitigation first;
   first.name = "baseline";
@@ -225,10 +253,41 @@ std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
   Mitigation empty_cache;
   empty_cache.name = "empty_cache before the big phase";
   empty_cache.config = baseline;
-  empty_cache.requests =
-      std::make_shared<const RequestStream>(with_empty_cache_before_big_phase(requests));
+  add_stream(empty_cache);
   out.push_back(std::move(empty_cache));
   return out;
+}
+
+}  // namespace
+
+RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
+  RequestStream out;
+  out.labels = requests.labels;
+  out.requests.reserve(requests.requests.size() + 64);
+  add_empty_cache_before_big_phase(requests, out.requests);
+  return out;
+}
+
+PackedRequests with_empty_cache_before_big_phase(const PackedRequests& requests) {
+  PackedRequests out;
+  out.pools = requests.pools;
+  add_empty_cache_before_big_phase(requests, out);
+  return out;
+}
+
+std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
+                                             const alloc::AllocatorConfig& baseline) {
+  return standard_mitigations_with(baseline, [&](Mitigation& m) {
+    m.requests = std::make_shared<const RequestStream>(with_empty_cache_before_big_phase(requests));
+  });
+}
+
+std::vector<Mitigation> standard_mitigations(const PackedRequests& requests,
+                                             const alloc::AllocatorConfig& baseline) {
+  return standard_mitigations_with(baseline, [&](Mitigation& m) {
+    m.packed_requests =
+        std::make_shared<const PackedRequests>(with_empty_cache_before_big_phase(requests));
+  });
 }
 
 std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseline,
@@ -282,7 +341,10 @@ std::vector<TorchVersion> parse_release_list(std::string_view text, TorchVersion
   return out;
 }
 
-Bytes ideal_peak(const RequestStream& requests, const std::vector<alloc::SeedSegment>& initial) {
+namespace {
+
+template <typename Requests>
+Bytes ideal_peak_of(const Requests& requests, const std::vector<alloc::SeedSegment>& initial) {
   std::unordered_map<std::uint64_t, Bytes> live;
   live.reserve(1024);
   Bytes current = 0;
@@ -295,7 +357,7 @@ Bytes ideal_peak(const RequestStream& requests, const std::vector<alloc::SeedSeg
     }
   }
   Bytes peak = current;
-  for (const Request& r : requests.requests) {
+  for_each_request(requests, [&](const Request& r, std::size_t) {
     if (r.op == RequestOp::malloc) {
       live[r.tensor.value] = r.size;
       current += r.size;
@@ -307,8 +369,18 @@ Bytes ideal_peak(const RequestStream& requests, const std::vector<alloc::SeedSeg
         live.erase(it);
       }
     }
-  }
+  });
   return peak;
+}
+
+}  // namespace
+
+Bytes ideal_peak(const RequestStream& requests, const std::vector<alloc::SeedSegment>& initial) {
+  return ideal_peak_of(requests, initial);
+}
+
+Bytes ideal_peak(const PackedRequests& requests, const std::vector<alloc::SeedSegment>& initial) {
+  return ideal_peak_of(requests, initial);
 }
 
 double WhatIfRow::distance_from_ideal() const {
@@ -323,8 +395,11 @@ const WhatIfRow* WhatIfTable::baseline() const {
   return nullptr;
 }
 
-WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
-                        const WhatIfOptions& options) {
+namespace {
+
+template <typename Requests>
+WhatIfTable run_what_if_of(const Requests& requests, const std::vector<Mitigation>& candidates,
+                           const WhatIfOptions& options) {
   WhatIfTable table;
   table.capacity = options.capacity;
   table.ideal_peak = ideal_peak(requests, options.initial_segments);
@@ -398,6 +473,18 @@ WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigat
     rows[i].rank = i + 1;
   table.rows = std::move(rows);
   return table;
+}
+
+}  // namespace
+
+WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
+                        const WhatIfOptions& options) {
+  return run_what_if_of(requests, candidates, options);
+}
+
+WhatIfTable run_what_if(const PackedRequests& requests, const std::vector<Mitigation>& candidates,
+                        const WhatIfOptions& options) {
+  return run_what_if_of(requests, candidates, options);
 }
 
 nlohmann::json to_json(const WhatIfRow& row) {

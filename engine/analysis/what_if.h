@@ -26,6 +26,7 @@
 #include "engine/allocator/run.h"
 #include "engine/core/cancel.h"
 #include "engine/core/devices.h"
+#include "engine/core/packed_requests.h"
 #include "engine/core/progress.h"
 #include "engine/core/request.h"
 #include "engine/core/units.h"
@@ -46,6 +47,8 @@ struct Mitigation {
   // Why the candidate cannot run at all (e.g. that release's parser refuses an option of the
   // baseline config): the row carries it as its error.
   std::string unavailable;
+  // As `requests`, for a baseline stream that is packed (run_what_if of PackedRequests).
+  std::shared_ptr<const PackedRequests> packed_requests;
 };
 
 // The standard candidates for a baseline configuration: the baseline itself (first),
@@ -56,6 +59,9 @@ struct Mitigation {
 // config.raw the canonical string of the result; a max_split_size_mb below the baseline's
 // large_segment_size_mb, which PyTorch refuses, is left out.
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
+                                             const alloc::AllocatorConfig& baseline);
+// The same for a packed stream (the empty_cache candidate's stream packed too).
+std::vector<Mitigation> standard_mitigations(const PackedRequests& requests,
                                              const alloc::AllocatorConfig& baseline);
 
 // "Would upgrading PyTorch have avoided this?": one candidate per release of `releases` other
@@ -74,10 +80,13 @@ std::vector<TorchVersion> parse_release_list(std::string_view text, TorchVersion
 // The baseline stream with empty_cache before every step_begin marker, or, without markers,
 // before the first malloc of the largest size.
 RequestStream with_empty_cache_before_big_phase(const RequestStream& requests);
+PackedRequests with_empty_cache_before_big_phase(const PackedRequests& requests);
 
 // Peak of live requested bytes (malloc adds its size, free removes it), counting the active
 // blocks of `initial` (the state before the first request) as live from the start.
 Bytes ideal_peak(const RequestStream& requests,
+                 const std::vector<alloc::SeedSegment>& initial = {});
+Bytes ideal_peak(const PackedRequests& requests,
                  const std::vector<alloc::SeedSegment>& initial = {});
 
 struct WhatIfOptions {
@@ -153,6 +162,9 @@ struct WhatIfTable {
 // them: avoids the OOM first (among those that do not, the later OOM first), then lower peak
 // reserved, then fewer extra device calls, then lower step time, then candidate order.
 WhatIfTable run_what_if(const RequestStream& requests, const std::vector<Mitigation>& candidates,
+                        const WhatIfOptions& options = {});
+// The same for a packed stream (a recorded trace's: a tenth of the memory, shared by the runs).
+WhatIfTable run_what_if(const PackedRequests& requests, const std::vector<Mitigation>& candidates,
                         const WhatIfOptions& options = {});
 
 // Runs one candidate exactly as its what-if row does: on the device `options` describes (the

@@ -373,6 +373,18 @@ TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
   return out;
 }
 
+TraceRequests requests_from_trace(const snapshot::Snapshot& snapshot, std::size_t device,
+                                  const snapshot::SegmentState* initial, PackedRequests& requests) {
+  static const std::vector<TraceEvent> kNoEvents;
+  TraceSource source{device < snapshot.device_traces.size() ? &snapshot.device_traces[device]
+                                                            : &kNoEvents};
+  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty())
+    source = TraceSource{nullptr, &snapshot.device_spools[device]};
+  TraceRequests out;
+  extract_into(source, initial, nullptr, nullptr, out, requests);
+  return out;
+}
+
 alloc::AllocatorConfig config_from_settings(const nlohmann::json& settings, std::string* note) {
   // One reader of allocator_settings for every release (the allocator's own): a key the writing
   // release did not record keeps its default, and the note says which. An empty dict is a

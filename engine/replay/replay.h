@@ -23,6 +23,10 @@
 #include "engine/snapshot/segment_state.h"
 #include "engine/snapshot/snapshot.h"
 
+namespace fragscope {
+class PackedRequests;
+}
+
 namespace fragscope::replay {
 
 struct RecordedOom {
@@ -64,6 +68,11 @@ struct TraceRequests {
 TraceRequests requests_from_trace(const std::vector<TraceEvent>& trace,
                                   const snapshot::SegmentState* initial = nullptr,
                                   PoolRouter* router = nullptr);
+// The same (without a router) for one device's trace of a snapshot in either form, a spooled one
+// read forward and never unpacked, with the requests packed into `requests` (the returned
+// TraceRequests::requests stays empty).
+TraceRequests requests_from_trace(const snapshot::Snapshot& snapshot, std::size_t device,
+                                  const snapshot::SegmentState* initial, PackedRequests& requests);
 
 // What a replay seeded for a trace that starts mid-run ("N live blocks in M segments at the
 // trace's start"), and which parts of that state are inferred rather than recorded.

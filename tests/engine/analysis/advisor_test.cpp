@@ -1,6 +1,9 @@
 #include "engine/analysis/advisor.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -141,6 +144,29 @@ TEST(AdvisorFixture, GptOomCap) {
   EXPECT_EQ(to_text(one), to_text(three));
   EXPECT_NE(to_text(one).find("OOM at event 21262: fragmentation"), std::string::npos)
       << to_text(one);
+
+  // Read spooled, as the CLI reads it: the same advice, the trace never unpacked. Beside the
+  // spool its heap is about 1 MiB whatever the trace's length (decoded blocks, a run's model) and
+  // a few bytes an entry (the packed requests, twice with the empty_cache candidate's, a run's
+  // per-tensor table), where a copy of the trace for the conversion, the Requests and the
+  // empty_cache candidate's copy of them were over 100 bytes an entry.
+  const snapshot::Snapshot spooled =
+      snapshot::read_snapshot_spooled(test::fixture_dir() / "gpt_oom_cap.pickle.gz");
+  const auto in_use = [] {
+    const struct mallinfo2 info = ::mallinfo2();
+    return info.uordblks + info.hblkhd;
+  };
+  const std::size_t before = in_use();
+  std::size_t peak = before;
+  options.threads = 1;
+  options.progress = Progress(
+      [&](std::string_view, std::uint64_t, std::uint64_t) { peak = std::max(peak, in_use()); });
+  const Advice from_spool = advise_snapshot(spooled, "gpt_oom_cap", options);
+  EXPECT_EQ(to_json(from_spool).dump(), to_json(one).dump());
+  if (before != 0) {  // mallinfo2 reports nothing under a sanitizer's allocator
+    EXPECT_LE(peak - before, (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
+        << "bytes beside the spool";
+  }
 }
 
 }  // namespace

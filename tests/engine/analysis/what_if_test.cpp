@@ -289,7 +289,7 @@ TEST(WhatIfReleases, OneRowPerOtherReleaseUnderItsRules) {
   // The unavailable row is an error row of the table, never a crash.
   RequestStream stream;
   stream.requests.push_back(Request{RequestOp::malloc, TensorId{1}, 4_MiB, StreamId{0}, {}});
-  std::vector<Mitigation> candidates{Mitigation{"baseline", config, nullptr, 1.0, {}, {}}};
+  std::vector<Mitigation> candidates{Mitigation{"baseline", config, nullptr, 1.0, {}, {}, {}}};
   candidates.push_back(rows[0]);
   const WhatIfTable table = run_what_if(stream, candidates);
   ASSERT_EQ(table.rows.size(), 2u);
