@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "engine/core/packed_requests.h"
+
 namespace fragscope::replay {
 namespace {
 
@@ -36,7 +38,7 @@ PoolRouter::PoolRouter(PoolInferenceSettings settings)
     model_.set_allowed_memory(settings_.allowed_memory);
 }
 
-void PoolRouter::seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+void PoolRouter::seed(const snapshot::TraceWindow& trace, std::vector<alloc::SeedSegment>& seeds,
                       RequestStream& out) {
   if (trace_ != &trace)
     prepare(trace);
@@ -44,9 +46,11 @@ void PoolRouter::seed(const std::vector<TraceEvent>& trace, std::vector<alloc::S
     return;
   // Final segments the trace never returns or reopens were there all along, in that pool.
   std::set<std::uint64_t> touched;
-  for (const TraceEvent& e : trace)
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
     if (e.action == TraceAction::segment_alloc || e.action == TraceAction::segment_free)
       touched.insert(e.addr);
+  }
   std::map<std::uint64_t, const SegmentPool*> untouched_final;
   for (const SegmentPool& segment : settings_.final_segments)
     if (!touched.contains(segment.address))
@@ -262,12 +266,12 @@ MempoolId PoolRouter::pool_of_new_segment(std::size_t index, Bytes request, std:
   return invented_pool(stream);
 }
 
-bool PoolRouter::is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const {
+bool PoolRouter::is_oom_path(const snapshot::TraceWindow& trace, std::size_t first_free) const {
   return segment_frees_inside_malloc(
       trace, first_free, settings_.capacity.has_value() || settings_.allowed_memory.has_value());
 }
 
-void PoolRouter::prepare(const std::vector<TraceEvent>& trace) {
+void PoolRouter::prepare(const snapshot::TraceWindow& trace) {
   trace_ = &trace;
   // The final snapshot's pools belong to the segments alive at the end: the last segment_alloc
   // at each address, with no segment_free after it.
@@ -285,11 +289,12 @@ void PoolRouter::prepare(const std::vector<TraceEvent>& trace) {
   }
 }
 
-void PoolRouter::before_entry(const std::vector<TraceEvent>& trace, std::size_t index,
+void PoolRouter::before_entry(const snapshot::TraceWindow& trace, std::size_t index,
                               RequestStream& out) {
   if (trace_ != &trace)
     prepare(trace);
-  const TraceEvent& e = trace[index];
+  // A copy: looking back and ahead may decode other blocks of a spooled trace.
+  const TraceEvent e = trace[index];
   expected_address_.reset();
   switch (e.action) {
     case TraceAction::alloc: {
@@ -355,7 +360,7 @@ void PoolRouter::before_entry(const std::vector<TraceEvent>& trace, std::size_t 
   }
 }
 
-void PoolRouter::infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
+void PoolRouter::infer_empty_cache(const snapshot::TraceWindow& trace, std::size_t index,
                                    RequestStream& out) {
   // Pools whose segments it returns were released before it; when it returns default-pool
   // segments no capture was underway.
@@ -417,12 +422,11 @@ void PoolRouter::check_malloc(std::uint64_t model_address) {
   }
 }
 
-void PoolRouter::check_empty_cache(std::size_t events_before) {
+void PoolRouter::check_empty_cache() {
   // The model returned a segment the recording kept: the recorded ones were a private pool's.
   bool extra = false;
   std::vector<std::uint64_t> returned;
-  for (std::size_t i = events_before; i < recorder_.events().size(); ++i) {
-    const TraceEvent& e = recorder_.events()[i];
+  for (const TraceEvent& e : recorder_.events) {
     if (e.action != TraceAction::segment_free)
       continue;
     returned.push_back(e.addr);
@@ -464,6 +468,23 @@ void PoolRouter::after_entry(const RequestStream& out) {
     apply(out.requests[applied_++], out);
 }
 
+void PoolRouter::move_applied(RequestStream& out, PackedRequests& into) {
+  after_entry(out);
+  for (const Request& r : out.requests)
+    into.push_back(r);
+  out.requests.clear();
+  applied_ = 0;
+}
+
+template <typename EmptyCache>
+void PoolRouter::record_empty_cache(EmptyCache&& empty_cache) {
+  recorder_.events.clear();
+  recorder_.recording = true;
+  empty_cache();
+  recorder_.recording = false;
+  check_empty_cache();
+}
+
 void PoolRouter::apply(const Request& r, const RequestStream& stream) {
   const std::uint64_t tensor = r.tensor.value;
   switch (r.op) {
@@ -499,9 +520,7 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
       }
       break;
     case RequestOp::empty_cache: {
-      const std::size_t before = recorder_.events().size();
-      model_.empty_cache();
-      check_empty_cache(before);
+      record_empty_cache([&] { model_.empty_cache(); });
       break;
     }
     case RequestOp::pool_create: {
@@ -523,9 +542,7 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
       model_.release_pool(stream.pools.at(r.pool).id);
       break;
     case RequestOp::pool_empty_cache: {
-      const std::size_t before = recorder_.events().size();
-      model_.empty_cache(stream.pools.at(r.pool).id);
-      check_empty_cache(before);
+      record_empty_cache([&] { model_.empty_cache(stream.pools.at(r.pool).id); });
       break;
     }
     case RequestOp::step_begin:
@@ -534,7 +551,7 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
   }
 }
 
-bool segment_frees_inside_malloc(const std::vector<TraceEvent>& trace, std::size_t first_free,
+bool segment_frees_inside_malloc(const snapshot::TraceWindow& trace, std::size_t first_free,
                                  bool memory_capped) {
   // Frees inside a malloc (release_available_cached_blocks, the OOM retry) come right before
   // that malloc's new segment or its oom entry, and only when memory is capped.

@@ -21,6 +21,11 @@
 #include "engine/core/mempool_id.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
+#include "engine/snapshot/event_spool.h"
+
+namespace fragscope {
+class PackedRequests;
+}
 
 namespace fragscope::replay {
 
@@ -73,12 +78,15 @@ class PoolRouter {
   // seeds): decides each seeded segment's pool (the final snapshot's segment_pool_id when the
   // trace never returns it, else what an earlier pass learned, else the default pools), writes
   // it into the seeds and starts the lockstep model from them.
-  void seed(const std::vector<TraceEvent>& trace, std::vector<alloc::SeedSegment>& seeds,
+  void seed(const snapshot::TraceWindow& trace, std::vector<alloc::SeedSegment>& seeds,
             RequestStream& out);
   // Before trace entry `index` becomes requests: appends the pool requests it needs first.
-  void before_entry(const std::vector<TraceEvent>& trace, std::size_t index, RequestStream& out);
+  void before_entry(const snapshot::TraceWindow& trace, std::size_t index, RequestStream& out);
   // After its requests were appended: runs them through the lockstep model.
   void after_entry(const RequestStream& out);
+  // Moves the requests of `out` to `into` (a stream kept packed), all of them run through the
+  // lockstep model (after_entry): the router reads back only the requests appended after.
+  void move_applied(RequestStream& out, PackedRequests& into);
   const PoolInferenceSummary& summary() const { return summary_; }
   // Set when this pass met a recorded decision its pool assignment cannot explain and learned
   // something: run again with these hints.
@@ -95,28 +103,40 @@ class PoolRouter {
     std::uint64_t stream = 0;
   };
 
-  void prepare(const std::vector<TraceEvent>& trace);
+  void prepare(const snapshot::TraceWindow& trace);
   MempoolId pool_of_new_segment(std::size_t index, Bytes request, std::uint64_t stream);
-  void infer_empty_cache(const std::vector<TraceEvent>& trace, std::size_t index,
-                         RequestStream& out);
+  void infer_empty_cache(const snapshot::TraceWindow& trace, std::size_t index, RequestStream& out);
   bool known(std::size_t segment_index) const;
   MempoolId invented_pool(std::uint64_t stream) const;
   // Contradictions teach the next pass: a segment belongs to a private pool, a pool never splits.
   void learn_private(std::size_t segment_index, std::uint64_t stream);
   void learn_no_split(MempoolId pool);
   void check_malloc(std::uint64_t model_address);
-  void check_empty_cache(std::size_t events_before);
+  // Runs `empty_cache` (the model's empty_cache call) and checks what it returned.
+  template <typename EmptyCache>
+  void record_empty_cache(EmptyCache&& empty_cache);
+  void check_empty_cache();  // the events of the last empty_cache: recorder_.events
   std::uint64_t segment_base(std::uint64_t address) const;  // 0 when in no live segment
   void route(std::uint64_t stream, MempoolId pool, RequestStream& out);
   void end_context(MempoolId pool, RequestStream& out);
   void push(RequestStream& out, RequestOp op, MempoolId pool, std::uint64_t stream = 0,
             Bytes size = 0);
   void apply(const Request& request, const RequestStream& stream);
-  bool is_oom_path(const std::vector<TraceEvent>& trace, std::size_t first_free) const;
+  bool is_oom_path(const snapshot::TraceWindow& trace, std::size_t first_free) const;
 
   PoolInferenceSettings settings_;
   alloc::ReplayDevice gpu_;
-  alloc::TraceRecorder recorder_;
+  // The lockstep model's events while it runs an empty_cache, for check_empty_cache (recording
+  // all of them held 40 bytes an entry of the trace).
+  struct EmptyCacheEvents final : alloc::EventSink {
+    void on_event(const TraceEvent& event) override {
+      if (recording)
+        events.push_back(event);
+    }
+    bool recording = false;
+    std::vector<TraceEvent> events;
+  };
+  EmptyCacheEvents recorder_;
   alloc::CachingAllocator model_;
   std::size_t applied_ = 0;  // requests of the stream already run through the model
   std::unordered_map<std::uint64_t, std::uint64_t> address_of_;  // tensor -> model address
@@ -130,7 +150,7 @@ class PoolRouter {
   std::vector<std::uint64_t> burst_order_;         // the same, in the recorded order
   std::optional<std::uint64_t> expected_address_;  // of the malloc being applied
   std::optional<PoolHints> revised_;
-  const std::vector<TraceEvent>* trace_ = nullptr;
+  const snapshot::TraceWindow* trace_ = nullptr;
   std::map<MempoolId, Context> open_;  // contexts underway
   std::map<MempoolId, bool> owned_;    // pools created here; false once released
   PoolInferenceSummary summary_;
@@ -138,7 +158,7 @@ class PoolRouter {
 
 // Whether the segment_free burst starting at `first_free` happened inside a malloc (returning
 // cached memory before an OOM retry) rather than in an empty_cache call.
-bool segment_frees_inside_malloc(const std::vector<TraceEvent>& trace, std::size_t first_free,
+bool segment_frees_inside_malloc(const snapshot::TraceWindow& trace, std::size_t first_free,
                                  bool memory_capped);
 
 }  // namespace fragscope::replay

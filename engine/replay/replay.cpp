@@ -31,18 +31,32 @@ std::string entry_name(std::size_t index) {
 
 }  // namespace
 
-bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
-  for (const SegmentPool& segment : options.final_segments)
-    if (!segment.pool.is_default())
-      return true;
+namespace {
+
+bool private_pools_at_end(const ReplayOptions& options) {
+  return std::any_of(options.final_segments.begin(), options.final_segments.end(),
+                     [](const SegmentPool& segment) { return !segment.pool.is_default(); });
+}
+
+// needs_pool_inference of a trace in either form.
+bool needs_inference(const snapshot::TraceWindow& trace, const ReplayOptions& options) {
+  if (private_pools_at_end(options))
+    return true;
   const bool capped = options.capacity || options.allowed_memory;
+  bool after_free = false;  // the entry before is a segment_free
   for (std::size_t i = 0; i < trace.size(); ++i) {
-    if (trace[i].action == TraceAction::segment_free &&
-        (i == 0 || trace[i - 1].action != TraceAction::segment_free) &&
-        !segment_frees_inside_malloc(trace, i, capped))
+    const bool free = trace[i].action == TraceAction::segment_free;
+    if (free && !after_free && !segment_frees_inside_malloc(trace, i, capped))
       return true;
+    after_free = free;
   }
   return false;
+}
+
+}  // namespace
+
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
+  return needs_inference(snapshot::TraceWindow(trace), options);
 }
 
 namespace {
@@ -64,10 +78,8 @@ std::vector<std::pair<TraceAction, Bytes>> segment_events(const std::vector<Trac
 
 namespace {
 
-// A device trace as the replay reads it: in memory, or spooled (read forward through a
-// TraceWindow, never unpacked whole). Only a trace in memory can go through the pool inference,
-// which looks back and ahead anywhere in it: replay_snapshot unpacks a spooled one that may need
-// it.
+// A device trace as the replay reads it: in memory, or spooled (read through a TraceWindow, never
+// unpacked whole; the pool inference looks back and ahead of the entry it reads, a burst at most).
 struct TraceSource {
   const std::vector<TraceEvent>* events = nullptr;
   const snapshot::EventSpool* spool = nullptr;
@@ -76,15 +88,6 @@ struct TraceSource {
     return events != nullptr ? snapshot::TraceWindow(*events) : snapshot::TraceWindow(*spool);
   }
 };
-
-// Whether needs_pool_inference could say yes for the spooled trace: private pools at the end, or
-// any segment_free (a burst outside an OOM path, which only the unpacked trace can tell).
-bool may_need_pool_inference(const snapshot::EventSpool& spool, const ReplayOptions& options) {
-  for (const SegmentPool& segment : options.final_segments)
-    if (!segment.pool.is_default())
-      return true;
-  return spool.count(TraceAction::segment_free) > 0;  // counted as the spool was written
-}
 
 // got == segment_events(trace) without building the trace's list.
 bool same_segment_events(const std::vector<std::pair<TraceAction, Bytes>>& got,
@@ -216,9 +219,19 @@ struct StartEvidence {
   std::vector<TraceEvent> segment_events;    // out: the segment_* entries, in order
 };
 
-// requests_from_trace into `out`, its requests into `requests` (out.requests.requests, or a
-// PackedRequests beside it), gathering `evidence` when given (without `initial` or a router). A
-// router needs the trace in memory and the requests in `out`.
+// The requests of an extraction with the pool inference, kept packed: the router appends its
+// pool requests beside the trace's to `staging` and reads them back to run them through its
+// model; those it has run move on to `packed` a block at a time.
+struct RoutedRequests {
+  RequestStream staging;
+  PackedRequests packed;
+  void push_back(const Request& request) { staging.requests.push_back(request); }
+  std::size_t size() const { return packed.size() + staging.requests.size(); }
+};
+
+// requests_from_trace into `out`, its requests into `requests` (out.requests.requests, a
+// PackedRequests beside it, or RoutedRequests with a router), gathering `evidence` when given
+// (without `initial` or a router).
 template <typename Requests>
 void extract_into(const TraceSource& source, const snapshot::SegmentState* initial,
                   PoolRouter* router, StartEvidence* evidence, TraceRequests& out,
@@ -257,13 +270,18 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
   std::uint64_t next_tensor = 1;
   if (initial)
     seed_from(*initial, out, live, pending, next_tensor);
+  // The stream the router appends to and reads back.
+  RequestStream* routed = &out.requests;
+  if constexpr (std::is_same_v<Requests, RoutedRequests>)
+    routed = &requests.staging;
   if (router)
-    router->seed(*source.events, out.initial_segments, out.requests);
+    router->seed(trace, out.initial_segments, *routed);
   std::size_t completes_prior_free = trace.size();  // the free_completed right after its free
   for (std::size_t i = 0; i < trace.size(); ++i) {
-    const TraceEvent& e = trace[i];
     if (router)
-      router->before_entry(*source.events, i, out.requests);
+      router->before_entry(trace, i, *routed);
+    // After the router, which may have read entries of other blocks.
+    const TraceEvent& e = trace[i];
     if (e.action != TraceAction::snapshot)
       ++out.expected_events;
     switch (e.action) {
@@ -334,8 +352,18 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
       case TraceAction::snapshot:
         break;
     }
+    if (router) {
+      router->after_entry(*routed);
+      if constexpr (std::is_same_v<Requests, RoutedRequests>) {
+        if (requests.staging.requests.size() >= PackedRequests::kBlockRequests)
+          router->move_applied(requests.staging, requests.packed);
+      }
+    }
+  }
+  if constexpr (std::is_same_v<Requests, RoutedRequests>) {
     if (router)
-      router->after_entry(out.requests);
+      router->move_applied(requests.staging, requests.packed);
+    requests.packed.pools = requests.staging.pools;
   }
   if (evidence) {
     evidence->allocates_every_final_block = std::all_of(
@@ -358,11 +386,32 @@ PackedTrace extract_packed(const TraceSource& source, const snapshot::SegmentSta
   return out;
 }
 
+// The same through the pool inference's `router`.
+PackedTrace extract_routed(const TraceSource& source, const snapshot::SegmentState* initial,
+                           PoolRouter& router) {
+  PackedTrace out;
+  RoutedRequests requests;
+  extract_into(source, initial, &router, nullptr, out.trace, requests);
+  out.requests = std::move(requests.packed);
+  return out;
+}
+
+// The segment_alloc addresses of a trace in either form, in order.
+std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments_of(
+    const TraceSource& source) {
+  const snapshot::TraceWindow trace = source.window();
+  std::vector<alloc::RecordedAddressDevice::RecordedSegment> out;
+  for (std::size_t i = 0; i < trace.size(); ++i)
+    if (trace[i].action == TraceAction::segment_alloc)
+      out.push_back({trace[i].addr, trace[i].size});
+  return out;
+}
+
 // replay_trace, with the requests already `extracted` (for a trace that needs no pool
-// inference) or extracted here.
+// inference) or extracted here; `infer_pools` is needs_inference of the trace.
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               std::optional<PackedTrace> extracted);
+                               bool infer_pools, std::optional<PackedTrace> extracted);
 
 }  // namespace
 
@@ -435,23 +484,23 @@ std::string describe(const SeededState& seeded) {
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
-  return replay_trace_from(TraceSource{&trace}, allocator_settings, options, initial, std::nullopt);
+  return replay_trace_from(TraceSource{&trace}, allocator_settings, options, initial,
+                           needs_pool_inference(trace, options), std::nullopt);
 }
 
 namespace {
 
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               std::optional<PackedTrace> extracted) {
+                               bool infer_pools, std::optional<PackedTrace> extracted) {
   const bool recorded_config = !options.config.has_value();
   const alloc::AllocatorProfile profile =
       alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
-  // The requests are packed, or in requests.requests where the pool inference made them.
-  TraceRequests requests;
-  std::optional<PackedRequests> packed;
-  if (!extracted && (trace.events == nullptr || !needs_pool_inference(*trace.events, options)))
+  TraceRequests requests;  // its `requests` stay empty: they are packed
+  PackedRequests packed;
+  if (!extracted && !infer_pools)
     extracted = extract_packed(trace, initial, nullptr);
   if (extracted) {
     requests = std::move(extracted->trace);
@@ -463,7 +512,7 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
     settings.total_memory = options.total_memory;
     settings.capacity = options.capacity;
     settings.allowed_memory = options.allowed_memory;
-    settings.recorded_segments = recorded_segments(*trace.events);
+    settings.recorded_segments = recorded_segments_of(trace);
     settings.final_segments = options.final_segments;
     settings.profile = profile;
     if (initial)
@@ -474,7 +523,10 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
       options.progress.report("pools", pass - 1, kMaxPoolPasses);
       options.cancel.throw_if_cancelled();
       router = std::make_unique<PoolRouter>(settings);
-      requests = requests_from_trace(*trace.events, initial, router.get());
+      packed = PackedRequests();
+      PackedTrace routed = extract_routed(trace, initial, *router);
+      requests = std::move(routed.trace);
+      packed = std::move(routed.requests);
       passes = pass;
       const auto& revised = router->revised_hints();
       if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
@@ -516,8 +568,7 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
   run_options.keep_final_segments = options.keep_final_segments;
 
   auto run = [&](alloc::Device& device, alloc::EventSink* sink, const alloc::RunOptions& how) {
-    return packed ? alloc::run_requests(*packed, config, device, sink, how)
-                  : alloc::run_requests(requests.requests, config, device, sink, how);
+    return alloc::run_requests(packed, config, device, sink, how);
   };
   ReplayResult result;
   result.profile = profile;
@@ -536,20 +587,16 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
     if (missing > 0) {
       Request call{};
       call.op = RequestOp::empty_cache;
-      if (packed) {
-        PackedRequests with_calls;
-        for (std::int64_t k = 0; k < missing; ++k)
-          with_calls.push_back(call);
-        packed->for_each_block([&](std::span<const Request> block, std::size_t) {
-          for (const Request& r : block)
-            with_calls.push_back(r);
-          return true;
-        });
-        packed = std::move(with_calls);
-      } else {
-        auto& list = requests.requests.requests;
-        list.insert(list.begin(), static_cast<std::size_t>(missing), call);
-      }
+      PackedRequests with_calls;
+      with_calls.pools = packed.pools;
+      for (std::int64_t k = 0; k < missing; ++k)
+        with_calls.push_back(call);
+      packed.for_each_block([&](std::span<const Request> block, std::size_t) {
+        for (const Request& r : block)
+          with_calls.push_back(r);
+        return true;
+      });
+      packed = std::move(with_calls);
       result.silent_empty_caches = static_cast<std::size_t>(missing);
     }
   }
@@ -631,25 +678,21 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     throw InputError("snapshot has traces for " + std::to_string(snapshot.device_traces.size()) +
                      " device(s); there is no device " + std::to_string(device));
   }
-  // A spooled trace (read_snapshot_spooled) is read forward from its packed blocks, never
-  // unpacked whole: replaying a real 1.2M-entry trace then holds its requests, not its 48 MB of
-  // entries as well. One that may need the pool inference is unpacked (see TraceSource).
+  // A spooled trace (read_snapshot_spooled) is read from its packed blocks, never unpacked
+  // whole, also by the pool inference: replaying a real 1.2M-entry trace then holds its requests
+  // packed, not its 48 MB of entries as well.
   TraceSource trace{&snapshot.device_traces[device]};
-  std::vector<TraceEvent> unpacked;
-  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty()) {
-    const snapshot::EventSpool& spool = snapshot.device_spools[device];
-    if (may_need_pool_inference(spool, options)) {
-      unpacked = spool.to_vector();
-      trace = TraceSource{&unpacked};
-    } else {
-      trace = TraceSource{nullptr, &spool};
-    }
-  }
+  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty())
+    trace = TraceSource{nullptr, &snapshot.device_spools[device]};
+  // A spool counted its segment_free entries as it was written: without any, no walk tells.
+  const bool walk = trace.spool == nullptr || trace.spool->count(TraceAction::segment_free) > 0;
+  const bool infer_pools =
+      walk ? needs_inference(trace.window(), options) : private_pools_at_end(options);
   // A trace recorded from the process's start touches no block or segment from before it: its
   // start state is empty, which extracting its requests proves, without initial_state's walk
   // back through every entry (a tenth of a replay). Otherwise, and where the extraction fails,
   // the replay below does it all again, seeded as initial_state says.
-  if (trace.events == nullptr || !needs_pool_inference(*trace.events, options)) {
+  if (!infer_pools) {
     StartEvidence evidence;
     for (const snapshot::Segment& segment : snapshot.segments)
       if (segment.device == static_cast<int>(device))
@@ -664,7 +707,7 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     }
     if (requests && !evidence.frees_older_block && evidence.allocates_every_final_block &&
         snapshot::no_segments_before(snapshot, static_cast<int>(device), evidence.segment_events))
-      return replay_trace_from(trace, snapshot.allocator_settings, options, nullptr,
+      return replay_trace_from(trace, snapshot.allocator_settings, options, nullptr, infer_pools,
                                std::move(requests));
   }
   std::vector<std::uint64_t> guessed;
@@ -676,7 +719,7 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
     rebuild_error = error.what();
   }
   ReplayResult result = replay_trace_from(trace, snapshot.allocator_settings, options,
-                                          initial ? &*initial : nullptr, std::nullopt);
+                                          initial ? &*initial : nullptr, infer_pools, std::nullopt);
   if (!rebuild_error.empty())
     result.warnings.push_back(
         "the state at the trace's start could not be rebuilt from the "

@@ -3,10 +3,13 @@
 #include "large_snapshot.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/core/progress.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/pickle_writer.h"
 
@@ -31,7 +34,30 @@ TEST(RepeatRecordedTrace, ReplaysExactlyAndEndsAtTheRecordedSegments) {
       {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "generated");
   ASSERT_EQ(reread.device_traces[0], big.device_traces[0]);
 
-  const auto replayed = replay::replay_snapshot(reread);
+  // Replayed as the CLI reads it: spooled. Each repetition ends in empty_cache's burst of
+  // segment_free entries, so the replay infers the empty_cache calls; the inference reads the
+  // packed trace through a window, never unpacked, and its requests are packed too. Beside the
+  // spool the replay's heap is about 1 MiB whatever the trace's length and a few bytes an entry,
+  // where the unpacked trace, the Requests reserved for every entry and every event of the
+  // inference's model were 120 bytes an entry.
+  const auto spooled = snapshot::read_snapshot_spooled_from_memory(
+      {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "generated");
+  const auto in_use = [] {
+    const struct mallinfo2 info = ::mallinfo2();
+    return info.uordblks + info.hblkhd;
+  };
+  const std::size_t before = in_use();
+  std::size_t peak = before;
+  replay::ReplayOptions options;
+  options.progress = Progress(
+      [&](std::string_view, std::uint64_t, std::uint64_t) { peak = std::max(peak, in_use()); });
+  const auto replayed = replay::replay_snapshot(spooled, options);
+  ASSERT_TRUE(replayed.pools.has_value());
+  EXPECT_GT(replayed.pools->empty_cache_requests, 0u);
+  if (before != 0) {  // mallinfo2 reports nothing under a sanitizer's allocator
+    EXPECT_LE(peak - before, (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
+        << "bytes beside the spool";
+  }
   ASSERT_TRUE(replayed.compared);
   EXPECT_TRUE(replayed.segment_events_match);
   EXPECT_FALSE(replayed.first_divergence.has_value())

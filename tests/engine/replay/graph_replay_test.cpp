@@ -90,6 +90,21 @@ TEST_P(GraphReplay, ReproducesTheRecording) {
   EXPECT_EQ(compared, 122u);
   EXPECT_EQ(alloc::memory_summary(result.run.stats, 0, false), recorded.summary);
 
+  // Read spooled, as the CLI reads it: the inference reads the packed trace through a window of
+  // two decoded blocks (looking back and ahead across their edges), and makes the same replay.
+  ReplayOptions quick = options_for(recorded.stats);
+  quick.check_invariants_every = 0;
+  const ReplayResult spooled = replay_snapshot(
+      snapshot::read_snapshot_spooled(kGraphFixtures + "/" + GetParam() + ".pickle.gz"), quick);
+  ASSERT_TRUE(spooled.pools.has_value());
+  EXPECT_EQ(spooled.pools->passes, result.pools->passes);
+  EXPECT_EQ(spooled.pools->pool_requests, result.pools->pool_requests);
+  EXPECT_EQ(spooled.pools->empty_cache_requests, result.pools->empty_cache_requests);
+  EXPECT_EQ(spooled.emitted_events, result.emitted_events);
+  EXPECT_EQ(spooled.segment_events, result.segment_events);
+  EXPECT_EQ(spooled.first_divergence.has_value(), result.first_divergence.has_value());
+  EXPECT_EQ(alloc::to_memory_stats(spooled.run.stats), got);
+
   const std::string outcome = recorded.stats.at("outcome").get<std::string>();
   if (outcome == "ok") {
     EXPECT_TRUE(result.run.ooms.empty());
