@@ -12,8 +12,8 @@
 
 #include "engine/snapshot/snapshot.h"
 #include "storage/db/event_chunk.h"
-#include "storage/db/segment_map.h"
 #include "storage/db/run_store.h"
+#include "storage/db/segment_map.h"
 #include "storage/storage_test_util.h"
 
 namespace fragscope::storage {
