@@ -20,17 +20,6 @@ std::uint64_t implied_tensor(RequestOp op, std::uint64_t next) {
   return op == RequestOp::malloc ? next : 0;
 }
 
-// A varint this process wrote: no bounds to check.
-std::uint64_t get_varint(const std::uint8_t*& at) {
-  std::uint64_t value = 0;
-  for (int shift = 0;; shift += 7) {
-    const std::uint8_t byte = *at++;
-    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0)
-      return value;
-  }
-}
-
 }  // namespace
 
 void PackedRequests::push_back(const Request& request) {

@@ -25,17 +25,6 @@ std::uint64_t unzigzag_delta(std::uint64_t value) {
   return static_cast<std::uint64_t>(unzigzag(value));
 }
 
-// A varint of bytes this process wrote (the spool's own blocks): no bounds to check.
-std::uint64_t get_varint(const std::uint8_t*& at) {
-  std::uint64_t value = 0;
-  for (int shift = 0;; shift += 7) {
-    const std::uint8_t byte = *at++;
-    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0)
-      return value;
-  }
-}
-
 }  // namespace
 
 // An unnamed temporary file: created and unlinked at once, closed with the last spool using it.
