@@ -3,7 +3,6 @@
 #include "large_snapshot.h"
 
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include "engine/core/progress.h"
 #include "engine/replay/replay.h"
 #include "engine/snapshot/pickle_writer.h"
+#include "tests/heap_test_util.h"
 
 namespace fragscope::bench {
 namespace {
@@ -42,20 +42,15 @@ TEST(RepeatRecordedTrace, ReplaysExactlyAndEndsAtTheRecordedSegments) {
   // inference's model were 120 bytes an entry.
   const auto spooled = snapshot::read_snapshot_spooled_from_memory(
       {reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, "generated");
-  const auto in_use = [] {
-    const struct mallinfo2 info = ::mallinfo2();
-    return info.uordblks + info.hblkhd;
-  };
-  const std::size_t before = in_use();
-  std::size_t peak = before;
+  test::HeapPeak heap;
   replay::ReplayOptions options;
-  options.progress = Progress(
-      [&](std::string_view, std::uint64_t, std::uint64_t) { peak = std::max(peak, in_use()); });
+  options.progress =
+      Progress([&](std::string_view, std::uint64_t, std::uint64_t) { heap.sample(); });
   const auto replayed = replay::replay_snapshot(spooled, options);
   ASSERT_TRUE(replayed.pools.has_value());
   EXPECT_GT(replayed.pools->empty_cache_requests, 0u);
-  if (before != 0) {  // mallinfo2 reports nothing under a sanitizer's allocator
-    EXPECT_LE(peak - before, (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
+  if (heap.measurable()) {  // mallinfo2 reports nothing under a sanitizer's allocator
+    EXPECT_LE(heap.grown(), (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
         << "bytes beside the spool";
   }
   ASSERT_TRUE(replayed.compared);

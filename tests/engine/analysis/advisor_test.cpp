@@ -1,13 +1,13 @@
 #include "engine/analysis/advisor.h"
 
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/analysis/analysis_test_util.h"
+#include "tests/heap_test_util.h"
 #include "tests/progress_test_util.h"
 
 namespace fragscope::analysis {
@@ -152,19 +152,14 @@ TEST(AdvisorFixture, GptOomCap) {
   // empty_cache candidate's copy of them were over 100 bytes an entry.
   const snapshot::Snapshot spooled =
       snapshot::read_snapshot_spooled(test::fixture_dir() / "gpt_oom_cap.pickle.gz");
-  const auto in_use = [] {
-    const struct mallinfo2 info = ::mallinfo2();
-    return info.uordblks + info.hblkhd;
-  };
-  const std::size_t before = in_use();
-  std::size_t peak = before;
+  fragscope::test::HeapPeak heap;
   options.threads = 1;
-  options.progress = Progress(
-      [&](std::string_view, std::uint64_t, std::uint64_t) { peak = std::max(peak, in_use()); });
+  options.progress =
+      Progress([&](std::string_view, std::uint64_t, std::uint64_t) { heap.sample(); });
   const Advice from_spool = advise_snapshot(spooled, "gpt_oom_cap", options);
   EXPECT_EQ(to_json(from_spool).dump(), to_json(one).dump());
-  if (before != 0) {  // mallinfo2 reports nothing under a sanitizer's allocator
-    EXPECT_LE(peak - before, (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
+  if (heap.measurable()) {  // mallinfo2 reports nothing under a sanitizer's allocator
+    EXPECT_LE(heap.grown(), (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
         << "bytes beside the spool";
   }
 }

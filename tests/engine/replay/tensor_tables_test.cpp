@@ -5,7 +5,6 @@
 // far apart (hashed), plain and packed, and the emitted events, OOMs, skipped requests and stats
 // must agree.
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <string>
@@ -18,6 +17,7 @@
 #include "engine/replay/replay.h"
 #include "engine/snapshot/snapshot.h"
 #include "engine/snapshot/timeline.h"
+#include "tests/heap_test_util.h"
 
 namespace fragscope::replay {
 namespace {
@@ -149,20 +149,15 @@ TEST(PackedRequests, GiveBackEveryRequestInAFractionOfTheBytes) {
 TEST(PackedRequests, AReplayOfASpooledTraceHoldsAFewBytesAnEntry) {
   const auto spooled = snapshot::read_snapshot_spooled(std::string(FRAGSCOPE_FIXTURES) +
                                                        "/streams_default.pickle.gz");
-  const auto in_use = [] {
-    const struct mallinfo2 info = ::mallinfo2();
-    return info.uordblks + info.hblkhd;
-  };
-  const std::size_t before = in_use();
-  if (before == 0)
+  test::HeapPeak heap;
+  if (!heap.measurable())
     GTEST_SKIP() << "mallinfo2 reports nothing under this allocator (a sanitizer's)";
-  std::size_t peak = before;
   ReplayOptions options;
-  options.progress = Progress(
-      [&](std::string_view, std::uint64_t, std::uint64_t) { peak = std::max(peak, in_use()); });
+  options.progress =
+      Progress([&](std::string_view, std::uint64_t, std::uint64_t) { heap.sample(); });
   const ReplayResult result = replay_snapshot(spooled, options);
   ASSERT_FALSE(result.first_divergence.has_value());
-  EXPECT_LE(peak - before, (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
+  EXPECT_LE(heap.grown(), (std::size_t{1} << 20) + spooled.trace_size(0) * 24)
       << "bytes beside the spool";
 }
 

@@ -2,7 +2,6 @@
 // machine's compacted memo, and the timeline handed out a slice at a time: each must give
 // exactly what the plain forms give.
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "engine/snapshot/pickle_vm.h"
 #include "engine/snapshot/snapshot_test_util.h"
 #include "engine/snapshot/timeline.h"
+#include "tests/heap_test_util.h"
 
 namespace fragscope::snapshot::test {
 namespace {
@@ -535,21 +535,15 @@ TEST(SpooledTimeline, SlicesAddUpToTheWholeTimeline) {
 TEST(SpooledTimeline, HoldsASliceOfTheTraceAtATime) {
   const Snapshot spooled = read_snapshot_spooled(fixture_path("gpt_oom_cap"));
   ASSERT_GT(spooled.trace_size(0), 20000u);
-  // The heap in use: malloc'd chunks and mmap'd ones (the large buffers).
-  const auto in_use = [] {
-    const struct mallinfo2 info = ::mallinfo2();
-    return info.uordblks + info.hblkhd;
-  };
-  const std::size_t before = in_use();
-  if (before == 0)
+  fragscope::test::HeapPeak heap;
+  if (!heap.measurable())
     GTEST_SKIP() << "mallinfo2 reports nothing under this allocator (a sanitizer's)";
-  std::size_t peak = before;
   TimelineSinks sinks;
   sinks.on_samples = [&](std::span<const TraceEvent>, std::span<const MemorySample>, std::size_t) {
-    peak = std::max(peak, in_use());
+    heap.sample();
   };
   build_timeline(spooled, 0, sinks);
-  EXPECT_LE(peak - before, std::size_t{1} << 20) << "bytes beside the spool";
+  EXPECT_LE(heap.grown(), std::size_t{1} << 20) << "bytes beside the spool";
 }
 
 }  // namespace
