@@ -1,5 +1,6 @@
 // fragscope-cli advise: which allocator setting (or program change) would have avoided the OOM
 // or lowered the reserved peak, for a recorded snapshot or an experiment file.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -79,6 +80,13 @@ int run_advise(const std::vector<std::string>& argv) {
     // Spooled, as replay reads it: the trace packed (~10 bytes an entry, past 4 MB in a
     // temporary file), no per-entry texts.
     snapshot::Snapshot snap = snapshot::read_snapshot_spooled(path);
+    // The what-if runs in flight hold a fifth of the file's size at most together (each a table
+    // of the trace's tensors, 16 bytes a tensor): beside the spool and the packed requests that
+    // keeps advise below half the file's size whatever the thread count.
+    std::error_code no_size;
+    const std::uintmax_t file_bytes = std::filesystem::file_size(path, no_size);
+    if (!no_size)
+      options.memory_budget = std::max<std::size_t>(file_bytes / 5, 1);
     apply_torch_version_option(args, snap);
     releases_for(snap.torch_version.profile());
     advice = analysis::advise_snapshot(snap, path, options);

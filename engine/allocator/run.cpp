@@ -61,6 +61,7 @@ class DenseTensors {
   }
   void prefetch(std::uint64_t id) const { __builtin_prefetch(&slots_[id]); }
   FlatMap64<std::uint64_t>& pending() { return pending_; }
+  static constexpr std::size_t kBytesPerId = 16;  // a slot
 
  private:
   static constexpr std::uint8_t kLive = 1;
@@ -70,6 +71,7 @@ class DenseTensors {
     std::uint64_t address = 0;
     std::uint8_t flags = 0;
   };
+  static_assert(sizeof(Slot) == kBytesPerId);
   std::vector<Slot> slots_;
   FlatMap64<std::uint64_t> pending_;  // keyed by id + 1
 };
@@ -108,6 +110,15 @@ std::optional<std::size_t> dense_tensor_ids(const Requests& requests, const RunO
   if (largest >= limit)
     return std::nullopt;
   return static_cast<std::size_t>(largest) + 1;
+}
+
+// run_state_bytes of either stream form; `block` is what its decoded block holds.
+template <typename Requests>
+std::size_t state_bytes(const Requests& requests, const RunOptions& options, std::size_t block) {
+  if (const auto ids = dense_tensor_ids(requests, options))
+    return *ids * DenseTensors::kBytesPerId + block;
+  // HashedTensors' address map (16-byte slots, at most half full) if every malloc stayed live.
+  return requests.size() * 32 + block;
 }
 
 }  // namespace
@@ -389,6 +400,15 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
 RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
                        Device& device, EventSink* sink, const RunOptions& options) {
   return run_all(UnpackedBlocks(requests), config, device, sink, options);
+}
+
+std::size_t run_state_bytes(const RequestStream& requests, const RunOptions& options) {
+  return state_bytes(PlainRequests(requests), options, 0);
+}
+
+std::size_t run_state_bytes(const PackedRequests& requests, const RunOptions& options) {
+  return state_bytes(UnpackedBlocks(requests), options,
+                     std::min(requests.size(), PackedRequests::kBlockRequests) * sizeof(Request));
 }
 
 }  // namespace fragscope::alloc

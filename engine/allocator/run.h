@@ -84,4 +84,12 @@ RunResult run_requests(const RequestStream& requests, const AllocatorConfig& con
 RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
                        Device& device, EventSink* sink = nullptr, const RunOptions& options = {});
 
+// What run_requests holds beside the allocator model while it runs `requests` from
+// options.initial_segments: its per-tensor table (16 bytes a tensor id up to the largest, for a
+// stream whose ids are small as requests_from_trace numbers them; else hash maps, counted here as
+// if every malloc stayed live) and a packed stream's decoded block. Runs in parallel hold this
+// each (run_what_if bounds their number by it).
+std::size_t run_state_bytes(const RequestStream& requests, const RunOptions& options = {});
+std::size_t run_state_bytes(const PackedRequests& requests, const RunOptions& options = {});
+
 }  // namespace fragscope::alloc

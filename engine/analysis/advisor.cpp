@@ -157,6 +157,7 @@ WhatIfOptions trace_what_if_options(const TraceRequests& trace, const alloc::Pro
   WhatIfOptions what_if;
   what_if.capacity = options.capacity;
   what_if.threads = options.threads;
+  what_if.memory_budget = options.memory_budget;
   what_if.cancel = options.cancel;
   what_if.progress = options.progress;
   what_if.recorded_segments = trace.recorded_segments;
@@ -277,6 +278,7 @@ Advice advise_experiment(const workload::ExperimentPoint& point, const std::stri
   what_if.device_memory = point.device.capacity;
   what_if.device_total = point.device.total_memory;
   what_if.threads = options.threads;
+  what_if.memory_budget = options.memory_budget;
   what_if.cancel = options.cancel;
   what_if.progress = options.progress;
   advice.device_memory = what_if.device_memory;

@@ -24,6 +24,9 @@ struct AdviseOptions {
   std::optional<Bytes> capacity;      // per-process limit; default: the input's own (or none)
   unsigned threads = 0;               // 0 = hardware concurrency; the result does not depend on it
   std::optional<std::size_t> device;  // snapshot device; default: the one with most entries
+  // The most the what-if runs in flight hold together (WhatIfOptions::memory_budget): fewer
+  // threads run where more would hold more. 0 = no bound.
+  std::size_t memory_budget = 0;
   // Releases to try the same run under (release_mitigations): "would upgrading have avoided it".
   std::vector<TorchVersion> what_if_releases;
   CancelToken cancel;  // polled inside every run: fragscope::Cancelled

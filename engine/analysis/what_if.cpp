@@ -397,6 +397,29 @@ const WhatIfRow* WhatIfTable::baseline() const {
 
 namespace {
 
+// The threads a sweep runs on: options.threads (0: the hardware's), at most one a candidate, and
+// no more than options.memory_budget holds runs of the largest state any candidate's run has.
+template <typename Requests>
+unsigned sweep_threads(const Requests& requests, const std::vector<Mitigation>& candidates,
+                       const WhatIfOptions& options) {
+  unsigned threads = options.threads == 0 ? std::thread::hardware_concurrency() : options.threads;
+  threads = std::clamp<unsigned>(
+      threads, 1, static_cast<unsigned>(std::max<std::size_t>(candidates.size(), 1)));
+  if (options.memory_budget == 0 || threads == 1)
+    return threads;
+  alloc::RunOptions run_options;
+  run_options.initial_segments = options.initial_segments;
+  std::size_t run_bytes = alloc::run_state_bytes(requests, run_options);
+  for (const Mitigation& m : candidates) {
+    if (m.requests)
+      run_bytes = std::max(run_bytes, alloc::run_state_bytes(*m.requests, run_options));
+    else if (m.packed_requests)
+      run_bytes = std::max(run_bytes, alloc::run_state_bytes(*m.packed_requests, run_options));
+  }
+  const std::size_t fit = options.memory_budget / std::max<std::size_t>(run_bytes, 1);
+  return static_cast<unsigned>(std::clamp<std::size_t>(fit, 1, threads));
+}
+
 template <typename Requests>
 WhatIfTable run_what_if_of(const Requests& requests, const std::vector<Mitigation>& candidates,
                            const WhatIfOptions& options) {
@@ -406,9 +429,7 @@ WhatIfTable run_what_if_of(const Requests& requests, const std::vector<Mitigatio
   std::vector<WhatIfRow> rows(candidates.size());
   std::vector<std::optional<alloc::RunResult>> runs(candidates.size());
 
-  unsigned threads = options.threads == 0 ? std::thread::hardware_concurrency() : options.threads;
-  threads = std::clamp<unsigned>(
-      threads, 1, static_cast<unsigned>(std::max<std::size_t>(candidates.size(), 1)));
+  const unsigned threads = sweep_threads(requests, candidates, options);
   PartsProgress progress(options.progress, kWhatIfStages[0].name, candidates.size());
   progress.start();
   // Runs the candidates `order` lists on the worker threads; results land in their slots.

@@ -7,7 +7,9 @@
 //
 // Every candidate is an independent run of alloc::run_requests on its own SimulatedDevice, so
 // candidates run on a thread pool; rows are computed into fixed slots and ranked by a total
-// order, so the table is the same for any thread count.
+// order, so the table is the same for any thread count. The runs share their request streams;
+// each holds its own allocator model and table of tensors (WhatIfOptions::memory_budget bounds
+// how many of those exist at once).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -96,6 +98,10 @@ struct WhatIfOptions {
                                            // (raised to `capacity` when that is larger)
   Bytes device_total = 0;  // totalGlobalMem (OOM text, expandable reservations); 0 = same
   unsigned threads = 1;    // 0 = hardware concurrency
+  // The most the runs in flight may hold together (alloc::run_state_bytes each: a run's table of
+  // the stream's tensors): fewer threads run when `threads` runs would hold more, one at least.
+  // 0 = no bound. The rows do not depend on it.
+  std::size_t memory_budget = 0;
   // Segment addresses of the recording the stream came from: served while a candidate asks for
   // the recorded sizes, so best-fit ties break as they did in the real run.
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
