@@ -1,5 +1,6 @@
 #include "storage/db/segment_map.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "engine/allocator/flat_map.h"
@@ -71,10 +72,15 @@ void commit_changes(BlockChanges& changes, std::map<std::uint64_t, LiveBlock>& b
   });
   changes.clear();
 }
+
+// A hash map for about `entries` changes (grown at half load), 1,024 slots at least.
+BlockChanges changes_for(std::size_t entries) {
+  return BlockChanges(std::max<std::size_t>(1024, 2 * entries + 2));
+}
 }  // namespace
 
 void SegmentMap::apply_all(std::span<const TraceEvent> events) {
-  BlockChanges changes(1024);
+  BlockChanges changes = changes_for(std::min(changes_hint_, events.size()));
   for (const TraceEvent& event : events) {
     switch (event.action) {
       case TraceAction::alloc:
@@ -102,6 +108,7 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
         break;
     }
   }
+  changes_hint_ = changes.size();
   commit_changes(changes, blocks_);
 }
 

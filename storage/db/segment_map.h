@@ -87,7 +87,10 @@ class SegmentMap {
   // `what` names the blob in errors.
   static SegmentMap deserialize(std::span<const std::uint8_t> blob, const std::string& what);
 
-  friend bool operator==(const SegmentMap&, const SegmentMap&) = default;
+  // The same segments, blocks and count of unmatched events.
+  friend bool operator==(const SegmentMap& a, const SegmentMap& b) {
+    return a.segments_ == b.segments_ && a.blocks_ == b.blocks_ && a.unmatched_ == b.unmatched_;
+  }
 
  private:
   void map_range(const SegmentRange& range);
@@ -96,6 +99,9 @@ class SegmentMap {
   std::map<std::uint64_t, SegmentRange> segments_;
   std::map<std::uint64_t, LiveBlock> blocks_;
   std::uint64_t unmatched_ = 0;
+  // How many blocks the last apply_all changed: the next one's hash map starts that large (ingest
+  // applies chunk after chunk of one run, each changing about as many).
+  std::size_t changes_hint_ = 0;
 };
 
 // The state before the first of `events`, given `final_state` after the last (a snapshot's

@@ -6,9 +6,11 @@
 //   before the pyramid, which replays from event 0).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 
 #include "engine/snapshot/snapshot.h"
 #include "storage/db/event_chunk.h"
@@ -106,6 +108,21 @@ void BM_RewindRealTrace(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
 }
 BENCHMARK(BM_RewindRealTrace)->Unit(benchmark::kMillisecond);
+
+// Ingest's keyframes: the real trace applied to one segment map a chunk (kEventsPerChunk) at a
+// time, as ingest applies each chunk before serializing the map.
+void BM_ApplyChunksRealTrace(benchmark::State& state) {
+  const auto& events = real_trace();
+  for (auto _ : state) {
+    SegmentMap map;
+    for (std::size_t first = 0; first < events.size(); first += kEventsPerChunk)
+      map.apply_all(
+          std::span(events).subspan(first, std::min(kEventsPerChunk, events.size() - first)));
+    benchmark::DoNotOptimize(map.blocks().size());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
+}
+BENCHMARK(BM_ApplyChunksRealTrace)->Unit(benchmark::kMillisecond);
 
 void BM_IngestRealTrace(benchmark::State& state) {
   const auto& events = real_trace();

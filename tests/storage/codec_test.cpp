@@ -172,6 +172,16 @@ TEST(SegmentMap, ApplyAllIsApplyEventByEvent) {
     EXPECT_EQ(batched.unmatched_events(), one_by_one.unmatched_events());
     EXPECT_EQ(batched.blocks(), one_by_one.blocks());
   }
+  // Chunk after chunk, as ingest applies them (each chunk's hash map sized by the last's).
+  SegmentMap one_by_one;
+  SegmentMap chunked;
+  for (const TraceEvent& event : events)
+    one_by_one.apply(event);
+  for (std::size_t first = 0; first < events.size(); first += 3000)
+    chunked.apply_all(
+        std::span(events).subspan(first, std::min<std::size_t>(3000, events.size() - first)));
+  EXPECT_EQ(chunked, one_by_one);
+  EXPECT_EQ(chunked.blocks(), one_by_one.blocks());
 }
 
 TEST(SegmentMap, ExpandableRangesMergeAndSplit) {
