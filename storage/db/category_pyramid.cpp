@@ -166,6 +166,7 @@ CategoryChunk decode_category_chunk(std::span<const std::uint8_t> blob, const st
 void CategoryTracker::add_initial(std::uint64_t addr, std::int64_t size) {
   live_.insert_or_assign(addr, {static_cast<std::uint8_t>(Category::unknown), size});
   bytes_[0] += size;
+  total_ = wrapping_add(total_, size);
 }
 
 CategoryTracker::Change CategoryTracker::apply(const TraceEvent& event, Category category) {
@@ -176,6 +177,7 @@ CategoryTracker::Change CategoryTracker::apply(const TraceEvent& event, Category
     // lost allocation's bytes stay counted, as they did when this was computed by replay.
     live_.insert_or_assign(event.addr, {index, size});
     bytes_[index] = wrapping_add(bytes_[index], size);
+    total_ = wrapping_add(total_, size);
     return {index, size};
   }
   if (event.action == TraceAction::free_completed) {
@@ -183,6 +185,7 @@ CategoryTracker::Change CategoryTracker::apply(const TraceEvent& event, Category
       const Live gone = *found;
       live_.erase(event.addr);
       bytes_[gone.category] = wrapping_sub(bytes_[gone.category], gone.size);
+      total_ = wrapping_sub(total_, gone.size);
       return {gone.category, wrapping_neg(gone.size)};
     }
   }

@@ -36,6 +36,15 @@ class LevelBuilder {
     if (++level0.pending_parts == kLevel0Events)
       complete(0, true);
   }
+  // The buckets of `events` events, already merged (the same as add()ing each of them), where
+  // they fit in the level-0 bucket being filled: pending events + `events` <= kLevel0Events.
+  void add_merged(const Bucket& merged, std::uint64_t events) {
+    Level& level0 = levels_[0];
+    level0.pending = level0.pending_parts == 0 ? merged : merge_buckets(level0.pending, merged);
+    level0.pending_parts += events;
+    if (level0.pending_parts == kLevel0Events)
+      complete(0, true);
+  }
   // Rows that are full and can be written now.
   std::vector<Row> take_full_rows() { return std::exchange(ready_, {}); }
   // Closes the partial buckets at the end of the run and returns every row not yet taken.

@@ -26,8 +26,7 @@ void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelI
   chunk.categories.push_back(change.category);
   chunk.deltas.push_back(change.delta);
   const std::uint64_t index = ingest.event_count() - 1;  // the event is already buffered
-  ingest.category_levels.add(CategoryBucket{index, index + 1, event.time_us, event.time_us, index,
-                                            ingest.categories.bytes()});
+  ingest.category_levels.add(index, event.time_us, ingest.categories);
 }
 
 void RunWriter::write_category_rows(RunId run,

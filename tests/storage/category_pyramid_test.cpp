@@ -223,6 +223,47 @@ TEST(CategoryPyramidIngest, BlocksLiveBeforeTheTraceAreUnknown) {
   EXPECT_EQ(buckets[2].bytes[0], 24);
 }
 
+// The builder keeps a filling bucket as its peak and merges it once full: the same rows, level
+// for level, as a bucket per event merged into level 0 (the earliest event of the highest total
+// on a tie: free_requested events leave the total as it was).
+TEST(CategoryPyramidIngest, TheBuilderGivesTheRowsOfABucketPerEvent) {
+  const LabelledRun run = labelled_run(kBucketsPerRow * kLevel0Events + 4321, 17);
+  CategoryTracker tracker;
+  CategoryPyramidBuilder builder;
+  LevelBuilder<CategoryBucket> per_event;
+  std::vector<CategoryPyramidBuilder::Row> rows;
+  std::vector<CategoryPyramidBuilder::Row> expected;
+  const auto take = [](auto& from, auto& into) {
+    for (auto& row : from)
+      into.push_back(std::move(row));
+  };
+  for (std::uint64_t i = 0; i < run.events.size(); ++i) {
+    const TraceEvent& event = run.events[i];
+    tracker.apply(event, run.table[run.labels[i].value].category);
+    ASSERT_EQ(tracker.bytes(), run.after[i]);
+    ASSERT_EQ(tracker.total(), total(run.after[i]));
+    builder.add(i, event.time_us, tracker);
+    per_event.add(CategoryBucket{i, i + 1, event.time_us, event.time_us, i, tracker.bytes()});
+    if (i % 5000 == 0) {
+      auto full = builder.take_full_rows();
+      take(full, rows);
+      auto full_expected = per_event.take_full_rows();
+      take(full_expected, expected);
+    }
+  }
+  auto last = builder.finish();
+  take(last, rows);
+  auto last_expected = per_event.finish();
+  take(last_expected, expected);
+  ASSERT_EQ(rows.size(), expected.size());
+  ASSERT_GT(rows.size(), 2u);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r].level, expected[r].level) << "row " << r;
+    EXPECT_EQ(rows[r].first_bucket, expected[r].first_bucket) << "row " << r;
+    EXPECT_EQ(rows[r].buckets, expected[r].buckets) << "row " << r;
+  }
+}
+
 TEST(CategoryBlobs, RoundTripAndRejectCorruption) {
   const LabelledRun run = labelled_run(5000, 9);
   CategoryChunk chunk;
