@@ -102,13 +102,24 @@ void SegmentState::fail(const TraceEvent& e, const std::string& what) const {
                    std::to_string(e.size) + "): " + what);
 }
 
+SegmentState::BlockIt SegmentState::find_block(std::uint64_t address) {
+  if (hint_.has_block && hint_.block_address == address)
+    return hint_.block;
+  return blocks_.find(address);
+}
+
 SegmentState::SegmentIt SegmentState::segment_containing(std::uint64_t address) {
+  // Segments never overlap: the hinted one, if it holds the address, is the one.
+  if (hint_.has_segment && address - hint_.segment->first < hint_.segment->second.size)
+    return hint_.segment;
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin())
     return segments_.end();
   --it;
   if (address - it->first >= it->second.size)
     return segments_.end();
+  hint_.segment = it;
+  hint_.has_segment = true;
   return it;
 }
 
@@ -129,6 +140,7 @@ void SegmentState::remove_free(BlockIt it, SegmentInfo& seg) {
   forget_free_size(it->second.size);
   --seg.block_count;
   seg.free_bytes -= it->second.size;
+  hint_.has_block = false;
   blocks_.erase(it);
 }
 
@@ -164,6 +176,7 @@ SegmentState::BlockIt SegmentState::coalesce(BlockIt it, SegmentIt seg) {
     --seg->second.block_count;
     size += merged->second.size;
   }
+  hint_.has_block = false;
   blocks_.erase(std::next(first), end);
   first->second = BlockInfo{};
   first->second.size = size;
@@ -209,7 +222,7 @@ void SegmentState::apply(const TraceEvent& e) {
 void SegmentState::on_alloc(const TraceEvent& e) {
   if (e.size >= alloc::kOneExbibyte)
     fail(e, "PyTorch refuses allocations of 1 EiB and more");
-  auto it = blocks_.find(e.addr);
+  auto it = find_block(e.addr);
   if (it == blocks_.end() || it->second.state != BlockState::inactive)
     fail(e, "no free block starts at this address");
   auto seg = segment_containing(e.addr);
@@ -230,7 +243,7 @@ void SegmentState::on_alloc(const TraceEvent& e) {
     size = rounded;
     BlockInfo rest;
     rest.size = free_size - rounded;
-    blocks_.emplace_hint(std::next(it), e.addr + rounded, rest);
+    hint_block(blocks_.emplace_hint(std::next(it), e.addr + rounded, rest));
     ++free_sizes_[rest.size];
     ++seg->second.block_count;
     seg->second.free_bytes += rest.size;
@@ -248,15 +261,16 @@ void SegmentState::on_alloc(const TraceEvent& e) {
 }
 
 void SegmentState::on_free_requested(const TraceEvent& e) {
-  auto it = blocks_.find(e.addr);
+  auto it = find_block(e.addr);
   if (it == blocks_.end() || it->second.state != BlockState::active_allocated)
     fail(e, "no allocated block at this address");
+  hint_block(it);
   it->second.state = BlockState::active_pending_free;
   totals_.allocated -= it->second.size;
 }
 
 void SegmentState::on_free_completed(const TraceEvent& e) {
-  auto it = blocks_.find(e.addr);
+  auto it = find_block(e.addr);
   if (it == blocks_.end() || it->second.state == BlockState::inactive)
     fail(e, "no active block at this address");
   if (it->second.state == BlockState::active_allocated)  // free_requested was not recorded
@@ -272,7 +286,7 @@ void SegmentState::on_free_completed(const TraceEvent& e) {
   it->second.size = size;
   ++free_sizes_[size];
   seg->second.free_bytes += size;
-  coalesce(it, seg);
+  hint_block(coalesce(it, seg));
   totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
 }
 
@@ -304,6 +318,7 @@ void SegmentState::on_segment_free(const TraceEvent& e) {
       it->second.state != BlockState::inactive)
     fail(e, "the segment still holds active blocks");
   remove_free(it, seg->second);
+  hint_.has_segment = false;
   segments_.erase(seg);
   totals_.reserved -= e.size;
   --totals_.segments;
@@ -353,6 +368,7 @@ void SegmentState::on_segment_map(const TraceEvent& e) {
     seg->second.size += next->second.size;
     seg->second.block_count += next->second.block_count;
     seg->second.free_bytes += next->second.free_bytes;
+    hint_.has_segment = false;
     segments_.erase(next);
   }
   add_free(e.addr, e.size, seg->second);
@@ -380,6 +396,7 @@ void SegmentState::on_segment_unmap(const TraceEvent& e) {
   std::uint64_t seg_start = seg->first;
   std::uint64_t seg_end = seg->first + seg->second.size;
   SegmentInfo base = seg->second;
+  hint_.has_segment = false;
   segments_.erase(seg);
   if (e.addr > seg_start) {
     SegmentInfo left = base;

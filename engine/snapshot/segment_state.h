@@ -95,6 +95,12 @@ class SegmentState {
   using SegmentIt = std::map<std::uint64_t, SegmentInfo>::iterator;
 
   [[noreturn]] void fail(const TraceEvent& e, const std::string& what) const;
+  BlockIt find_block(std::uint64_t address);  // blocks_.find, through the hint
+  void hint_block(BlockIt it) {
+    hint_.block = it;
+    hint_.block_address = it->first;
+    hint_.has_block = true;
+  }
   SegmentIt segment_containing(std::uint64_t address);
   Bytes split_contribution(const SegmentInfo& s) const;
   void add_free(std::uint64_t address, Bytes size, SegmentInfo& seg);
@@ -119,6 +125,28 @@ class SegmentState {
   std::map<std::uint64_t, BlockInfo> blocks_;
   std::map<Bytes, std::uint32_t> free_sizes_;  // size -> number of free blocks of that size
   MemorySample totals_;
+
+  // The block and the segment recent events used, looked at before the maps: a free_completed
+  // follows its free_requested, an allocation often takes the rest of the block the previous one
+  // split or the block a free just merged, and events stay in one segment for a while. A tree
+  // descent is a chain of cache misses, and an event made two or three. Dropped when a node of
+  // its map is erased, and on copy or move (its iterators point into the other object's maps).
+  struct Hint {
+    bool has_block = false;
+    bool has_segment = false;
+    std::uint64_t block_address = 0;
+    BlockIt block;
+    SegmentIt segment;
+
+    Hint() = default;
+    Hint(const Hint&) {}
+    Hint& operator=(const Hint&) {
+      has_block = false;
+      has_segment = false;
+      return *this;
+    }
+  };
+  Hint hint_;
 };
 
 }  // namespace fragscope::snapshot

@@ -94,5 +94,37 @@ TEST(SegmentStateHostile, FreeCompletedOutsideEverySegmentIsAnInputError) {
   EXPECT_THROW(state.apply({TraceAction::free_completed, 4096, 512}), InputError);
 }
 
+// The hinted block and segment (the last ones used) go with the nodes erased under them: after
+// a segment_free, an alloc at its base finds no free block there, as it would in the maps.
+TEST(SegmentStateHostile, AnAllocInAFreedSegmentFindsNoBlock) {
+  constexpr std::uint64_t kBase = 1ull << 40;
+  SegmentState state;
+  state.apply({TraceAction::segment_alloc, kBase, 8 * kMiB});
+  state.apply({TraceAction::alloc, kBase, 2 * kMiB});
+  state.apply({TraceAction::alloc, kBase + 2 * kMiB, 2 * kMiB});  // the rest the first split off
+  state.apply({TraceAction::free_requested, kBase + 2 * kMiB, 2 * kMiB});
+  state.apply({TraceAction::free_completed, kBase + 2 * kMiB, 2 * kMiB});
+  state.apply({TraceAction::free_completed, kBase, 2 * kMiB});  // merges the segment into one
+  EXPECT_EQ(state.block_count(), 1u);
+  state.apply({TraceAction::segment_free, kBase, 8 * kMiB});
+  try {
+    state.apply({TraceAction::alloc, kBase, 1 * kMiB});
+    FAIL() << "an alloc in a freed segment was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("no free block starts at this address"),
+              std::string::npos)
+        << error.what();
+  }
+  // A copy starts without hints into the original's maps.
+  state.apply({TraceAction::segment_alloc, kBase, 8 * kMiB});
+  state.apply({TraceAction::alloc, kBase, 2 * kMiB});
+  SegmentState copy = state;
+  state.apply({TraceAction::free_completed, kBase, 2 * kMiB});
+  copy.apply({TraceAction::alloc, kBase + 2 * kMiB, 6 * kMiB});
+  EXPECT_EQ(copy.sample().allocated, 8 * kMiB);
+  EXPECT_EQ(state.sample().allocated, 0u);
+  EXPECT_EQ(state.block_count(), 1u);
+}
+
 }  // namespace
 }  // namespace fragscope::snapshot
