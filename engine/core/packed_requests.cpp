@@ -5,81 +5,59 @@
 #include "engine/core/varint.h"
 
 namespace fragscope {
-namespace {
 
-constexpr std::uint8_t kOp = 0x0f;
-constexpr std::uint8_t kTensor = 0x10;
-constexpr std::uint8_t kSize = 0x20;
-constexpr std::uint8_t kStream = 0x40;
-constexpr std::uint8_t kExtra = 0x80;
-static_assert(static_cast<std::uint8_t>(RequestOp::pool_empty_cache) <= kOp,
-              "a request's op takes the head byte's low four bits");
-
-// The tensor id an absent kTensor stands for, `next` being one past the largest so far.
-std::uint64_t implied_tensor(RequestOp op, std::uint64_t next) {
-  return op == RequestOp::malloc ? next : 0;
+std::uint64_t PackedRequests::stream_slot(std::uint64_t stream) {
+  for (std::size_t slot = 0; slot < streams_used_; ++slot) {
+    if (streams_[slot] == stream)
+      return last_slot_ = slot;
+  }
+  if (streams_used_ == kStreamSlots)
+    return kStreamSlots;
+  streams_[streams_used_] = stream;
+  return last_slot_ = streams_used_++;
 }
 
-}  // namespace
-
-void PackedRequests::push_back(const Request& request) {
-  std::uint8_t packed[1 + 5 * kMaxVarintBytes];
-  std::uint8_t* at = packed + 1;
-  std::uint8_t head = static_cast<std::uint8_t>(request.op);
-  const std::uint64_t next = largest_tensor_ + 1;
-  if (request.tensor.value != implied_tensor(request.op, next)) {
-    head |= kTensor;
-    at = put_varint(at, zigzag(static_cast<std::int64_t>(request.tensor.value - next)));
-  }
-  if (request.size != 0) {
-    head |= kSize;
-    at = put_varint(at, request.size);
-  }
-  if (request.stream.value != stream_) {
-    head |= kStream;
-    at = put_varint(at, request.stream.value);
-    stream_ = request.stream.value;
-  }
-  if (request.label.value != 0 || request.pool != 0) {
-    head |= kExtra;
-    at = put_varint(at, request.label.value);
-    at = put_varint(at, request.pool);
-  }
-  packed[0] = head;
-  bytes_.insert(bytes_.end(), packed, at);
-  largest_tensor_ = std::max(largest_tensor_, request.tensor.value);
-  ++size_;
+void PackedRequests::push_overflow(const Request& request) {
+  words_.push_back(static_cast<std::uint64_t>(request.op) | kOverflow);
+  overflow_.push_back(request);
 }
 
 void PackedRequests::decode(Cursor& cursor, std::span<Request> out) const {
-  const std::uint8_t* at = cursor.at;
+  const std::uint64_t* word = words_.data() + cursor.word;
+  std::size_t overflow = cursor.overflow;
   std::uint64_t largest = cursor.largest_tensor;
-  std::uint64_t stream = cursor.stream;
+  // What a word's payload is, by its op bits (an op past the enum never comes: push_back wrote
+  // the bits).
+  static constexpr std::array<Payload, kOp + 1> kPayloadOf = [] {
+    std::array<Payload, kOp + 1> table{};
+    for (std::size_t op = 0; op <= kOp; ++op)
+      table[op] = payload_of(static_cast<RequestOp>(op));
+    return table;
+  }();
   for (Request& request : out) {
-    const std::uint8_t head = *at++;
-    request = Request{};
-    request.op = static_cast<RequestOp>(head & kOp);
-    const std::uint64_t next = largest + 1;
-    request.tensor.value = (head & kTensor) != 0
-                               ? next + static_cast<std::uint64_t>(unzigzag(get_varint(at)))
-                               : implied_tensor(request.op, next);
-    if ((head & kSize) != 0)
-      request.size = get_varint(at);
-    if ((head & kStream) != 0)
-      stream = get_varint(at);
-    request.stream.value = stream;
-    if ((head & kExtra) != 0) {
-      request.label.value = static_cast<std::uint32_t>(get_varint(at));
-      request.pool = static_cast<std::uint32_t>(get_varint(at));
+    const std::uint64_t w = *word++;
+    if ((w & kOverflow) != 0) [[unlikely]] {
+      request = overflow_[overflow++];
+    } else {
+      const auto op = static_cast<RequestOp>(w & kOp);
+      const Payload kind = kPayloadOf[w & kOp];
+      const std::uint64_t payload = w >> kPayloadShift;
+      const std::uint64_t next = largest + 1;
+      const std::uint64_t given = next + static_cast<std::uint64_t>(unzigzag(payload));
+      const std::uint64_t tensor = kind == Payload::size_of_next_tensor ? next
+                                   : kind == Payload::tensor            ? given
+                                                                        : 0;
+      const Bytes size = kind == Payload::tensor ? 0 : payload;
+      request = Request{op, TensorId{tensor}, size, StreamId{streams_[(w >> kSlotShift) & kSlot]}};
     }
     largest = std::max(largest, request.tensor.value);
   }
-  cursor = Cursor{at, largest, stream};
+  cursor = Cursor{static_cast<std::size_t>(word - words_.data()), overflow, largest};
 }
 
 std::vector<Request> PackedRequests::to_vector() const {
   std::vector<Request> out;
-  out.reserve(size_);
+  out.reserve(size());
   for_each_block([&out](std::span<const Request> block, std::size_t) {
     out.insert(out.end(), block.begin(), block.end());
     return true;

@@ -1,10 +1,10 @@
 #pragma once
 // The one packed-integer encoding: LEB128 varints (7 bits a byte, low first, the high bit set on
 // every byte but the last) and zigzag for signed values, so small steps either way take few
-// bytes. The import's event spool (engine/snapshot/event_spool), packed requests
-// (engine/core/packed_requests) and storage's blob formats (storage/db/packing.h: event chunks,
-// timeline levels, keyframes) all write it; storage's ByteReader reads untrusted blobs with
-// bounds checks, the spool and the packed requests their own bytes with get_varint.
+// bytes. Storage's blob formats (storage/db/packing.h: event chunks, timeline levels, keyframes)
+// write it and read it back with bounds checks. The import's event spool
+// (engine/snapshot/event_spool) and packed requests (engine/core/packed_requests), which only
+// this process reads, trade a few bytes for fields read without a loop; they use zigzag.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,18 +35,6 @@ inline void put_varint(std::vector<std::uint8_t>& out, std::uint64_t value) {
     value >>= 7;
   }
   out.push_back(static_cast<std::uint8_t>(value));
-}
-
-// Reads a varint at `at` and moves past it, without bounds checks: only for bytes this process
-// wrote itself (the spool's blocks, packed requests). Untrusted bytes go through a checked reader.
-inline std::uint64_t get_varint(const std::uint8_t*& at) {
-  std::uint64_t value = 0;
-  for (int shift = 0;; shift += 7) {
-    const std::uint8_t byte = *at++;
-    value |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0)
-      return value;
-  }
 }
 
 }  // namespace fragscope

@@ -238,7 +238,10 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
                   Requests& requests) {
   const snapshot::TraceWindow trace = source.window();
   out.entries = trace.size();
-  if constexpr (std::is_same_v<Requests, std::vector<Request>>)
+  // A trace gives about a request an entry: sized once, the buffer is not copied as it grows,
+  // and the pages of the words no request took are never touched (not resident).
+  if constexpr (std::is_same_v<Requests, std::vector<Request>> ||
+                std::is_same_v<Requests, PackedRequests>)
     requests.reserve(trace.size());
 
   // The distinct streams, as far as a third (only "exactly two" matters), counted at the first

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
+#include <bit>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
-
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,6 +16,36 @@
 
 namespace fragscope::snapshot {
 namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "an event's fields are stored as the low bytes of little-endian words");
+static_assert(kTraceActionCount <= 16, "an event's action takes its head's low four bits");
+
+// A packed event is a 3-byte head, then its five fields (the address, size, stream, time and
+// stack id, as pack_tail folds them), each as the low bytes of a little-endian word. The head
+// holds the action (bits 0-3) and each field's code (3 bits each from bit 4): how many bytes it
+// takes, 0-6 or all 8. Reading a field is then a load and a mask, not a loop with a branch a
+// byte as a varint's, and where the next event starts is known from the head alone.
+constexpr std::size_t kHeadBytes = 3;
+constexpr int kFields = 5;
+constexpr int kCodeBits = 3;
+constexpr std::uint32_t kCode = 0x7;
+constexpr std::size_t kMaxEventBytes = kHeadBytes + kFields * sizeof(std::uint64_t);
+// Bytes a block's buffer keeps after its last event, so that reading a word at its last field
+// stays inside the buffer.
+constexpr std::size_t kTailBytes = sizeof(std::uint64_t);
+
+// The bytes a field of each code takes, and the low bytes of a word it keeps.
+constexpr std::array<std::uint32_t, 8> kCodeBytes = {0, 1, 2, 3, 4, 5, 6, 8};
+constexpr std::array<std::uint64_t, 8> kCodeMask = {
+    0, 0xff, 0xffff, 0xffffff, 0xffffffff, 0xffffffffff, 0xffffffffffff, ~std::uint64_t{0},
+};
+
+// The code of a field holding `value`.
+std::uint32_t code_of(std::uint64_t value) {
+  const auto bytes = static_cast<std::uint32_t>((std::bit_width(value) + 7) / 8);
+  return bytes >= 7 ? 7 : bytes;
+}
 
 // The difference b - a modulo 2^64, folded so that small steps either way take few bytes.
 std::uint64_t zigzag_delta(std::uint64_t a, std::uint64_t b) {
@@ -94,19 +126,34 @@ void EventSpool::push_back(const TraceEvent& event) {
 }
 
 void EventSpool::pack_tail() {
-  std::vector<std::uint8_t> bytes;
-  bytes.reserve(tail_.size() * 12);
+  std::vector<std::uint8_t> bytes(tail_.size() * kMaxEventBytes + kTailBytes);
+  std::uint8_t* at = bytes.data();
   TraceEvent previous;
   for (const TraceEvent& event : tail_) {
-    bytes.push_back(static_cast<std::uint8_t>(event.action));
-    put_varint(bytes, zigzag_delta(previous.addr, event.addr));
-    put_varint(bytes, event.size);
-    put_varint(bytes, zigzag_delta(previous.stream.value, event.stream.value));
-    put_varint(bytes, zigzag_delta(static_cast<std::uint64_t>(previous.time_us),
-                                   static_cast<std::uint64_t>(event.time_us)));
-    put_varint(bytes, event.frames.value);
+    const std::array<std::uint64_t, kFields> fields = {
+        zigzag_delta(previous.addr, event.addr),
+        event.size,
+        zigzag_delta(previous.stream.value, event.stream.value),
+        zigzag_delta(static_cast<std::uint64_t>(previous.time_us),
+                     static_cast<std::uint64_t>(event.time_us)),
+        event.frames.value,
+    };
+    std::uint32_t head = static_cast<std::uint32_t>(event.action);
+    std::uint8_t* field = at + kHeadBytes;
+    for (int f = 0; f < kFields; ++f) {
+      const std::uint32_t code = code_of(fields[f]);
+      head |= code << (4 + kCodeBits * f);
+      // The word's bytes above the field are zero: the next field overwrites them, or they
+      // stay as the block's tail.
+      std::memcpy(field, &fields[f], sizeof fields[f]);
+      field += kCodeBytes[code];
+    }
+    std::memcpy(at, &head, kHeadBytes);
+    at = field;
     previous = event;
   }
+  std::memset(at, 0, kTailBytes);
+  bytes.resize(static_cast<std::size_t>(at - bytes.data()) + kTailBytes);
   Block block;
   if (memory_packed_ + bytes.size() > memory_limit_ && !no_file_) {
     if (!file_)
@@ -142,15 +189,26 @@ std::span<const TraceEvent> EventSpool::block(std::size_t b, Scratch& scratch) c
     at = scratch.bytes.data();
   }
   scratch.events.resize(kBlockEvents);
+  // Each field read as a masked word; no branch depends on the values.
+  auto field = [&at](std::uint32_t head, int f) {
+    const std::uint32_t code = (head >> (4 + kCodeBits * f)) & kCode;
+    std::uint64_t word;
+    std::memcpy(&word, at, sizeof word);
+    at += kCodeBytes[code];
+    return word & kCodeMask[code];
+  };
   TraceEvent previous;
   for (TraceEvent& event : scratch.events) {
-    event.action = static_cast<TraceAction>(*at++);
-    event.addr = previous.addr + unzigzag_delta(get_varint(at));
-    event.size = get_varint(at);
-    event.stream = StreamId{previous.stream.value + unzigzag_delta(get_varint(at))};
+    std::uint32_t head = 0;
+    std::memcpy(&head, at, kHeadBytes);
+    at += kHeadBytes;
+    event.action = static_cast<TraceAction>(head & 0xf);
+    event.addr = previous.addr + unzigzag_delta(field(head, 0));
+    event.size = field(head, 1);
+    event.stream = StreamId{previous.stream.value + unzigzag_delta(field(head, 2))};
     event.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(previous.time_us) +
-                                              unzigzag_delta(get_varint(at)));
-    event.frames = FrameStackId{static_cast<std::uint32_t>(get_varint(at))};
+                                              unzigzag_delta(field(head, 3)));
+    event.frames = FrameStackId{static_cast<std::uint32_t>(field(head, 4))};
     previous = event;
   }
   return scratch.events;

@@ -5,8 +5,9 @@
 // or backward (the state before the first entry); one event can be read back by index (a pickle
 // that references an entry twice).
 //
-// A block is kBlockEvents events, each as varints: the action, then address, stream and time as
-// zigzag deltas from the block's previous event, size and stack id as they are. The block being
+// A block is kBlockEvents events, each a head (the action, and how many bytes each field takes)
+// and the fields as the low bytes of words: address, stream and time as zigzag deltas from the
+// block's previous event, size and stack id as they are (event_spool.cpp). The block being
 // filled stays unpacked. Packed blocks past `memory_limit` bytes go to an unnamed temporary file
 // (under TMPDIR, gone when the last spool using it is), so a spool's memory is bounded whatever
 // the trace's length; where no file can be made they stay in memory.
@@ -138,7 +139,8 @@ class TraceWindow {
   TraceWindow(TraceWindow&&) = default;
 
   std::size_t size() const { return spool_ != nullptr ? spool_->size() : events_.size(); }
-  const TraceEvent& operator[](std::size_t index) const {
+  // Inlined always: the extraction and the comparison read every entry through it, twice.
+  [[gnu::always_inline]] const TraceEvent& operator[](std::size_t index) const {
     if (spool_ == nullptr)
       return events_[index];
     const std::size_t b = index / EventSpool::kBlockEvents;

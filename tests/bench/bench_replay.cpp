@@ -20,6 +20,7 @@ const char* const kFixtureNames[] = {
 
 struct Fixture {
   snapshot::Snapshot snapshot;
+  snapshot::Snapshot spooled;  // as the CLI reads it (read_snapshot_spooled)
   replay::TraceRequests requests;
   alloc::AllocatorConfig config;
   std::optional<Bytes> allowed;
@@ -32,6 +33,8 @@ const Fixture& fixture(const std::string& name) {
     Fixture f;
     f.snapshot =
         snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) + "/" + name + ".pickle.gz");
+    f.spooled = snapshot::read_snapshot_spooled(std::string(FRAGSCOPE_FIXTURES) + "/" + name +
+                                                ".pickle.gz");
     f.requests = replay::requests_from_trace(f.snapshot.device_traces.at(0));
     f.config = replay::config_from_settings(f.snapshot.allocator_settings);
     if (name == "gpt_oom_cap")
@@ -56,16 +59,27 @@ void BM_ModelReplay(benchmark::State& state, const char* name) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.requests.entries));
 }
 
-// Everything `fragscope-cli replay` does after reading the file.
-void BM_FullReplay(benchmark::State& state, const char* name) {
-  const Fixture& f = fixture(name);
+// A whole replay (extraction, model, comparison) of a trace already read, in memory
+// (read_snapshot) or spooled (read_snapshot_spooled): the latter is what `fragscope-cli replay`
+// does after reading the file.
+void full_replay(benchmark::State& state, const Fixture& f, const snapshot::Snapshot& snapshot) {
   replay::ReplayOptions options;
   options.allowed_memory = f.allowed;
   for (auto _ : state) {
-    auto result = replay::replay_snapshot(f.snapshot, options);
+    auto result = replay::replay_snapshot(snapshot, options);
     benchmark::DoNotOptimize(result.first_divergence);
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(f.requests.entries));
+}
+
+void BM_FullReplay(benchmark::State& state, const char* name) {
+  const Fixture& f = fixture(name);
+  full_replay(state, f, f.snapshot);
+}
+
+void BM_FullReplaySpooled(benchmark::State& state, const char* name) {
+  const Fixture& f = fixture(name);
+  full_replay(state, f, f.spooled);
 }
 
 const bool kRegistered = [] {
@@ -75,6 +89,9 @@ const bool kRegistered = [] {
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("BM_FullReplay/") + name).c_str(), BM_FullReplay,
                                  name)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("BM_FullReplaySpooled/") + name).c_str(),
+                                 BM_FullReplaySpooled, name)
         ->Unit(benchmark::kMillisecond);
   }
   return true;
