@@ -19,7 +19,6 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "an event's fields are stored as the low bytes of little-endian words");
-static_assert(kTraceActionCount <= 16, "an event's action takes its head's low four bits");
 
 // A packed event is a 3-byte head, then its five fields (the address, size, stream, time and
 // stack id, as pack_tail folds them), each as the low bytes of a little-endian word. The head
@@ -27,6 +26,9 @@ static_assert(kTraceActionCount <= 16, "an event's action takes its head's low f
 // takes, 0-6 or all 8. Reading a field is then a load and a mask, not a loop with a branch a
 // byte as a varint's, and where the next event starts is known from the head alone.
 constexpr std::size_t kHeadBytes = 3;
+constexpr std::uint32_t kAction = 0xf;
+constexpr int kFirstCodeShift = 4;  // the codes follow the action's four bits
+static_assert(kTraceActionCount <= kAction + 1, "an event's action takes its head's low four bits");
 constexpr int kFields = 5;
 constexpr int kCodeBits = 3;
 constexpr std::uint32_t kCode = 0x7;
@@ -142,7 +144,7 @@ void EventSpool::pack_tail() {
     std::uint8_t* field = at + kHeadBytes;
     for (int f = 0; f < kFields; ++f) {
       const std::uint32_t code = code_of(fields[f]);
-      head |= code << (4 + kCodeBits * f);
+      head |= code << (kFirstCodeShift + kCodeBits * f);
       // The word's bytes above the field are zero: the next field overwrites them, or they
       // stay as the block's tail.
       std::memcpy(field, &fields[f], sizeof fields[f]);
@@ -191,7 +193,7 @@ std::span<const TraceEvent> EventSpool::block(std::size_t b, Scratch& scratch) c
   scratch.events.resize(kBlockEvents);
   // Each field read as a masked word; no branch depends on the values.
   auto field = [&at](std::uint32_t head, int f) {
-    const std::uint32_t code = (head >> (4 + kCodeBits * f)) & kCode;
+    const std::uint32_t code = (head >> (kFirstCodeShift + kCodeBits * f)) & kCode;
     std::uint64_t word;
     std::memcpy(&word, at, sizeof word);
     at += kCodeBytes[code];
@@ -202,7 +204,7 @@ std::span<const TraceEvent> EventSpool::block(std::size_t b, Scratch& scratch) c
     std::uint32_t head = 0;
     std::memcpy(&head, at, kHeadBytes);
     at += kHeadBytes;
-    event.action = static_cast<TraceAction>(head & 0xf);
+    event.action = static_cast<TraceAction>(head & kAction);
     event.addr = previous.addr + unzigzag_delta(field(head, 0));
     event.size = field(head, 1);
     event.stream = StreamId{previous.stream.value + unzigzag_delta(field(head, 2))};
