@@ -1,6 +1,5 @@
 // fragscope-cli advise: which allocator setting (or program change) would have avoided the OOM
 // or lowered the reserved peak, for a recorded snapshot or an experiment file.
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -86,7 +85,7 @@ int run_advise(const std::vector<std::string>& argv) {
     std::error_code no_size;
     const std::uintmax_t file_bytes = std::filesystem::file_size(path, no_size);
     if (!no_size)
-      options.memory_budget = std::max<std::size_t>(file_bytes / 5, 1);
+      options.memory_budget = analysis::what_if_memory_budget(file_bytes);
     apply_torch_version_option(args, snap);
     releases_for(snap.torch_version.profile());
     advice = analysis::advise_snapshot(snap, path, options);

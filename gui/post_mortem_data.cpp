@@ -48,8 +48,10 @@ QString describeFailingRequest(const analysis::OomPostMortem& oom) {
 PostMortemData loadPostMortem(const QString& databasePath, storage::RunId run,
                               bool whatIfForOomOnly, const JobContext* job) {
   const WorkControl control = job ? job->workControl() : WorkControl{};
+  usecases::PostMortemOptions options;
+  options.what_if_for_oom_only = whatIfForOomOnly;
   usecases::StoredPostMortem stored =
-      usecases::post_mortem_of(*openReader(databasePath), run, whatIfForOomOnly, control);
+      usecases::post_mortem_of(*openReader(databasePath), run, options, control);
   PostMortemData data;
   data.record = std::move(stored.record);
   data.limit = stored.limit;

@@ -37,6 +37,13 @@ RunRequests load_requests(storage::RunStore& store, storage::RunId run) {
   return loaded;
 }
 
+// What the loaded run holds (its events and the requests made from them): the input whose
+// analysis::what_if_memory_budget bounds the what-if runs in flight.
+std::uint64_t loaded_bytes(const RunRequests& loaded) {
+  return loaded.events.size() * sizeof(TraceEvent) +
+         loaded.requests.requests.requests.size() * sizeof(Request);
+}
+
 // The seeded state as the store keeps a run's start (segments, live blocks by request size) and
 // the series before the first event, so a stored replay of a mid-run trace starts where it did.
 std::pair<storage::SegmentMap, storage::SeriesPoint> start_of(
@@ -95,7 +102,8 @@ std::optional<workload::ExperimentPoint> experiment_point_of(const storage::RunR
 }  // namespace
 
 StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
-                                bool what_if_for_oom_only, const WorkControl& control) {
+                                const PostMortemOptions& post_mortem_options,
+                                const WorkControl& control) {
   StoredPostMortem data;
   const auto step = [&control](std::string_view stage, std::uint64_t done) {
     control.progress.report(stage, done * kNestedProgressUnits,
@@ -131,8 +139,11 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
   }
   control.check();
   step("what-if", 2);
-  if (data.post_mortems.empty() && what_if_for_oom_only)
+  if (data.post_mortems.empty() && post_mortem_options.what_if_for_oom_only)
     return data;
+  // Each row's run in flight holds its own table of the trace's tensors: on a many-core machine
+  // unbounded runs at once held more than the trace itself.
+  const std::size_t memory_budget = analysis::what_if_memory_budget(loaded_bytes(loaded));
   try {
     // A simulated run of an experiment: the advisor also runs the workload changes.
     std::optional<workload::ExperimentPoint> point;
@@ -144,6 +155,8 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
     if (point) {
       analysis::AdviseOptions options;
       options.capacity = data.limit;
+      options.threads = post_mortem_options.threads;
+      options.memory_budget = memory_budget;
       options.cancel = control.cancel;
       options.progress = nested_progress(control.progress, "what-if", 2, kPostMortemSteps,
                                          kPostMortemSteps, analysis::kAdviseStages);
@@ -155,6 +168,8 @@ StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
         data.workload_changes[change.name] = std::move(change.document);
     } else {
       analysis::AdviseOptions options = advise_options(data.limit, control.cancel);
+      options.threads = post_mortem_options.threads;
+      options.memory_budget = memory_budget;
       options.progress = nested_progress(control.progress, "what-if", 2, kPostMortemSteps,
                                          kPostMortemSteps, analysis::kWhatIfStages);
       data.what_if = analysis::run_what_if(

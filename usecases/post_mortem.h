@@ -45,12 +45,20 @@ struct StoredPostMortem {
   std::map<std::string, nlohmann::json> workload_changes;
 };
 
+struct PostMortemOptions {
+  bool what_if_for_oom_only = false;  // a run without OOM gets no what-if table
+  // What-if rows run at once (0: the hardware's threads); the table does not depend on it. Fewer
+  // run where more would hold more than analysis::what_if_memory_budget of the trace loaded.
+  unsigned threads = 0;
+};
+
 // Polls `control` between the stages ("diagnosing", "measuring", "what-if") and inside the
 // what-if's runs, and throws Cancelled. Reports (stage, done, kPostMortemSteps ·
 // kNestedProgressUnits): each stage one step, the what-if moving through its step as its rows run,
-// the whole at the end. With `what_if_for_oom_only`, a run without OOM gets no what-if table.
+// the whole at the end.
 StoredPostMortem post_mortem_of(storage::RunStore& store, storage::RunId run,
-                                bool what_if_for_oom_only = false, const WorkControl& control = {});
+                                const PostMortemOptions& options = {},
+                                const WorkControl& control = {});
 
 // The post-mortem in the advisor's shape, for its text and JSON writers.
 analysis::Advice advice_of(const StoredPostMortem& post_mortem);

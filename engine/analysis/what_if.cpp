@@ -395,6 +395,10 @@ const WhatIfRow* WhatIfTable::baseline() const {
   return nullptr;
 }
 
+std::size_t what_if_memory_budget(std::uint64_t input_bytes) {
+  return static_cast<std::size_t>(std::max<std::uint64_t>(input_bytes / 5, 1));
+}
+
 namespace {
 
 // The threads a sweep runs on: options.threads (0: the hardware's), at most one a candidate, and

@@ -120,6 +120,12 @@ struct WhatIfOptions {
   Progress progress;
 };
 
+// The memory_budget of a what-if over an input of `input_bytes` (a snapshot file; a stored run's
+// trace as loaded): its runs in flight hold a fifth of that at most together, so the sweep's
+// memory beside its input stays a fraction of the input whatever the thread count. One byte at
+// least: one run always goes.
+std::size_t what_if_memory_budget(std::uint64_t input_bytes);
+
 // The device a candidate (and the advisor's post-mortem run) runs on: `device_memory`, raised to
 // `capacity`, serving `recorded_segments`, with totalGlobalMem `device_total` raised to that.
 // Returned as a prvalue (alloc::ReplayDevice cannot move): `auto gpu = candidate_device(options);`

@@ -30,7 +30,7 @@ TEST(PostMortemProgress, GrowsToOneAndACancelDuringTheRowsStops) {
   fragscope::test::ProgressRecorder whole;
   WorkControl control;
   control.progress = whole.progress();
-  const StoredPostMortem reported = post_mortem_of(store, run, false, control);
+  const StoredPostMortem reported = post_mortem_of(store, run, {}, control);
   ASSERT_TRUE(reported.what_if.has_value()) << reported.what_if_error;
   EXPECT_TRUE(fragscope::test::grows_to_one(whole, 3 + reported.what_if->rows.size()));
   EXPECT_EQ(analysis::to_json(*reported.what_if).dump(),
@@ -41,7 +41,7 @@ TEST(PostMortemProgress, GrowsToOneAndACancelDuringTheRowsStops) {
   rows.cancel_at = (2 + 0.5) / kPostMortemSteps;
   control.progress = rows.progress();
   control.cancel = rows.token;
-  EXPECT_THROW(post_mortem_of(store, run, false, control), Cancelled);
+  EXPECT_THROW(post_mortem_of(store, run, {}, control), Cancelled);
   EXPECT_TRUE(fragscope::test::stopped_before(rows, 0.99));
   EXPECT_EQ(store.run_count(), 1);
 }
