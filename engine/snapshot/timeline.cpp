@@ -4,7 +4,6 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
-#include <unordered_map>
 
 #include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
@@ -200,16 +199,22 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
     // Only the first allocation at each address can be the earliest inside a gap, so one per
     // address is kept (the trace's allocations would be a vector as long as the trace).
     std::vector<std::pair<std::uint64_t, std::size_t>> allocs;  // (address, first alloc entry)
-    std::unordered_map<std::uint64_t, std::size_t> first_free;  // address -> first free entry
-    const bool sizes_unknown = std::any_of(
-        live.begin(), live.end(), [](const auto& block) { return block.second.size == 0; });
-    if (sizes_unknown) {
+    // The first free entry of each block whose size is unknown (events.size(): none), the only
+    // addresses asked: a table of a few thousand, not of every address the trace frees.
+    alloc::FlatAddressMap<std::size_t> first_free(64);
+    for (const auto& [address, block] : live)
+      if (block.size == 0)
+        first_free.insert_or_assign(address, events.size());
+    if (first_free.size() != 0) {
       alloc::FlatAddressMap<std::size_t> first_alloc(1024);
       events.for_each([&](const TraceEvent& e, std::size_t i) {
-        if (e.action == TraceAction::alloc)
+        if (e.action == TraceAction::alloc) {
           first_alloc.emplace(e.addr, i);
-        else if (e.action == TraceAction::free_requested || e.action == TraceAction::free_completed)
-          first_free.emplace(e.addr, i);
+        } else if (e.action == TraceAction::free_requested ||
+                   e.action == TraceAction::free_completed) {
+          if (std::size_t* first = first_free.find(e.addr); first && *first == events.size())
+            *first = i;
+        }
       });
       allocs.reserve(first_alloc.size());
       first_alloc.for_each(
@@ -217,8 +222,8 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
     }
     std::sort(allocs.begin(), allocs.end());
     auto first_allocation_inside = [&](std::uint64_t start, std::uint64_t end) {
-      auto f = first_free.find(start);
-      std::size_t earliest = f == first_free.end() ? events.size() : f->second;
+      const std::size_t* first = first_free.find(start);
+      std::size_t earliest = first ? *first : events.size();
       std::uint64_t address = 0;
       auto it = std::upper_bound(allocs.begin(), allocs.end(),
                                  std::make_pair(start, std::numeric_limits<std::size_t>::max()));

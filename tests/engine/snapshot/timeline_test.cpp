@@ -112,6 +112,46 @@ TEST(TruncatedTrace, MostPredatingBlockSizesAreDeterminedByTheTrace) {
   EXPECT_LE(guessed * 7, predating);  // measured: 263 of 1956
 }
 
+// A block allocated before the trace (a 3.5 MiB request at the start of a 20 MiB segment) and
+// freed in it: an allocation landing past its rounded size inside its gap pins its size, but only
+// one made before the block's first free; after it, the space was the free block's to hand out.
+TEST(TruncatedTrace, OnlyAnAllocationBeforeABlocksFirstFreePinsItsSize) {
+  const std::uint64_t base = 0x7f0000000000;
+  const Bytes requested = 3 * kMiB + kMiB / 2;
+  const auto state_before = [&](std::vector<TraceEvent> trace, std::vector<Block> final_blocks) {
+    Snapshot snap;
+    Segment segment;
+    segment.address = base;
+    segment.total_size = 20 * kMiB;
+    segment.blocks = std::move(final_blocks);
+    snap.segments.push_back(segment);
+    snap.device_traces.push_back(std::move(trace));
+    std::vector<std::uint64_t> guessed;
+    const SegmentState state = initial_state(snap, 0, &guessed);
+    const auto block = state.block_map().find(base);
+    EXPECT_NE(block, state.block_map().end());
+    return std::make_pair(block->second.size, guessed.size());
+  };
+  const Block rest{base + 5 * kMiB, 15 * kMiB, 0, BlockState::inactive, {}};
+  // Allocated at its end while it was live: it was 4 MiB, its 0.5 MiB rest not split off.
+  EXPECT_EQ(state_before({{TraceAction::alloc, base + 4 * kMiB, kMiB},
+                          {TraceAction::free_requested, base, requested},
+                          {TraceAction::free_completed, base, requested}},
+                         {{base, 4 * kMiB, 0, BlockState::inactive, {}},
+                          {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
+                          rest}),
+            std::make_pair(4 * kMiB, std::size_t{0}));
+  // The same allocation after the free says nothing: PyTorch's split rule guesses 3.5 MiB.
+  EXPECT_EQ(state_before({{TraceAction::free_requested, base, requested},
+                          {TraceAction::free_completed, base, requested},
+                          {TraceAction::alloc, base, 4 * kMiB},
+                          {TraceAction::alloc, base + 4 * kMiB, kMiB}},
+                         {{base, 4 * kMiB, 4 * kMiB, BlockState::active_allocated, {}},
+                          {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
+                          rest}),
+            std::make_pair(requested, std::size_t{1}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,
                          ::testing::Values("random_default", "streams_default", "gpt_oom_cap",
                                            "gpt_varlen_expandable", "random_split64_round4"));
