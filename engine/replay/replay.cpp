@@ -7,7 +7,6 @@
 #include <memory>
 #include <span>
 #include <type_traits>
-#include <unordered_map>
 
 #include "engine/allocator/flat_map.h"
 #include "engine/core/error.h"
@@ -38,29 +37,6 @@ bool private_pools_at_end(const ReplayOptions& options) {
                      [](const SegmentPool& segment) { return !segment.pool.is_default(); });
 }
 
-// needs_pool_inference of a trace in either form.
-bool needs_inference(const snapshot::TraceWindow& trace, const ReplayOptions& options) {
-  if (private_pools_at_end(options))
-    return true;
-  const bool capped = options.capacity || options.allowed_memory;
-  bool after_free = false;  // the entry before is a segment_free
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    const bool free = trace[i].action == TraceAction::segment_free;
-    if (free && !after_free && !segment_frees_inside_malloc(trace, i, capped))
-      return true;
-    after_free = free;
-  }
-  return false;
-}
-
-}  // namespace
-
-bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
-  return needs_inference(snapshot::TraceWindow(trace), options);
-}
-
-namespace {
-
 std::string describe_event(const TraceEvent& e) {
   return std::string(to_string(e.action)) + " addr=" + hex_address(e.addr) +
          " size=" + std::to_string(e.size) + " stream=" + std::to_string(e.stream.value);
@@ -88,6 +64,33 @@ struct TraceSource {
     return events != nullptr ? snapshot::TraceWindow(*events) : snapshot::TraceWindow(*spool);
   }
 };
+
+// needs_pool_inference of a trace in either form: a spool is read only where its runs of
+// segment_free entries begin (it noted them as it was written), a vector is walked for them.
+bool needs_inference(const TraceSource& source, const ReplayOptions& options) {
+  if (private_pools_at_end(options))
+    return true;
+  const bool capped = options.capacity || options.allowed_memory;
+  const snapshot::TraceWindow trace = source.window();
+  if (source.spool != nullptr) {
+    if (source.spool->count(TraceAction::segment_free) == 0)
+      return false;
+    if (const auto bursts = source.spool->segment_free_bursts()) {
+      for (const std::size_t first_free : *bursts)
+        if (!segment_frees_inside_malloc(trace, first_free, capped))
+          return true;
+      return false;
+    }
+  }
+  bool after_free = false;  // the entry before is a segment_free
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const bool free = trace[i].action == TraceAction::segment_free;
+    if (free && !after_free && !segment_frees_inside_malloc(trace, i, capped))
+      return true;
+    after_free = free;
+  }
+  return false;
+}
 
 // got == segment_events(trace) without building the trace's list.
 bool same_segment_events(const std::vector<std::pair<TraceAction, Bytes>>& got,
@@ -250,6 +253,12 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
   bool streams_counted = false;
   // The stream that used a block freed with pending events: not recorded in the trace.
   auto use_stream = [&](std::uint64_t allocation_stream) {
+    if (!streams_counted && source.spool != nullptr) {
+      // A spool noted them as it was written.
+      streams_counted = true;
+      for (const StreamId stream : source.spool->first_streams())
+        streams.push_back(stream.value);
+    }
     if (!streams_counted) {
       // A window of its own: the caller's entry stays where trace's window keeps it.
       streams_counted = true;
@@ -484,6 +493,10 @@ std::string describe(const SeededState& seeded) {
   return text;
 }
 
+bool needs_pool_inference(const std::vector<TraceEvent>& trace, const ReplayOptions& options) {
+  return needs_inference(TraceSource{&trace}, options);
+}
+
 ReplayResult replay_trace(const std::vector<TraceEvent>& trace,
                           const nlohmann::json& allocator_settings, const ReplayOptions& options,
                           const snapshot::SegmentState* initial) {
@@ -687,10 +700,7 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
   TraceSource trace{&snapshot.device_traces[device]};
   if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty())
     trace = TraceSource{nullptr, &snapshot.device_spools[device]};
-  // A spool counted its segment_free entries as it was written: without any, no walk tells.
-  const bool walk = trace.spool == nullptr || trace.spool->count(TraceAction::segment_free) > 0;
-  const bool infer_pools =
-      walk ? needs_inference(trace.window(), options) : private_pools_at_end(options);
+  const bool infer_pools = needs_inference(trace, options);
   // A trace recorded from the process's start touches no block or segment from before it: its
   // start state is empty, which extracting its requests proves, without initial_state's walk
   // back through every entry (a tenth of a replay). Otherwise, and where the extraction fails,
@@ -734,19 +744,26 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
       std::any_of(initial->block_map().begin(), initial->block_map().end(),
                   [](const auto& block) { return block.second.state != BlockState::inactive; });
   if (any_active) {
-    std::unordered_map<std::uint64_t, bool> freed_first;  // address -> first touched by a free
+    // How the trace first touches each active block: only those are looked up, so the trace's
+    // other entries cost a probe each, not a node.
+    enum class FirstTouch : std::uint8_t { none, alloc, free };
+    alloc::FlatAddressMap<FirstTouch> first_touch(1024);
+    for (const auto& [address, block] : initial->block_map())
+      if (block.state != BlockState::inactive)
+        first_touch.insert_or_assign(address, FirstTouch::none);
     const snapshot::TraceWindow entries = trace.window();
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const TraceEvent& e = entries[i];
       if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
-          e.action == TraceAction::free_completed)
-        freed_first.emplace(e.addr, e.action != TraceAction::alloc);
+          e.action == TraceAction::free_completed) {
+        if (FirstTouch* touch = first_touch.find(e.addr); touch && *touch == FirstTouch::none)
+          *touch = e.action == TraceAction::alloc ? FirstTouch::alloc : FirstTouch::free;
+      }
     }
-    for (const auto& [address, block] : initial->block_map()) {
-      auto it = freed_first.find(address);
-      if (block.state != BlockState::inactive && it != freed_first.end() && it->second)
+    first_touch.for_each([&result](std::uint64_t, FirstTouch touch) {
+      if (touch == FirstTouch::free)
         ++result.seeded.inferred_sizes;
-    }
+    });
   }
   result.seeded.guessed_sizes = guessed.size();
   return result;

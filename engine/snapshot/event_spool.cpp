@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -120,6 +121,21 @@ class EventSpool::File {
 void EventSpool::push_back(const TraceEvent& event) {
   if (tail_.empty())
     tail_.reserve(kBlockEvents);
+  const bool segment_free = event.action == TraceAction::segment_free;
+  if (segment_free && !last_was_segment_free_ && !too_many_bursts_) {
+    if (segment_free_bursts_.size() == kMaxNotedBursts) {
+      too_many_bursts_ = true;
+      segment_free_bursts_ = {};
+    } else {
+      segment_free_bursts_.push_back(size());
+    }
+  }
+  last_was_segment_free_ = segment_free;
+  if (first_stream_count_ < first_streams_.size()) {
+    const auto known = std::span(first_streams_).first(first_stream_count_);
+    if (std::find(known.begin(), known.end(), event.stream) == known.end())
+      first_streams_[first_stream_count_++] = event.stream;
+  }
   tail_.push_back(event);
   if (const auto a = static_cast<std::size_t>(event.action); a < action_counts_.size())
     ++action_counts_[a];
@@ -228,7 +244,7 @@ std::size_t EventSpool::memory_bytes() const {
   std::size_t bytes = blocks_.capacity() * sizeof(Block) + tail_.capacity() * sizeof(TraceEvent);
   for (const Block& block : blocks_)
     bytes += block.bytes.capacity();
-  return bytes;
+  return bytes + segment_free_bursts_.capacity() * sizeof(std::size_t);
 }
 
 std::vector<TraceEvent> EventSpool::to_vector() const {

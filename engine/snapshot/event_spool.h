@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -39,6 +40,22 @@ class EventSpool {
   // Events of `action`, counted as they were appended (no block decoded).
   std::size_t count(TraceAction action) const {
     return action_counts_[static_cast<std::size_t>(action)];
+  }
+  // Bursts of segment_free noted at most: a trace with more (an empty_cache call every step) is
+  // walked instead, and the notes stay within 8 KiB.
+  static constexpr std::size_t kMaxNotedBursts = 1024;
+  // Where each run of segment_free entries begins, in order (empty_cache and a malloc's OOM path
+  // free segments in bursts): a reader that looks only there need not decode the whole spool.
+  // nullopt past kMaxNotedBursts runs.
+  std::optional<std::span<const std::size_t>> segment_free_bursts() const {
+    if (too_many_bursts_)
+      return std::nullopt;
+    return std::span<const std::size_t>(segment_free_bursts_);
+  }
+  // The first three distinct streams of its entries, in the order they first appear (fewer when
+  // the trace has fewer): whether a trace runs on exactly two streams, without decoding it.
+  std::span<const StreamId> first_streams() const {
+    return std::span(first_streams_).first(first_stream_count_);
   }
   // The event at `index` (< size()): decodes its block, so only for the odd lookup.
   TraceEvent at(std::size_t index) const;
@@ -87,6 +104,11 @@ class EventSpool {
   bool no_file_ = false;          // making the file failed: keep everything in memory
   std::vector<TraceEvent> tail_;  // the block being filled
   std::array<std::size_t, kTraceActionCount> action_counts_{};
+  std::vector<std::size_t> segment_free_bursts_;
+  bool last_was_segment_free_ = false;
+  bool too_many_bursts_ = false;  // segment_free_bursts_ is cleared and no longer kept
+  std::array<StreamId, 3> first_streams_{};
+  std::size_t first_stream_count_ = 0;
 };
 
 // A device trace in either form, visited block by block (a vector is one block).

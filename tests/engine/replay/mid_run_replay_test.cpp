@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <fstream>
 #include <ostream>
+#include <set>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -94,6 +96,25 @@ void expect_same_replay(const ReplayResult& spooled, const ReplayResult& plain) 
   EXPECT_EQ(spooled.warnings, plain.warnings);
 }
 
+// The blocks in use at the cut (allocated before it, their free not completed) that the kept
+// trace frees: no entry of it gives their sizes, so replay_snapshot infers them.
+std::size_t freed_from_before_the_cut(std::span<const TraceEvent> head,
+                                      std::span<const TraceEvent> tail) {
+  std::set<std::uint64_t> in_use;
+  for (const TraceEvent& e : head) {
+    if (e.action == TraceAction::alloc)
+      in_use.insert(e.addr);
+    else if (e.action == TraceAction::free_completed)
+      in_use.erase(e.addr);
+  }
+  std::set<std::uint64_t> freed;
+  for (const TraceEvent& e : tail)
+    if ((e.action == TraceAction::free_requested || e.action == TraceAction::free_completed) &&
+        in_use.contains(e.addr))
+      freed.insert(e.addr);
+  return freed.size();
+}
+
 class MidRunReplay : public ::testing::TestWithParam<Cut> {};
 
 TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
@@ -110,6 +131,8 @@ TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
   std::size_t expected_ooms = 0;
   for (const TraceEvent& e : tail)
     expected_ooms += e.action == TraceAction::oom ? 1 : 0;
+  const std::size_t freed_from_before = freed_from_before_the_cut(
+      std::span<const TraceEvent>(trace).first(drop), std::span<const TraceEvent>(tail));
   trace = tail;
 
   ReplayOptions options;
@@ -124,6 +147,7 @@ TEST_P(MidRunReplay, SeededReplayReproducesTheRestOfTheRecording) {
   EXPECT_TRUE(result.warnings.empty()) << result.warnings.front();
   EXPECT_GT(result.seeded.segments, 0u) << "the cut trace starts with memory in use";
   EXPECT_GT(result.seeded.live_blocks, 0u);
+  EXPECT_EQ(result.seeded.inferred_sizes, freed_from_before);
   EXPECT_TRUE(result.segment_events_match)
       << (result.first_divergence ? describe(*result.first_divergence) : "");
   EXPECT_TRUE(result.ooms_match);

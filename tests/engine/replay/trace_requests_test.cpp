@@ -1,6 +1,7 @@
 // requests_from_trace and the divergence report on small hand-made traces.
 #include <gtest/gtest.h>
 
+#include "engine/core/packed_requests.h"
 #include "engine/replay/replay.h"
 
 namespace fragscope::replay {
@@ -63,6 +64,40 @@ TEST(TraceRequests, PendingFreesBecomeRecordStreamAndEventsReady) {
   const ReplayResult result = replay_trace(trace, default_settings());
   EXPECT_TRUE(result.compared);
   EXPECT_FALSE(result.first_divergence.has_value()) << describe(*result.first_divergence);
+}
+
+// A block freed with pending events was used by a stream the trace does not name: with exactly
+// two streams in the trace it is the other one. A spooled trace gives the same requests as the
+// vector, the stream included (the spool noted its streams as it was written).
+TEST(TraceRequests, ASpooledTraceNamesTheOtherOfTwoStreams) {
+  const std::uint64_t seg = 0x7f0000000000;
+  const std::vector<TraceEvent> trace = {ev(TraceAction::segment_alloc, seg, 2_MiB),
+                                         ev(TraceAction::alloc, seg, 1000),
+                                         ev(TraceAction::alloc, seg + 1024, 3000),
+                                         ev(TraceAction::free_requested, seg + 1024, 3000),
+                                         ev(TraceAction::free_requested, seg, 1000),
+                                         ev(TraceAction::free_completed, seg, 1000),
+                                         ev(TraceAction::alloc, seg + 1536, 256, 7),
+                                         ev(TraceAction::free_completed, seg + 1024, 3000),
+                                         ev(TraceAction::alloc, seg, 512)};
+  const TraceRequests from_vector = requests_from_trace(trace);
+  ASSERT_EQ(from_vector.requests.requests.at(2).op, RequestOp::record_stream);
+  EXPECT_EQ(from_vector.requests.requests[2].stream, StreamId{7});
+
+  snapshot::Snapshot spooled;
+  snapshot::EventSpool& spool = spooled.device_spools.emplace_back();
+  for (const TraceEvent& e : trace)
+    spool.push_back(e);
+  PackedRequests packed;
+  const TraceRequests from_spool = requests_from_trace(spooled, 0, nullptr, packed);
+  EXPECT_EQ(from_spool.allocs, from_vector.allocs);
+  const std::vector<Request> requests = packed.to_vector();
+  ASSERT_EQ(requests.size(), from_vector.requests.requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(requests[i].op, from_vector.requests.requests[i].op) << i;
+    EXPECT_EQ(requests[i].tensor, from_vector.requests.requests[i].tensor) << i;
+    EXPECT_EQ(requests[i].stream, from_vector.requests.requests[i].stream) << i;
+  }
 }
 
 TEST(TraceRequests, ImmediateFreesReplayExactly) {

@@ -88,6 +88,53 @@ TEST(EventSpool, HoldsARecordedTraceInAThirdOfItsEvents) {
   EXPECT_LT(spool.memory_bytes(), events.size() * sizeof(TraceEvent) / 3);
 }
 
+// What a spool notes as events are appended, so that a replay need not decode it to know: where
+// each run of segment_free entries begins, and the first three distinct streams.
+TEST(EventSpool, NotesSegmentFreeBurstsAndTheFirstStreams) {
+  auto expect_notes = [](const std::vector<TraceEvent>& events, const char* what) {
+    std::vector<std::size_t> bursts;
+    std::vector<StreamId> streams;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].action == TraceAction::segment_free &&
+          (i == 0 || events[i - 1].action != TraceAction::segment_free))
+        bursts.push_back(i);
+      if (streams.size() < 3 &&
+          std::find(streams.begin(), streams.end(), events[i].stream) == streams.end())
+        streams.push_back(events[i].stream);
+    }
+    EventSpool spool(EventSpool::kBlockEvents * 4);  // most blocks in the file
+    for (const TraceEvent& e : events)
+      spool.push_back(e);
+    if (bursts.size() <= EventSpool::kMaxNotedBursts) {
+      const auto noted = spool.segment_free_bursts();
+      EXPECT_TRUE(noted && std::ranges::equal(*noted, bursts)) << what;
+    } else {
+      EXPECT_FALSE(spool.segment_free_bursts().has_value()) << what;
+    }
+    EXPECT_TRUE(std::ranges::equal(spool.first_streams(), streams)) << what;
+    return std::pair{bursts.size(), streams.size()};
+  };
+  // Random actions (runs of segment_free of every length) on four streams and many more.
+  EXPECT_EQ(expect_notes(random_events(3 * EventSpool::kBlockEvents + 11, 5), "random").second, 3u);
+  // Past kMaxNotedBursts runs none are kept: the reader walks.
+  std::vector<TraceEvent> many(2 * EventSpool::kMaxNotedBursts + 2);
+  for (std::size_t i = 0; i < many.size(); i += 2)
+    many[i].action = TraceAction::segment_free;
+  EXPECT_EQ(expect_notes(many, "many bursts").first, EventSpool::kMaxNotedBursts + 1);
+  many.pop_back();
+  many.pop_back();
+  EXPECT_EQ(expect_notes(many, "as many as are noted").first, EventSpool::kMaxNotedBursts);
+  // A capped recording frees segments in bursts on its OOM path; one stream.
+  EXPECT_GT(expect_notes(fixture("gpt_oom_cap").device_traces[0], "gpt_oom_cap").first, 0u);
+  // Two streams, no segment_free.
+  EXPECT_EQ(expect_notes(fixture("streams_default").device_traces[0], "streams_default"),
+            (std::pair<std::size_t, std::size_t>{0, 2}));
+  std::vector<TraceEvent> two_streams(5);
+  two_streams[3].stream = StreamId{7};
+  two_streams[1].action = two_streams[2].action = TraceAction::segment_free;
+  EXPECT_EQ(expect_notes(two_streams, "hand-made"), (std::pair<std::size_t, std::size_t>{1, 2}));
+}
+
 // Past its memory limit a spool writes its blocks to a temporary file and reads them back from
 // there; a copy shares the file, and both go on growing on their own.
 TEST(EventSpool, BlocksPastTheMemoryLimitGoToAFile) {
