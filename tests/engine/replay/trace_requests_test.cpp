@@ -38,18 +38,22 @@ std::vector<TraceEvent> small_trace() {
           ev(TraceAction::alloc, seg, 512)};
 }
 
-TEST(TraceRequests, PendingFreesBecomeRecordStreamAndEventsReady) {
-  // b is freed first and waits for its event; a is freed at once; b's event completes inside
-  // the next malloc.
+// b is freed first and waits for its event; a is freed at once; b's event completes inside the
+// next malloc.
+std::vector<TraceEvent> pending_free_trace() {
   const std::uint64_t seg = 0x7f0000000000;
-  const std::vector<TraceEvent> trace = {ev(TraceAction::segment_alloc, seg, 2_MiB),
-                                         ev(TraceAction::alloc, seg, 1000),
-                                         ev(TraceAction::alloc, seg + 1024, 3000),
-                                         ev(TraceAction::free_requested, seg + 1024, 3000),
-                                         ev(TraceAction::free_requested, seg, 1000),
-                                         ev(TraceAction::free_completed, seg, 1000),
-                                         ev(TraceAction::free_completed, seg + 1024, 3000),
-                                         ev(TraceAction::alloc, seg, 512)};
+  return {ev(TraceAction::segment_alloc, seg, 2_MiB),
+          ev(TraceAction::alloc, seg, 1000),
+          ev(TraceAction::alloc, seg + 1024, 3000),
+          ev(TraceAction::free_requested, seg + 1024, 3000),
+          ev(TraceAction::free_requested, seg, 1000),
+          ev(TraceAction::free_completed, seg, 1000),
+          ev(TraceAction::free_completed, seg + 1024, 3000),
+          ev(TraceAction::alloc, seg, 512)};
+}
+
+TEST(TraceRequests, PendingFreesBecomeRecordStreamAndEventsReady) {
+  const std::vector<TraceEvent> trace = pending_free_trace();
   const TraceRequests r = requests_from_trace(trace);
   EXPECT_EQ(r.entries, 8u);
   EXPECT_EQ(r.allocs, 3u);
@@ -70,16 +74,9 @@ TEST(TraceRequests, PendingFreesBecomeRecordStreamAndEventsReady) {
 // two streams in the trace it is the other one. A spooled trace gives the same requests as the
 // vector, the stream included (the spool noted its streams as it was written).
 TEST(TraceRequests, ASpooledTraceNamesTheOtherOfTwoStreams) {
-  const std::uint64_t seg = 0x7f0000000000;
-  const std::vector<TraceEvent> trace = {ev(TraceAction::segment_alloc, seg, 2_MiB),
-                                         ev(TraceAction::alloc, seg, 1000),
-                                         ev(TraceAction::alloc, seg + 1024, 3000),
-                                         ev(TraceAction::free_requested, seg + 1024, 3000),
-                                         ev(TraceAction::free_requested, seg, 1000),
-                                         ev(TraceAction::free_completed, seg, 1000),
-                                         ev(TraceAction::alloc, seg + 1536, 256, 7),
-                                         ev(TraceAction::free_completed, seg + 1024, 3000),
-                                         ev(TraceAction::alloc, seg, 512)};
+  // The trace above with an allocation on a second stream before b's event completes.
+  std::vector<TraceEvent> trace = pending_free_trace();
+  trace.insert(trace.begin() + 6, ev(TraceAction::alloc, 0x7f0000000000 + 1536, 256, 7));
   const TraceRequests from_vector = requests_from_trace(trace);
   ASSERT_EQ(from_vector.requests.requests.at(2).op, RequestOp::record_stream);
   EXPECT_EQ(from_vector.requests.requests[2].stream, StreamId{7});
