@@ -34,12 +34,6 @@ class ByteSource {
   }
   // The next byte without consuming it, or -1 when none is buffered (the input may still go on).
   int peek_buffered() const { return begin_ < end_ ? buf_[begin_] : -1; }
-  // The bytes read ahead and not consumed yet (valid until the next call that consumes or reads),
-  // for a caller that decodes a run of opcodes in place; skip(n) then consumes n <= size of them.
-  std::span<const std::uint8_t> buffered() const {
-    return std::span<const std::uint8_t>(buf_).subspan(begin_, end_ - begin_);
-  }
-  void skip(std::size_t n) { begin_ += n; }
   // Appends exactly `n` bytes to `out`; false when the input ends first.
   bool read_into(std::string& out, std::uint64_t n);
   std::uint64_t offset() const { return dropped_ + begin_; }

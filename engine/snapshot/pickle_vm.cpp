@@ -136,12 +136,9 @@ Value scalar(Kind kind, std::int64_t i = 0) {
   return v;
 }
 
-constexpr KindSet kContainers = kind_bit(Kind::list) | kind_bit(Kind::tuple) |
-                                kind_bit(Kind::dict) | kind_bit(Kind::set) |
-                                kind_bit(Kind::trace_list);
-
 bool is_container(Kind k) {
-  return (kind_bit(k) & kContainers) != 0;
+  return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set ||
+         k == Kind::trace_list;
 }
 
 std::string hex_byte(std::uint8_t b) {
@@ -402,61 +399,8 @@ void Machine::memo_put(std::uint64_t index) {
   }
 }
 
-void Machine::push_buffered_gets() {
-  const std::span<const std::uint8_t> bytes = source_.buffered();
-  const std::uint8_t* const start = bytes.data();
-  const std::uint8_t* const end = start + bytes.size();
-  // Nothing below changes the memo: its members stay in registers. The offset of the GET being
-  // run is worked out only for an error (the source is advanced past the run at the end).
-  const Memo::Reader memo = memo_.reader();
-  const auto at = [&](const std::uint8_t* op) {
-    op_offset_ = source_.offset() + static_cast<std::uint64_t>(op - start);
-  };
-  std::size_t room = limits_.max_stack > stack_.size() ? limits_.max_stack - stack_.size() : 0;
-  const std::uint8_t* p = start;
-  for (;;) {
-    const std::uint8_t* const op = p;
-    std::uint64_t index;
-    if (end - p >= 5 && *p == LONG_BINGET) {
-      index = load_le<std::uint32_t>(p + 1);
-      p += 5;
-    } else if (end - p >= 2 && *p == BINGET) {
-      index = p[1];
-      p += 2;
-    } else {
-      break;  // another opcode, or a GET whose argument is not buffered yet: the dispatch reads it
-    }
-    if (index >= memo.size()) [[unlikely]] {
-      at(op);
-      fail_memo_unset(index);
-    }
-    const Value v = memo.get(index);
-    if (v.kind == Kind::unset) [[unlikely]] {
-      at(op);
-      fail_memo_unset(index);
-    }
-    if (v.is_node()) {
-      at(op);  // hold() names the GET if the reference is stale
-      hold(v);
-    }
-    if (room-- == 0) [[unlikely]] {
-      at(op);
-      fail_stack_full();
-    }
-    stack_.push_back(v);
-  }
-  source_.skip(static_cast<std::size_t>(p - start));
-}
-
 void Machine::fail_memo_unset(std::uint64_t index) const {
   fail("memo index " + std::to_string(index) + " was never stored");
-}
-
-void Machine::note_children(Node& parent, std::span<const Value> children, KindSet kinds) {
-  if ((kinds & kContainers) == 0)
-    return;  // the usual batch: scalars, strings and frames, nothing nested
-  for (const Value& child : children)
-    note_child(parent, child);
 }
 
 void Machine::note_child(Node& parent, const Value& child) {
@@ -474,12 +418,12 @@ void Machine::add_to_list(Value list, std::size_t first) {
   if (list.kind != Kind::list && list.kind != Kind::trace_list)
     fail("APPEND(S) expects a list below its items, found " + std::string(to_string(list.kind)));
   std::span<Value> items(stack_.data() + first, stack_.size() - first);
-  const KindSet kinds = kinds_of(items);
-  if (sink_ == nullptr || !sink_->on_append(*this, list, items, kinds)) {
+  if (sink_ == nullptr || !sink_->on_append(*this, list, items)) {
     Node& n = node(list);
     if (n.kind == Kind::trace_list)
       fail("a trace list holds something other than trace entry dicts");
-    note_children(n, items, kinds);
+    for (const Value& item : items)
+      note_child(n, item);
     n.items.insert(n.items.end(), items.begin(), items.end());
   }
   stack_.resize(first);
@@ -833,11 +777,17 @@ Value Machine::run() {
         break;
       case BINGET:
       case LONG_BINGET:
-        push(memo_get(op == BINGET ? *need(1, "BINGET")
-                                   : load_le<std::uint32_t>(need(4, "LONG_BINGET"))));
-        // Most GETs come alone (a key of an entry dict): only a run pays for the run's setup.
-        if (const int next = source_.peek_buffered(); next == BINGET || next == LONG_BINGET)
-          push_buffered_gets();
+        // A frames list of a real trace is a run of dozens of GETs: they loop here, without a
+        // return to the dispatch for each.
+        for (;;) {
+          push(memo_get(op == BINGET ? *need(1, "BINGET")
+                                     : load_le<std::uint32_t>(need(4, "LONG_BINGET"))));
+          const int next = source_.peek_buffered();
+          if (next != BINGET && next != LONG_BINGET)
+            break;
+          op_offset_ = source_.offset();
+          op = *source_.take(1);
+        }
         break;
       case PUT:
       case GET: {

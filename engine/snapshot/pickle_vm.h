@@ -102,9 +102,19 @@ class Memo {
   // Adds unset slots up to `size` slots.
   void grow(std::uint64_t size);
   // Inline, folded slots too: a frames list of a real trace is dozens of GETs of old slots.
-  Value get(std::uint64_t slot) const { return reader().get(slot); }
+  Value get(std::uint64_t slot) const {
+    if (slot >= base_)
+      return recent_[static_cast<std::size_t>(slot - base_)];
+    const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
+    const auto offset = static_cast<std::uint32_t>(slot % kWindow);
+    const std::uint16_t block = chunk.blocks[offset / kBlock];
+    const bool sequence = (block & Chunk::kSequence) != 0;
+    const std::uint32_t in_block = offset % kBlock;
+    const std::uint32_t w = chunk.words[(block & ~Chunk::kSequence) + (sequence ? 0 : in_block)] +
+                            (sequence ? in_block : 0);
+    return decode(w, chunk.wide);
+  }
   void set(std::uint64_t slot, const Value& value);
-
   // Adds slot size() holding `value` (MEMOIZE).
   void push_back(const Value& value) {
     recent_.push_back(value);
@@ -131,30 +141,19 @@ class Memo {
   };
   static constexpr unsigned kPayloadBits = 29;
   static constexpr std::uint32_t kPayloadMask = (std::uint32_t{1} << kPayloadBits) - 1;
-  // Without a branch on the tag: the tags of a frames list's GETs alternate unpredictably. Each
-  // tag says where the payload goes (ref or i) and what ref holds otherwise.
+  // Without a switch: the tags of a frames list's GETs alternate unpredictably.
   static Value decode(std::uint32_t w, const std::vector<Value>& wide) {
-    struct Layout {
-      Kind kind;
-      std::uint32_t ref_mask;   // the payload's bits that are ref
-      std::uint32_t ref_fixed;  // ref's other bits
-      std::uint32_t i_mask;     // the payload's bits that are i
-    };
-    static constexpr std::uint32_t all = ~std::uint32_t{0};
-    static constexpr Layout layouts[8] = {
-        {Kind::unset, 0, 0, 0},         {Kind::string, all, 0, 0},
-        {Kind::frame, all, 0, 0},       {Kind::frame_stack, all, 0, 0},
-        {Kind::trace_event, 0, 0, all}, {Kind::trace_event, 0, all, 0},
-        {Kind::unset, 0, 0, 0},         {Kind::unset, 0, 0, 0}};
+    static constexpr Kind kinds[8] = {Kind::unset,       Kind::string,      Kind::frame,
+                                      Kind::frame_stack, Kind::trace_event, Kind::trace_event,
+                                      Kind::unset,       Kind::unset};
     const std::uint32_t tag = w >> kPayloadBits;
     const std::uint32_t payload = w & kPayloadMask;
     if (tag == tag_wide) [[unlikely]]
       return wide[payload];
-    const Layout& layout = layouts[tag];
     Value v;
-    v.kind = layout.kind;
-    v.ref = (payload & layout.ref_mask) | layout.ref_fixed;
-    v.i = payload & layout.i_mask;
+    v.kind = kinds[tag];
+    v.ref = tag - tag_string < 3 ? payload : (tag == tag_skipped_entry ? ~std::uint32_t{0} : 0);
+    v.i = tag == tag_entry ? payload : 0;
     return v;
   }
 
@@ -166,15 +165,6 @@ class Memo {
     std::vector<Value> wide;  // the values of the words tagged wide
     std::array<std::uint16_t, kWindow / kBlock> blocks{};
     static constexpr std::uint16_t kSequence = 0x8000;
-
-    Value get(std::uint32_t offset) const {
-      const std::uint16_t block = blocks[offset / kBlock];
-      const bool sequence = (block & kSequence) != 0;
-      const std::uint32_t in_block = offset % kBlock;
-      const std::uint32_t w =
-          words[(block & ~kSequence) + (sequence ? 0 : in_block)] + (sequence ? in_block : 0);
-      return decode(w, wide);
-    }
   };
   void fold_oldest();
   // Turns a sequence block back into a word per slot, so that one of its slots can change.
@@ -186,57 +176,16 @@ class Memo {
   std::vector<Value> recent_;  // slots [base_, size())
   std::vector<Chunk> chunks_;  // chunk c holds slots [c * kWindow, (c + 1) * kWindow)
   std::vector<std::uint32_t> scratch_;
-
- public:
-  // The memo as it is now, read without reloading its members for every slot: valid until the
-  // memo changes (a run of GETs only reads it).
-  class Reader {
-   public:
-    explicit Reader(const Memo& memo)
-        : base_(memo.base_),
-          size_(memo.size()),
-          recent_(memo.recent_.data()),
-          chunks_(memo.chunks_.data()) {}
-    std::uint64_t size() const { return size_; }
-    // Slot `slot` < size().
-    Value get(std::uint64_t slot) const {
-      if (slot >= base_)
-        return recent_[static_cast<std::size_t>(slot - base_)];
-      return chunks_[static_cast<std::size_t>(slot / kWindow)].get(
-          static_cast<std::uint32_t>(slot % kWindow));
-    }
-
-   private:
-    std::uint64_t base_;
-    std::uint64_t size_;
-    const Value* recent_;
-    const Chunk* chunks_;
-  };
-  Reader reader() const { return Reader(*this); }
 };
 
 class Machine;
 
-// A set of kinds, one bit per Kind.
-using KindSet = std::uint32_t;
-constexpr KindSet kind_bit(Kind kind) {
-  return KindSet{1} << static_cast<unsigned>(kind);
-}
-// The kinds among `items`: one pass without a branch per item answers "any container?" or "any
-// dict?" for a batch (a frames list of a real trace is ~60 frames, appended at once).
-inline KindSet kinds_of(std::span<const Value> items) {
-  KindSet kinds = 0;
-  for (const Value& item : items)
-    kinds |= kind_bit(item.kind);
-  return kinds;
-}
-
 // Sees every batch of items appended to a list; returns true when it consumed the batch (the items
-// are then not stored in the list). `kinds`: kinds_of(items).
+// are then not stored in the list).
 class ListSink {
  public:
   virtual ~ListSink() = default;
-  virtual bool on_append(Machine& vm, Value list, std::span<Value> items, KindSet kinds) = 0;
+  virtual bool on_append(Machine& vm, Value list, std::span<Value> items) = 0;
 };
 
 class Machine {
@@ -294,8 +243,7 @@ class Machine {
   void charge_text(std::uint64_t length);
   [[noreturn, gnu::cold, gnu::noinline]] void fail_stale() const;
   [[noreturn, gnu::cold, gnu::noinline]] void fail_memo_unset(std::uint64_t index) const;
-  // Inlined at every opcode that pushes: a call for each was 5 % of reading a real trace.
-  [[gnu::always_inline]] void push(Value v) {
+  void push(Value v) {
     if (stack_.size() >= limits_.max_stack) [[unlikely]]
       fail_stack_full();
     stack_.push_back(v);
@@ -314,15 +262,10 @@ class Machine {
       hold(v);
     return v;
   }
-  // The GETs that follow a GET in the bytes read ahead, pushed straight from the buffer: a frames
-  // list of a real trace is a run of dozens of them (~40M GETs in a 1.2M-entry trace).
-  void push_buffered_gets();
   void add_to_list(Value list, std::size_t first);
   void add_to_dict(Value dict, std::size_t first);
   void add_to_set(Value set, std::size_t first);
   void note_child(Node& parent, const Value& child);
-  // note_child for each child; `kinds`: kinds_of(children).
-  void note_children(Node& parent, std::span<const Value> children, KindSet kinds);
   Value make_string(std::uint64_t length);
   Value make_bytes(std::uint64_t length);
   Value make_long(std::uint64_t length);

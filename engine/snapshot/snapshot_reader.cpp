@@ -247,17 +247,14 @@ class TraceSink : public pickle::ListSink {
   TraceSink(const Keys& keys, Snapshot& out, bool spool)
       : keys_(keys), out_(out), notes_(out.warnings), spool_(spool) {}
 
-  bool on_append(Machine& vm, Value list, std::span<Value> items, pickle::KindSet kinds) override {
+  bool on_append(Machine& vm, Value list, std::span<Value> items) override {
     // Items that are no entries, appended to a trace: the loop below says what is wrong with them.
-    // (A frames list's items are frames: their kinds alone say so, without a look at each.)
-    constexpr pickle::KindSet maybe_entries =
-        pickle::kind_bit(Kind::trace_event) | pickle::kind_bit(Kind::dict);
+    // (A frames list's items are frames: the kind alone says so, without a call for each.)
     if (vm.node(list).kind != Kind::trace_list &&
-        ((kinds & maybe_entries) == 0 ||
-         std::none_of(items.begin(), items.end(), [&](const Value& item) {
-           return item.kind == Kind::trace_event ||
-                  (item.kind == Kind::dict && is_trace_entry(vm, item));
-         })))
+        std::none_of(items.begin(), items.end(), [&](const Value& item) {
+          return item.kind == Kind::trace_event ||
+                 (item.kind == Kind::dict && is_trace_entry(vm, item));
+        }))
       return false;
     Node& ln = vm.node(list);
     if (ln.kind == Kind::list) {
@@ -933,9 +930,8 @@ Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits, bool s
   // with a forwarding sink.
   struct Forward : pickle::ListSink {
     pickle::ListSink* target = nullptr;
-    bool on_append(Machine& vm, Value list, std::span<Value> items,
-                   pickle::KindSet kinds) override {
-      return target->on_append(vm, list, items, kinds);
+    bool on_append(Machine& vm, Value list, std::span<Value> items) override {
+      return target->on_append(vm, list, items);
     }
   } forward;
   Machine vm(source, limits, &forward);

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -67,34 +66,6 @@ TEST(ByteSource, AForgedGzipSizeOnlyCostsAddressSpaceWithinTheLimits) {
     } catch (const InputError&) {
     }
   }
-}
-
-// The pickle machine decodes runs of GETs in place (issue #19): buffered() must be exactly the
-// bytes take() would return next, and skip() must consume them as take() does.
-TEST(ByteSource, BufferedIsTheBytesAheadAndSkipConsumesThem) {
-  std::vector<std::uint8_t> bytes(3u << 20);
-  for (std::size_t i = 0; i < bytes.size(); ++i)
-    bytes[i] = static_cast<std::uint8_t>(i * 7 + i / 251);
-  ByteSource source(bytes, "memory", 1ull << 40);
-  std::size_t at = 0;
-  while (at < bytes.size()) {
-    std::span<const std::uint8_t> ahead = source.buffered();
-    if (ahead.empty()) {
-      ASSERT_NE(source.take(1), nullptr);  // refills
-      ++at;
-      continue;
-    }
-    ASSERT_LE(at + ahead.size(), bytes.size());
-    ASSERT_TRUE(std::equal(ahead.begin(), ahead.end(), bytes.begin() + static_cast<long>(at)));
-    const std::size_t n = ahead.size() / 2 + 1;
-    source.skip(n);
-    at += n;
-    ASSERT_EQ(source.offset(), at);
-    if (at < bytes.size() && source.peek_buffered() != -1) {
-      ASSERT_EQ(source.peek_buffered(), bytes[at]);
-    }
-  }
-  EXPECT_EQ(source.take(1), nullptr);
 }
 
 }  // namespace

@@ -169,52 +169,6 @@ TEST(Hostile, NestingMemoAndSizeBombsHitLimits) {
   EXPECT_THAT(error_of(wide, tight), HasSubstr("stack exceeds the limit"));
 }
 
-// A frames list of a real trace is a run of dozens of GETs, decoded in place from the read-ahead
-// buffer (issue #19): a bad slot in the middle of a run is named at its own byte offset.
-TEST(Hostile, AnUnsetSlotInARunOfGetsIsNamedAtItsOffset) {
-  // "a" in slot 0, "b" in slot 1; then a list of GETs of both, the 41st (LONG_BINGET 7) unset.
-  std::string bytes(
-      "\x80\x04\x8c\x01"
-      "a\x94\x8c\x01"
-      "b\x94]\x94(",
-      13);
-  for (int i = 0; i < 40; ++i)
-    bytes += i % 2 == 0 ? std::string("h\x00", 2) : std::string("j\x01\x00\x00\x00", 5);
-  const std::size_t bad = bytes.size();
-  bytes += std::string("j\x07\x00\x00\x00h\x00e.", 9);
-  EXPECT_THAT(error_of(bytes), HasSubstr("pickle byte offset " + std::to_string(bad) +
-                                         ": memo index 7 was never stored"));
-}
-
-// The same run of GETs across the read-ahead buffer's edges (256 KiB, then 1 MiB refills): every
-// GET reads its own slot, whether it lies in the buffer or straddles its end.
-TEST(Reader, ARunOfGetsAcrossTheBufferEdgesReadsEverySlot) {
-  // {'segments': [], 'allocator_settings': ['a', 'b', 'b', 'a', ...]}: the list is read back as
-  // JSON. Slot 0 is 'a', slot 1 is 'b'; a run of 2^19 GETs in a pattern of BINGET and LONG_BINGET.
-  std::string bytes(
-      "\x80\x04}(\x8c\x08segments]\x8c\x12"
-      "allocator_settings"
-      "]\x8c\x01"
-      "a\x94"
-      "0\x8c\x01"
-      "b\x94"
-      "0(",
-      47);
-  std::vector<std::string> expected;
-  for (std::size_t i = 0; i < (1u << 19); ++i) {
-    const bool b = (i * 2654435761u >> 7) % 2 == 1;
-    const bool long_get = (i * 40503u >> 5) % 3 == 0;
-    bytes += long_get ? std::string(b ? "j\x01\x00\x00\x00" : "j\x00\x00\x00\x00", 5)
-                      : std::string(b ? "h\x01" : "h\x00", 2);
-    expected.emplace_back(b ? "b" : "a");
-  }
-  bytes += "eu.";
-  const Snapshot s = read_snapshot_from_memory(
-      std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), "gets");
-  ASSERT_TRUE(s.allocator_settings.is_array());
-  EXPECT_EQ(s.allocator_settings.get<std::vector<std::string>>(), expected);
-}
-
 TEST(Hostile, TruncatedInputsAtEveryKindOfBoundary) {
   std::string plain = gunzip_fixture("gpt_oom_cap");
   for (std::size_t cut : {std::size_t{1}, std::size_t{2}, std::size_t{3}, plain.size() / 3,

@@ -363,8 +363,7 @@ TEST(PickleMachine, ASharedListRetiredKeepsNoItems) {
 // entry, whose frames list the first holder converts and later ones let go.
 class FramesSink : public pickle::ListSink {
  public:
-  bool on_append(pickle::Machine& vm, pickle::Value, std::span<pickle::Value> items,
-                 pickle::KindSet) override {
+  bool on_append(pickle::Machine& vm, pickle::Value, std::span<pickle::Value> items) override {
     for (const pickle::Value& item : items) {
       const pickle::Value frames = vm.node(item).items.at(1);
       pickle::Value replacement;
