@@ -724,10 +724,11 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
                                std::move(requests));
   }
   std::vector<std::uint64_t> guessed;
+  std::size_t inferred = 0;
   std::optional<snapshot::SegmentState> initial;
   std::string rebuild_error;
   try {
-    initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed);
+    initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed, &inferred);
   } catch (const InputError& error) {
     rebuild_error = error.what();
   }
@@ -738,33 +739,8 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
         "the state at the trace's start could not be rebuilt from the "
         "final segments (" +
         rebuild_error + "); replayed from an empty allocator");
-  // Active blocks at the start that the trace frees: no entry records their block size.
-  const bool any_active =
-      initial &&
-      std::any_of(initial->block_map().begin(), initial->block_map().end(),
-                  [](const auto& block) { return block.second.state != BlockState::inactive; });
-  if (any_active) {
-    // How the trace first touches each active block: only those are looked up, so the trace's
-    // other entries cost a probe each, not a node.
-    enum class FirstTouch : std::uint8_t { none, alloc, free };
-    alloc::FlatAddressMap<FirstTouch> first_touch(1024);
-    for (const auto& [address, block] : initial->block_map())
-      if (block.state != BlockState::inactive)
-        first_touch.insert_or_assign(address, FirstTouch::none);
-    const snapshot::TraceWindow entries = trace.window();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const TraceEvent& e = entries[i];
-      if (e.action == TraceAction::alloc || e.action == TraceAction::free_requested ||
-          e.action == TraceAction::free_completed) {
-        if (FirstTouch* touch = first_touch.find(e.addr); touch && *touch == FirstTouch::none)
-          *touch = e.action == TraceAction::alloc ? FirstTouch::alloc : FirstTouch::free;
-      }
-    }
-    first_touch.for_each([&result](std::uint64_t, FirstTouch touch) {
-      if (touch == FirstTouch::free)
-        ++result.seeded.inferred_sizes;
-    });
-  }
+  // The blocks in use at the start that the trace frees: no entry records their size.
+  result.seeded.inferred_sizes = initial ? inferred : 0;
   result.seeded.guessed_sizes = guessed.size();
   return result;
 }

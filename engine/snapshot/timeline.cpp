@@ -143,7 +143,8 @@ bool no_segments_before(const Snapshot& snapshot, int device,
 }
 
 SegmentState initial_state(const Snapshot& snapshot, int device,
-                           std::vector<std::uint64_t>* guessed_blocks) {
+                           std::vector<std::uint64_t>* guessed_blocks,
+                           std::size_t* inferred_sizes) {
   LayoutRules rules = LayoutRules::from_allocator_settings(snapshot.allocator_settings);
   const TraceBlocks events = trace_of(snapshot, device);
   std::map<std::uint64_t, RangeSegment> segs;
@@ -253,6 +254,8 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
       info.predates_trace = true;
       info.size = it->second.size;
       if (info.size == 0) {
+        if (inferred_sizes != nullptr)
+          ++*inferred_sizes;
         // The block's size is not in the trace. It sits at the start of the free space up to the
         // next live block, and PyTorch's split rule says whether it took all of that space.
         auto seg = state.segment_map().upper_bound(it->first);

@@ -40,9 +40,12 @@ struct Timeline {
 
 // The segment state just before a device's first trace entry: empty when the trace covers the
 // whole run, else rebuilt from the final segments by undoing the trace.
-// `guessed_blocks`, when given, receives the addresses of blocks whose size had to be guessed.
+// `guessed_blocks`, when given, receives the addresses of blocks whose size had to be guessed;
+// `inferred_sizes`, the count of blocks in use at the start whose size no entry gives (the trace
+// frees them before any allocation there), their sizes inferred from the rounding and split rules.
 SegmentState initial_state(const Snapshot& snapshot, int device,
-                           std::vector<std::uint64_t>* guessed_blocks = nullptr);
+                           std::vector<std::uint64_t>* guessed_blocks = nullptr,
+                           std::size_t* inferred_sizes = nullptr);
 // Whether no segment predates the device's trace: undoing its `segment_events` (its segment_*
 // entries, in trace order) from the final segments leaves none, as the walk of initial_state
 // would. False as well where that walk fails.
