@@ -34,6 +34,13 @@ class ByteSource {
   }
   // The next byte without consuming it, or -1 when none is buffered (the input may still go on).
   int peek_buffered() const { return begin_ < end_ ? buf_[begin_] : -1; }
+  // The bytes read ahead and not consumed yet, valid until the next call that consumes or reads:
+  // a caller may decode a whole run of opcodes from them, then consume it with skip(n) (n at most
+  // their size).
+  std::span<const std::uint8_t> buffered() const {
+    return std::span<const std::uint8_t>(buf_.data() + begin_, end_ - begin_);
+  }
+  void skip(std::size_t n) { begin_ += n; }
   // Appends exactly `n` bytes to `out`; false when the input ends first.
   bool read_into(std::string& out, std::uint64_t n);
   std::uint64_t offset() const { return dropped_ + begin_; }

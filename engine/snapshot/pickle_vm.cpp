@@ -353,12 +353,8 @@ Value& Machine::top() {
   return stack_.back();
 }
 
-std::size_t Machine::pop_mark() {
-  if (marks_.empty())
-    fail("MARK expected before this opcode");
-  std::size_t m = marks_.back();
-  marks_.pop_back();
-  return m;
+void Machine::fail_no_mark() const {
+  fail("MARK expected before this opcode");
 }
 
 void Machine::memo_put(std::uint64_t index) {
@@ -544,6 +540,72 @@ Value Machine::make_long(std::uint64_t length) {
   return v;
 }
 
+bool Machine::read_known_frames_list() {
+  // The list is memoized (MEMOIZE, or a PUT of the next slot), then filled by GETs: one followed
+  // by APPEND, or several between MARK and APPENDS. Python's pickler writes a list's items in
+  // batches of 1000, so a batch of fewer is its last: a longer list takes the general path, which
+  // sees any batch after the first.
+  constexpr std::size_t kPicklerBatch = 1000;
+  const std::span<const std::uint8_t> b = source_.buffered();
+  const std::size_t size = b.size();
+  const std::uint64_t slot = memo_.size();
+  std::size_t pos = 0;
+  if (size < 8)  // room for a LONG_BINPUT and the opcode after it
+    return false;
+  if (b[0] == MEMOIZE)
+    pos = 1;
+  else if (b[0] == BINPUT && b[1] == slot)
+    pos = 2;
+  else if (b[0] == LONG_BINPUT && load_le<std::uint32_t>(&b[1]) == slot)
+    pos = 5;
+  else
+    return false;
+  if (slot > source_.offset() + limits_.max_memo_gap)
+    return false;  // memo_put's check, said by the general path
+  const bool marked = b[pos] == MARK;
+  if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
+    return false;  // an empty list (a trace entry's 'frames' of a recording without stacks)
+  pos += marked ? 1 : 0;
+  if (frames_scratch_.empty())
+    frames_scratch_.resize(kPicklerBatch);
+  std::uint32_t* const frames = frames_scratch_.data();
+  std::size_t count = 0;
+  while (pos + 5 <= size) {
+    std::uint64_t index;
+    if (b[pos] == BINGET) {
+      index = b[pos + 1];
+      pos += 2;
+    } else if (b[pos] == LONG_BINGET) {
+      index = load_le<std::uint32_t>(&b[pos + 1]);
+      pos += 5;
+    } else {
+      break;
+    }
+    // Slots at or past the list's own are unset or the list itself.
+    if (index >= slot || count == kPicklerBatch)
+      return false;
+    const std::uint32_t frame = memo_.frame_at(index);
+    if (frame == Memo::kNotAFrame)
+      return false;
+    frames[count++] = frame;
+  }
+  if (pos >= size || b[pos] != (marked ? APPENDS : APPEND) || count == 0 ||
+      (!marked && count != 1) || count == kPicklerBatch)
+    return false;
+  const std::optional<std::uint32_t> stack =
+      sink_->known_frame_stack(std::span<const std::uint32_t>(frames, count));
+  if (!stack)
+    return false;
+  op_offset_ = source_.offset() + pos;  // the APPEND(S), the last opcode read here
+  source_.skip(pos + 1);
+  Value v;
+  v.kind = Kind::frame_stack;
+  v.ref = *stack;
+  memo_.push_back(v);
+  push(v);
+  return true;
+}
+
 Value Machine::run() {
   auto need = [this](std::size_t n, const char* what) {
     const std::uint8_t* p = source_.take(n);
@@ -680,6 +742,8 @@ Value Machine::run() {
         push(make_bytes(load_le<std::uint64_t>(need(8, "BINBYTES8"))));
         break;
       case EMPTY_LIST:
+        if (sink_ != nullptr && read_known_frames_list())
+          break;
         push(new_node(Kind::list));
         break;
       case EMPTY_DICT:

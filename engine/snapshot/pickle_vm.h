@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -106,13 +107,18 @@ class Memo {
     if (slot >= base_)
       return recent_[static_cast<std::size_t>(slot - base_)];
     const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
-    const auto offset = static_cast<std::uint32_t>(slot % kWindow);
-    const std::uint16_t block = chunk.blocks[offset / kBlock];
-    const bool sequence = (block & Chunk::kSequence) != 0;
-    const std::uint32_t in_block = offset % kBlock;
-    const std::uint32_t w = chunk.words[(block & ~Chunk::kSequence) + (sequence ? 0 : in_block)] +
-                            (sequence ? in_block : 0);
-    return decode(w, chunk.wide);
+    return decode(folded_word(chunk, slot), chunk.wide);
+  }
+  // The frame index a slot holds when it is a frame converted earlier (Kind::frame), else
+  // kNotAFrame: get() without building the Value, for a frames list read in place.
+  static constexpr std::uint32_t kNotAFrame = ~std::uint32_t{0};
+  std::uint32_t frame_at(std::uint64_t slot) const {
+    if (slot >= base_) {
+      const Value& v = recent_[static_cast<std::size_t>(slot - base_)];
+      return v.kind == Kind::frame ? v.ref : kNotAFrame;
+    }
+    const std::uint32_t w = folded_word(chunks_[static_cast<std::size_t>(slot / kWindow)], slot);
+    return w >> kPayloadBits == tag_frame ? w & kPayloadMask : kNotAFrame;
   }
   void set(std::uint64_t slot, const Value& value);
   // Adds slot size() holding `value` (MEMOIZE).
@@ -166,6 +172,14 @@ class Memo {
     std::array<std::uint16_t, kWindow / kBlock> blocks{};
     static constexpr std::uint16_t kSequence = 0x8000;
   };
+  static std::uint32_t folded_word(const Chunk& chunk, std::uint64_t slot) {
+    const auto offset = static_cast<std::uint32_t>(slot % kWindow);
+    const std::uint16_t block = chunk.blocks[offset / kBlock];
+    const bool sequence = (block & Chunk::kSequence) != 0;
+    const std::uint32_t in_block = offset % kBlock;
+    return chunk.words[(block & ~Chunk::kSequence) + (sequence ? 0 : in_block)] +
+           (sequence ? in_block : 0);
+  }
   void fold_oldest();
   // Turns a sequence block back into a word per slot, so that one of its slots can change.
   static void unpack(Chunk& chunk, std::size_t block);
@@ -186,6 +200,10 @@ class ListSink {
  public:
   virtual ~ListSink() = default;
   virtual bool on_append(Machine& vm, Value list, std::span<Value> items) = 0;
+  // The id of the frame stack made of these frames (indices of frames converted earlier) when the
+  // sink has interned that stack already, else nullopt. Given an id, the machine reads such a
+  // frames list as that stack's compact value without building the list (read_known_frames_list).
+  virtual std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t> frames) = 0;
 };
 
 class Machine {
@@ -250,7 +268,15 @@ class Machine {
   }
   Value pop();
   Value& top();
-  std::size_t pop_mark();
+  // Inline: SETITEMS and APPENDS take one for every trace entry.
+  std::size_t pop_mark() {
+    if (marks_.empty()) [[unlikely]]
+      fail_no_mark();
+    const std::size_t m = marks_.back();
+    marks_.pop_back();
+    return m;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_no_mark() const;
   void memo_put(std::uint64_t index);
   Value memo_get(std::uint64_t index) {
     if (index >= memo_.size()) [[unlikely]]
@@ -270,6 +296,13 @@ class Machine {
   Value make_bytes(std::uint64_t length);
   Value make_long(std::uint64_t length);
   Value make_tuple(std::size_t first);
+  // After EMPTY_LIST: a frames list whose items are all GETs of frames converted earlier and whose
+  // stack the sink knows, read from the read-ahead buffer straight into the stack's compact value
+  // (memoized and pushed as the list would have been, then turned compact). A real trace's 1.2M
+  // frames lists are ~40M GETs naming ~100 distinct stacks: each list otherwise became a node of
+  // 16-byte items, copied into the sink's indices, hashed and found again. False, with nothing
+  // consumed, for anything else, which the general path then reads.
+  bool read_known_frames_list();
 
   ByteSource& source_;
   ReadLimits limits_;
@@ -305,6 +338,7 @@ class Machine {
   std::vector<ShortString> short_strings_;  // kShortStrings once a short string is interned
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
+  std::vector<std::uint32_t> frames_scratch_;  // read_known_frames_list's frame indices
   std::uint64_t text_bytes_ = 0;
   // The reservation from the input's size (see the constructor): pickle bytes per trace entry in
   // the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).

@@ -50,14 +50,26 @@ std::uint32_t FrameTable::intern_frame(const Frame& frame) {
   return index;
 }
 
-FrameStackId FrameTable::intern_stack(std::span<const std::uint32_t> frame_indices) {
-  const std::uint64_t h = hash_stack(frame_indices);
-  auto [first, last] = stack_index_.equal_range(h);
+std::optional<FrameStackId> FrameTable::find_stack(std::span<const std::uint32_t> frame_indices,
+                                                   std::uint64_t hash) const {
+  auto [first, last] = stack_index_.equal_range(hash);
   for (auto it = first; it != last; ++it) {
     auto existing = stack(FrameStackId{it->second});
     if (std::equal(existing.begin(), existing.end(), frame_indices.begin(), frame_indices.end()))
       return FrameStackId{it->second};
   }
+  return std::nullopt;
+}
+
+std::optional<FrameStackId> FrameTable::find_stack(
+    std::span<const std::uint32_t> frame_indices) const {
+  return find_stack(frame_indices, hash_stack(frame_indices));
+}
+
+FrameStackId FrameTable::intern_stack(std::span<const std::uint32_t> frame_indices) {
+  const std::uint64_t h = hash_stack(frame_indices);
+  if (const std::optional<FrameStackId> known = find_stack(frame_indices, h))
+    return *known;
   auto id = static_cast<std::uint32_t>(stack_offsets_.size() - 1);
   stack_items_.insert(stack_items_.end(), frame_indices.begin(), frame_indices.end());
   stack_offsets_.push_back(static_cast<std::uint32_t>(stack_items_.size()));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +36,8 @@ class FrameTable {
   FrameTable();
   std::uint32_t intern_frame(const Frame& frame);
   FrameStackId intern_stack(std::span<const std::uint32_t> frame_indices);
+  // The stack of these frames if it was interned, without interning it.
+  std::optional<FrameStackId> find_stack(std::span<const std::uint32_t> frame_indices) const;
 
   const Frame& frame(std::uint32_t index) const { return frames_[index]; }
   std::size_t frame_count() const { return frames_.size(); }
@@ -58,6 +61,8 @@ class FrameTable {
   std::vector<std::uint32_t> stack_offsets_;  // stack i = items [offsets[i], offsets[i+1])
   std::vector<std::uint32_t> stack_items_;
   static std::uint64_t hash_stack(std::span<const std::uint32_t> frame_indices);
+  std::optional<FrameStackId> find_stack(std::span<const std::uint32_t> frame_indices,
+                                         std::uint64_t hash) const;
   std::unordered_multimap<std::uint64_t, std::uint32_t> stack_index_;  // hash -> stack id
 };
 

@@ -277,6 +277,11 @@ class TraceSink : public pickle::ListSink {
     return true;
   }
 
+  std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t> frames) override {
+    const std::optional<FrameStackId> id = out_.frames.find_stack(frames);
+    return id ? std::optional<std::uint32_t>(id->value) : std::nullopt;
+  }
+
   // compile_context / user_metadata of an event list, parallel to it (empty: none carried any).
   std::vector<TraceEntryText>& texts(std::uint32_t events_index) { return texts_[events_index]; }
   // The spooled form of an event list (read_snapshot_spooled).
@@ -932,6 +937,9 @@ Snapshot read_snapshot_impl(ByteSource& source, const ReadLimits& limits, bool s
     pickle::ListSink* target = nullptr;
     bool on_append(Machine& vm, Value list, std::span<Value> items) override {
       return target->on_append(vm, list, items);
+    }
+    std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t> frames) override {
+      return target->known_frame_stack(frames);
     }
   } forward;
   Machine vm(source, limits, &forward);

@@ -377,6 +377,10 @@ class FramesSink : public pickle::ListSink {
     }
     return true;
   }
+  // No frame table: every frames list is built and converted as above.
+  std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t>) override {
+    return std::nullopt;
+  }
 };
 
 // ([entries...], GET 2): entries in pairs sharing one frames list, as PyTorch writes an alloc and

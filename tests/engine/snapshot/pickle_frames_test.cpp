@@ -1,0 +1,197 @@
+// The pickle machine reads a frames list of frames converted earlier, whose stack its sink knows,
+// straight into the stack's compact value (read_known_frames_list), and every other list as a
+// list: the pickles here are written opcode by opcode so that each case is exactly one shape.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "engine/snapshot/byte_source.h"
+#include "engine/snapshot/pickle_vm.h"
+
+namespace fragscope::snapshot::test {
+namespace {
+
+using pickle::Kind;
+using pickle::Machine;
+using pickle::Value;
+
+// Plays the reader's trace sink in miniature. A batch of dicts defines frames: each becomes
+// frame 0, 1, ... (retired, so its memo slot reads Kind::frame). A batch of frames is a frames
+// list the sink learns the stack of and leaves stored. Anything else is stored as it is.
+class StackSink : public pickle::ListSink {
+ public:
+  bool on_append(Machine& vm, Value, std::span<Value> items) override {
+    if (std::all_of(items.begin(), items.end(),
+                    [](const Value& v) { return v.kind == Kind::dict; })) {
+      for (const Value& item : items) {
+        Value frame;
+        frame.kind = Kind::frame;
+        frame.ref = next_frame_++;
+        vm.retire(item, frame);
+      }
+      return true;
+    }
+    if (std::all_of(items.begin(), items.end(),
+                    [](const Value& v) { return v.kind == Kind::frame; })) {
+      std::vector<std::uint32_t> frames;
+      for (const Value& item : items)
+        frames.push_back(item.ref);
+      stacks_.emplace(frames, 100 + static_cast<std::uint32_t>(stacks_.size()));
+    }
+    return false;
+  }
+  std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t> frames) override {
+    ++asked;
+    auto it = stacks_.find(std::vector<std::uint32_t>(frames.begin(), frames.end()));
+    return it == stacks_.end() ? std::nullopt : std::optional<std::uint32_t>(it->second);
+  }
+  int asked = 0;
+
+ private:
+  std::uint32_t next_frame_ = 0;
+  std::map<std::vector<std::uint32_t>, std::uint32_t> stacks_;
+};
+
+// A protocol-4 pickle of one outer list, written a list at a time; every list and dict is
+// memoized in order, as Python's pickler does.
+class PickleBuilder {
+ public:
+  PickleBuilder() { bytes_ = {0x80, 4, ']', 0x94, '('}; }  // the outer list, slot 0, MARK
+  // A list of `count` new frame dicts; returns the first one's memo slot.
+  std::uint32_t frame_definitions(std::uint32_t count) {
+    list_start();
+    bytes_.push_back('(');
+    const std::uint32_t first = slots_;
+    for (std::uint32_t i = 0; i < count; ++i)
+      memoized('}');
+    bytes_.push_back('e');
+    return first;
+  }
+  // A list of GETs of these slots, with MARK/APPENDS, or APPEND for a single one when `append`.
+  std::uint32_t frames_list(const std::vector<std::uint32_t>& slots, bool append = false) {
+    const std::uint32_t list_slot = list_start();
+    if (!append)
+      bytes_.push_back('(');
+    for (std::uint32_t slot : slots)
+      get(slot);
+    bytes_.push_back(append ? 'a' : 'e');
+    return list_slot;
+  }
+  // APPENDS of the outer list, then (outer list, GET slot) as the top-level tuple, and STOP.
+  std::vector<std::uint8_t> finish(std::uint32_t slot_read_again) {
+    bytes_.push_back('e');
+    get(slot_read_again);
+    for (std::uint8_t b : {std::uint8_t{0x86}, std::uint8_t{'.'}})
+      bytes_.push_back(b);
+    return bytes_;
+  }
+
+ private:
+  std::uint32_t list_start() { return memoized(']'); }
+  std::uint32_t memoized(std::uint8_t op) {
+    bytes_.push_back(op);
+    bytes_.push_back(0x94);  // MEMOIZE
+    return slots_++;
+  }
+  void get(std::uint32_t slot) {
+    if (slot < 256) {
+      bytes_.push_back('h');
+      bytes_.push_back(static_cast<std::uint8_t>(slot));
+      return;
+    }
+    bytes_.push_back('j');
+    for (int b = 0; b < 4; ++b)
+      bytes_.push_back(static_cast<std::uint8_t>(slot >> (8 * b)));
+  }
+  std::vector<std::uint8_t> bytes_;
+  std::uint32_t slots_ = 1;
+};
+
+struct Read {
+  std::vector<Value> items;  // the outer list's
+  Value read_again;
+};
+
+Read run(const std::vector<std::uint8_t>& bytes, StackSink& sink) {
+  ByteSource source(bytes, "frames.pickle", std::uint64_t{1} << 30);
+  Machine vm(source, ReadLimits{}, &sink);
+  const Value top = vm.run();
+  const auto& pair = vm.node(top).items;
+  return Read{vm.node(pair.at(0)).items, pair.at(1)};
+}
+
+TEST(KnownFramesList, IsReadAsItsStackWithoutBuildingTheList) {
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(3);
+  p.frames_list({f, f + 1, f + 2});  // item 1: the sink learns stack 100
+  const std::uint32_t known = p.frames_list({f, f + 1, f + 2});  // item 2: known
+  StackSink sink;
+  const Read read = run(p.finish(known), sink);
+  ASSERT_EQ(read.items.size(), 3u);
+  EXPECT_EQ(read.items[1].kind, Kind::list);
+  EXPECT_EQ(read.items[2].kind, Kind::frame_stack);
+  EXPECT_EQ(read.items[2].ref, 100u);
+  // Its memo slot reads the stack too.
+  EXPECT_EQ(read.read_again.kind, Kind::frame_stack);
+  EXPECT_EQ(read.read_again.ref, 100u);
+}
+
+TEST(KnownFramesList, ASingleFrameAppendedAloneIsReadAsItsStack) {
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(2);
+  p.frames_list({f + 1}, true);
+  const std::uint32_t known = p.frames_list({f + 1}, true);
+  StackSink sink;
+  const Read read = run(p.finish(known), sink);
+  ASSERT_EQ(read.items.size(), 3u);
+  EXPECT_EQ(read.items[1].kind, Kind::list);
+  EXPECT_EQ(read.items[2].kind, Kind::frame_stack);
+  EXPECT_EQ(read.items[2].ref, 100u);
+}
+
+TEST(KnownFramesList, AnyOtherListIsBuiltAsAList) {
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(3);
+  p.frames_list({f, f + 1});
+  const std::uint32_t other_order = p.frames_list({f + 1, f});  // a stack the sink does not know
+  p.frames_list({f, other_order});  // a GET of something that is not a frame
+  const std::uint32_t lists_of_lists = p.frames_list({f, f + 1});
+  StackSink sink;
+  const Read read = run(p.finish(lists_of_lists), sink);
+  ASSERT_EQ(read.items.size(), 5u);
+  EXPECT_EQ(read.items[2].kind, Kind::list);
+  EXPECT_EQ(read.items[3].kind, Kind::list);
+  EXPECT_EQ(read.items[4].kind, Kind::frame_stack);
+  EXPECT_EQ(read.items[4].ref, 100u);
+  // The sink was asked for the first two and the one it knows; the list holding a list never
+  // came to asking.
+  EXPECT_EQ(sink.asked, 3);
+}
+
+TEST(KnownFramesList, AFullBatchOfThePicklerIsBuiltAsAListForTheBatchesThatMayFollow) {
+  // Python's pickler appends 1000 items at a time: after a batch of 1000, another may come.
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(1000);
+  std::vector<std::uint32_t> slots(1000);
+  for (std::uint32_t i = 0; i < 1000; ++i)
+    slots[i] = f + i;
+  p.frames_list(slots);
+  const std::uint32_t full = p.frames_list(slots);
+  slots.pop_back();
+  p.frames_list(slots);
+  const std::uint32_t shorter = p.frames_list(slots);
+  StackSink sink;
+  const Read read = run(p.finish(full), sink);
+  ASSERT_EQ(read.items.size(), 5u);
+  EXPECT_EQ(read.items[2].kind, Kind::list);
+  EXPECT_EQ(read.items[4].kind, Kind::frame_stack);
+  EXPECT_EQ(read.items[4].ref, 101u);
+  EXPECT_EQ(read.read_again.kind, Kind::list);
+  (void)shorter;
+}
+
+}  // namespace
+}  // namespace fragscope::snapshot::test
