@@ -308,6 +308,32 @@ TEST(PickleMemo, EntriesBetweenOtherValuesCostAWordASlot) {
   }
 }
 
+// frame_at remembers the frames it found: a slot written over must not read its old frame, folded
+// or not.
+TEST(PickleMemo, AFrameSlotWrittenOverNoLongerReadsItsOldFrame) {
+  using pickle::Kind;
+  using pickle::Memo;
+  using pickle::Value;
+  Memo memo;
+  memo.grow(3 * Memo::kWindow);  // slot 5 is folded once the window moves on
+  Value frame;
+  frame.kind = Kind::frame;
+  Value text;
+  text.kind = Kind::string;
+  const std::uint64_t recent = memo.size() - 1;
+  for (std::uint64_t slot : {std::uint64_t{5}, recent}) {
+    frame.ref = 3;
+    memo.set(slot, frame);
+    EXPECT_EQ(memo.frame_at(slot), 3u);
+    memo.set(slot, text);
+    EXPECT_EQ(memo.frame_at(slot), Memo::kNotAFrame);
+    frame.ref = 9;
+    memo.set(slot, frame);
+    EXPECT_EQ(memo.frame_at(slot), 9u);
+    EXPECT_EQ(memo.frame_at(slot + 1), Memo::kNotAFrame);
+  }
+}
+
 // One folded slot written over and over, a value its word holds and one it does not in turn.
 TEST(PickleMemo, AFoldedSlotWrittenOverAndOverKeepsItsLastValue) {
   using pickle::Kind;
