@@ -65,6 +65,19 @@ struct TraceSource {
   }
 };
 
+// The entries of `trace` from `index` (< size) to the end of its block, side by side, for a
+// reader going forward a run at a time instead of looking each one up: a spool's window hands
+// out one decoded block's entries (EventSpool::kBlockEvents of them, in one array), a vector's
+// window the vector. The run stays valid until the window decodes two other blocks.
+std::span<const TraceEvent> run_from(const TraceSource& source, const snapshot::TraceWindow& trace,
+                                     std::size_t index) {
+  constexpr std::size_t kBlock = snapshot::EventSpool::kBlockEvents;
+  const std::size_t end = source.spool != nullptr
+                              ? std::min(trace.size(), (index / kBlock + 1) * kBlock)
+                              : trace.size();
+  return {&trace[index], end - index};
+}
+
 // needs_pool_inference of a trace in either form: a spool is read only where its runs of
 // segment_free entries begin (it noted them as it was written), a vector is walked for them.
 bool needs_inference(const TraceSource& source, const ReplayOptions& options) {
@@ -82,12 +95,24 @@ bool needs_inference(const TraceSource& source, const ReplayOptions& options) {
       return false;
     }
   }
+  // A run of entries at a time (the window may move while a burst is looked at: the run is
+  // taken again after one).
   bool after_free = false;  // the entry before is a segment_free
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    const bool free = trace[i].action == TraceAction::segment_free;
-    if (free && !after_free && !segment_frees_inside_malloc(trace, i, capped))
-      return true;
-    after_free = free;
+  for (std::size_t first = 0; first < trace.size();) {
+    const std::span<const TraceEvent> run = run_from(source, trace, first);
+    std::size_t k = 0;
+    while (k < run.size()) {
+      const bool free = run[k].action == TraceAction::segment_free;
+      ++k;
+      if (free && !after_free) {
+        if (!segment_frees_inside_malloc(trace, first + k - 1, capped))
+          return true;
+        after_free = true;
+        break;
+      }
+      after_free = free;
+    }
+    first += k;
   }
   return false;
 }
@@ -141,15 +166,18 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, Addres
 
 // Compares what the model emits with the recording as it comes (the trace's entries but
 // `snapshot`, in order) and keeps only the segment events: storing every event to compare them
-// afterwards was a tenth of a replay, most of it the kernel handing out fresh pages.
+// afterwards was a tenth of a replay, most of it the kernel handing out fresh pages. The entry
+// expected next is read through a cursor over the trace's current run of entries (its block of
+// a spool, the whole vector), so that an event that matches costs a few compares.
 class ComparingSink final : public alloc::EventSink {
  public:
   // `compare`: find the first divergence (addresses too when `compare_addresses`); `keep`: keep
   // every event, about `expected` of them.
   ComparingSink(const TraceSource& trace, bool compare, bool compare_addresses, bool keep,
                 std::size_t expected)
-      : trace_(trace.window()),
-        compare_(compare),
+      : source_(trace),
+        trace_(trace.window()),
+        comparing_(compare),
         compare_addresses_(compare_addresses),
         keep_(keep) {
     if (keep_)
@@ -158,34 +186,29 @@ class ComparingSink final : public alloc::EventSink {
 
   void on_event(const TraceEvent& got) override {
     const std::size_t index = emitted_++;
-    if (keep_)
-      events_.push_back(got);
-    if (is_segment_action(got.action))
-      segment_events_.emplace_back(got.action, got.size);
-    if (!compare_ || divergence_)
+    if (keep_ || is_segment_action(got.action)) [[unlikely]]
+      record(got);
+    if (!comparing_)
       return;
-    skip_snapshots();
-    if (next_ == trace_.size()) {
-      divergence_ = Divergence{index, trace_.size(), std::nullopt, got};
+    if ((cursor_ == run_end_ || cursor_->action == TraceAction::snapshot) && !seek_entry())
+        [[unlikely]] {
+      diverge(index, trace_.size(), nullptr, &got);
       return;
     }
-    const TraceEvent& want = trace_[next_];
+    const TraceEvent& want = *cursor_;
     const bool same = want.action == got.action && want.size == got.size &&
                       want.stream == got.stream && (!compare_addresses_ || want.addr == got.addr);
-    if (!same) {
-      divergence_ = Divergence{index, next_, want, got};
+    if (!same) [[unlikely]] {
+      diverge(index, cursor_index(), &want, &got);
       return;
     }
-    ++next_;
+    ++cursor_;
   }
 
   // Once the run is over: the first divergence, counting recorded events the model never emitted.
   std::optional<Divergence> first_divergence() {
-    if (compare_ && !divergence_) {
-      skip_snapshots();
-      if (next_ < trace_.size())
-        divergence_ = Divergence{emitted_, next_, trace_[next_], std::nullopt};
-    }
+    if (comparing_ && seek_entry())
+      diverge(emitted_, cursor_index(), cursor_, nullptr);
     return divergence_;
   }
   std::size_t emitted() const { return emitted_; }
@@ -195,17 +218,56 @@ class ComparingSink final : public alloc::EventSink {
   std::vector<TraceEvent> take_events() { return std::move(events_); }
 
  private:
-  void skip_snapshots() {
-    while (next_ < trace_.size() && trace_[next_].action == TraceAction::snapshot)
-      ++next_;
+  // The trace index of the entry at the cursor.
+  std::size_t cursor_index() const {
+    return run_first_ + static_cast<std::size_t>(cursor_ - run_begin_);
+  }
+  // Moves the cursor past snapshot entries, to the next run of the trace when this one is done:
+  // false once the trace has no entry left.
+  [[gnu::noinline]] bool seek_entry() {
+    for (;;) {
+      if (cursor_ == run_end_) {
+        const std::size_t next = cursor_index();
+        if (next >= trace_.size())
+          return false;
+        const std::span<const TraceEvent> run = run_from(source_, trace_, next);
+        run_first_ = next;
+        run_begin_ = cursor_ = run.data();
+        run_end_ = run.data() + run.size();
+      }
+      if (cursor_->action != TraceAction::snapshot)
+        return true;
+      ++cursor_;
+    }
+  }
+  // The event kept (keep_) or noted as a segment event. This, seek_entry and diverge are out of
+  // line: the frame of an event that matches stays small.
+  [[gnu::noinline]] void record(const TraceEvent& got) {
+    if (keep_)
+      events_.push_back(got);
+    if (is_segment_action(got.action))
+      segment_events_.emplace_back(got.action, got.size);
+  }
+  // The first divergence: comparing stops there.
+  [[gnu::cold, gnu::noinline]] void diverge(std::size_t event, std::size_t entry,
+                                            const TraceEvent* want, const TraceEvent* got) {
+    divergence_ = Divergence{event, entry, want ? std::optional<TraceEvent>(*want) : std::nullopt,
+                             got ? std::optional<TraceEvent>(*got) : std::nullopt};
+    comparing_ = false;
   }
 
+  TraceSource source_;
   snapshot::TraceWindow trace_;
-  bool compare_;
+  bool comparing_;  // comparing, and no divergence yet
   bool compare_addresses_;
   bool keep_;
   std::size_t emitted_ = 0;
-  std::size_t next_ = 0;  // the trace entry the next emitted event must match
+  // The run of trace entries being compared (from trace index run_first_) and the entry the
+  // next emitted event must match.
+  std::size_t run_first_ = 0;
+  const TraceEvent* run_begin_ = nullptr;
+  const TraceEvent* run_end_ = nullptr;
+  const TraceEvent* cursor_ = nullptr;
   std::optional<Divergence> divergence_;
   std::vector<std::pair<TraceAction, Bytes>> segment_events_;
   std::vector<TraceEvent> events_;

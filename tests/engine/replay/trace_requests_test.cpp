@@ -3,6 +3,7 @@
 
 #include "engine/core/packed_requests.h"
 #include "engine/replay/replay.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::replay {
 namespace {
@@ -133,6 +134,67 @@ TEST(TraceRequests, ARecordedEventTheModelNeverEmitsIsTheDivergence) {
   EXPECT_EQ(result.first_divergence->expected->addr, 0x7e0000000000u);
   EXPECT_FALSE(result.first_divergence->got.has_value());
   EXPECT_TRUE(result.segment_events_match);
+}
+
+// A trace over several spool blocks, `snapshot` entries at a block's end and start: replayed
+// spooled, its comparison reads the blocks in turn and finds what the vector's finds, a
+// divergence past the first blocks or the recorded entry the model never emitted.
+TEST(TraceRequests, ASpooledTraceDivergesWhereItsVectorDoes) {
+  const std::uint64_t seg = 0x7f0000000000;
+  std::vector<TraceEvent> trace{ev(TraceAction::segment_alloc, seg, 2_MiB)};
+  constexpr std::size_t kBlock = snapshot::EventSpool::kBlockEvents;
+  while (trace.size() < 3 * kBlock) {
+    if (trace.size() % kBlock >= kBlock - 4 || trace.size() % kBlock < 2) {
+      trace.push_back(ev(TraceAction::snapshot, 0, 0));
+      continue;
+    }
+    trace.push_back(ev(TraceAction::alloc, seg, 512));
+    trace.push_back(ev(TraceAction::free_requested, seg, 512));
+    trace.push_back(ev(TraceAction::free_completed, seg, 512));
+  }
+  auto replay_both = [](const std::vector<TraceEvent>& events) {
+    snapshot::Snapshot in_memory;
+    in_memory.device_traces = {events};
+    in_memory.allocator_settings = default_settings();
+    in_memory.allocator_settings_recorded = true;
+    snapshot::Snapshot spooled = in_memory;
+    spooled.device_traces = {{}};
+    spooled.device_spools.emplace_back(kBlock * 4);  // all to the file
+    for (const TraceEvent& e : events)
+      spooled.device_spools[0].push_back(e);
+    return std::pair{replay_snapshot(in_memory), replay_snapshot(spooled)};
+  };
+  const auto [exact, exact_spooled] = replay_both(trace);
+  EXPECT_FALSE(exact.first_divergence.has_value()) << describe(*exact.first_divergence);
+  EXPECT_FALSE(exact_spooled.first_divergence.has_value())
+      << describe(*exact_spooled.first_divergence);
+
+  // One allocation past the second block's start, 512 bytes into the segment (the model puts it
+  // at its start).
+  std::size_t moved = 2 * kBlock + 10;
+  while (trace[moved].action != TraceAction::alloc)
+    ++moved;
+  for (std::size_t k = moved; k < moved + 3; ++k)
+    trace[k].addr += 512;
+  const auto [moved_in_memory, moved_spooled] = replay_both(trace);
+  ASSERT_TRUE(moved_in_memory.first_divergence.has_value());
+  ASSERT_TRUE(moved_spooled.first_divergence.has_value());
+  EXPECT_EQ(moved_in_memory.first_divergence->trace_entry, moved);
+  EXPECT_EQ(moved_spooled.first_divergence->trace_entry, moved);
+  EXPECT_EQ(moved_spooled.first_divergence->event_index,
+            moved_in_memory.first_divergence->event_index);
+  EXPECT_EQ(describe(*moved_spooled.first_divergence), describe(*moved_in_memory.first_divergence));
+  for (std::size_t k = moved; k < moved + 3; ++k)
+    trace[k].addr -= 512;
+
+  // A recorded allocation the model never makes, after a block's trailing snapshot entries.
+  trace.push_back(ev(TraceAction::segment_alloc, seg + 2_MiB, 2_MiB));
+  const auto [short_in_memory, short_spooled] = replay_both(trace);
+  ASSERT_TRUE(short_in_memory.first_divergence.has_value());
+  ASSERT_TRUE(short_spooled.first_divergence.has_value());
+  EXPECT_EQ(short_spooled.first_divergence->trace_entry, trace.size() - 1);
+  EXPECT_FALSE(short_spooled.first_divergence->got.has_value());
+  EXPECT_EQ(describe(*short_spooled.first_divergence), describe(*short_in_memory.first_divergence));
 }
 
 TEST(TraceRequests, AllocAtALiveAddressIsAnInputError) {
