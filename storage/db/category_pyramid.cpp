@@ -114,22 +114,40 @@ std::vector<CategoryBucket> CategoryChunk::singles(std::uint64_t chunk_first, st
 }
 
 std::vector<std::uint8_t> encode_category_chunk(const CategoryChunk& chunk) {
+  PackedCategoryChunk packed;
+  packed.clear(chunk.start);
+  for (std::size_t i = 0; i < chunk.size(); ++i)
+    packed.push_back(chunk.times_us[i], chunk.categories[i], chunk.deltas[i]);
+  return packed.encode();
+}
+
+void PackedCategoryChunk::clear(const CategoryBytes& bytes_before) {
+  start_ = bytes_before;
+  categories_.clear();
+  deltas_.clear();
+  times_.clear();
+  previous_time_ = 0;
+}
+
+void PackedCategoryChunk::push_back(std::int64_t time_us, std::uint8_t category,
+                                    std::int64_t delta) {
+  categories_.push_back(category);
+  if (category != CategoryChunk::kNoChange)
+    put_signed(deltas_, delta);
+  put_signed(times_, wrapping_sub(time_us, previous_time_));
+  previous_time_ = time_us;
+}
+
+std::vector<std::uint8_t> PackedCategoryChunk::encode() const {
   std::vector<std::uint8_t> raw;
-  raw.reserve(chunk.size() * 4 + 64);
-  put_varint(raw, chunk.size());
-  put_bytes(raw, chunk.start, CategoryBytes{});
+  raw.reserve(categories_.size() + deltas_.size() + times_.size() + 128);
+  put_varint(raw, categories_.size());
+  put_bytes(raw, start_, CategoryBytes{});
   // Columns: categories (one byte each), then the deltas of the events that changed memory, then
   // time deltas; like values together compress best.
-  raw.insert(raw.end(), chunk.categories.begin(), chunk.categories.end());
-  for (std::size_t i = 0; i < chunk.size(); ++i) {
-    if (chunk.categories[i] != CategoryChunk::kNoChange)
-      put_signed(raw, chunk.deltas[i]);
-  }
-  std::int64_t previous_time = 0;
-  for (const auto time : chunk.times_us) {
-    put_signed(raw, wrapping_sub(time, previous_time));
-    previous_time = time;
-  }
+  raw.insert(raw.end(), categories_.begin(), categories_.end());
+  raw.insert(raw.end(), deltas_.begin(), deltas_.end());
+  raw.insert(raw.end(), times_.begin(), times_.end());
   return with_header(kCategoryChunkFormat, raw);
 }
 

@@ -76,6 +76,24 @@ struct CategoryChunk {
 };
 
 std::vector<std::uint8_t> encode_category_chunk(const CategoryChunk& chunk);
+
+// A chunk's categories as ingest builds them: packed into encode_category_chunk's columns as
+// events come (about 3 bytes an event where CategoryChunk holds 17, 1.1 MB for 64k events).
+class PackedCategoryChunk {
+ public:
+  void clear(const CategoryBytes& bytes_before);
+  void push_back(std::int64_t time_us, std::uint8_t category, std::int64_t delta);
+  std::size_t size() const { return categories_.size(); }
+  // encode_category_chunk of the chunk these events make.
+  std::vector<std::uint8_t> encode() const;
+
+ private:
+  CategoryBytes start_{};
+  std::vector<std::uint8_t> categories_;
+  std::vector<std::uint8_t> deltas_;  // signed varints, of the events that changed memory
+  std::vector<std::uint8_t> times_;   // signed varints, each from the previous event's time
+  std::int64_t previous_time_ = 0;
+};
 CategoryChunk decode_category_chunk(std::span<const std::uint8_t> blob, const std::string& what);
 
 // Follows live allocations through a trace: an allocation counts in its label's category from

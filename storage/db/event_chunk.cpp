@@ -57,20 +57,40 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec)
 }
 
 std::span<const std::uint8_t> ChunkEncoder::encode(const EventChunk& chunk, BlobCodec codec) {
-  static_assert(kColumns == kColumnCount);
-  const std::size_t count = chunk.events.size();
-  const bool has_labels = !chunk.labels.empty();
+  begin(chunk.start);
+  append(chunk.events, chunk.series, chunk.labels);
+  return finish(codec);
+}
+
+void ChunkEncoder::begin(const SeriesPoint& start) {
   for (auto& column : columns_)
     column.clear();
-  auto& out = columns_;
+  start_ = start;
+  count_ = 0;
+  has_labels_ = false;
+  previous_addr_ = 0;
+  previous_stream_ = 0;
+  previous_time_ = 0;
+  previous_frames_ = 0;
+  previous_ = start;
+}
 
-  std::uint64_t previous_addr = 0;
-  std::uint64_t previous_stream = 0;
-  std::int64_t previous_time = 0;
-  std::uint32_t previous_frames = 0;
-  SeriesPoint previous = chunk.start;
-  for (std::size_t i = 0; i < count; ++i) {
-    const TraceEvent& event = chunk.events[i];
+void ChunkEncoder::append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
+                          std::span<const LabelId> labels) {
+  static_assert(kColumns == kColumnCount);
+  auto& out = columns_;
+  if (!labels.empty() && !has_labels_) {
+    for (std::size_t i = 0; i < count_; ++i)
+      out[kLabel].byte(0);  // varint 0: the chunk's events before its first labelled part
+    has_labels_ = true;
+  }
+  std::uint64_t previous_addr = previous_addr_;
+  std::uint64_t previous_stream = previous_stream_;
+  std::int64_t previous_time = previous_time_;
+  std::uint32_t previous_frames = previous_frames_;
+  SeriesPoint previous = previous_;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TraceEvent& event = events[i];
     out[kAction].byte(static_cast<std::uint8_t>(event.action));
     out[kAddress].signed_varint(static_cast<std::int64_t>(event.addr - previous_addr));
     out[kSize].varint(event.size);
@@ -78,11 +98,11 @@ std::span<const std::uint8_t> ChunkEncoder::encode(const EventChunk& chunk, Blob
     out[kTime].signed_varint(wrapping_sub(event.time_us, previous_time));
     out[kFrames].signed_varint(static_cast<std::int64_t>(event.frames.value) -
                                static_cast<std::int64_t>(previous_frames));
-    if (has_labels)
-      out[kLabel].varint(chunk.labels[i].value);
+    if (has_labels_)
+      out[kLabel].varint(labels.empty() ? 0 : labels[i].value);
     // Only what the trace alone cannot predict is stored: zero for trace-derived series.
     const SeriesPoint predicted = plus(previous, trace_delta(event));
-    const SeriesPoint& actual = chunk.series[i];
+    const SeriesPoint& actual = series[i];
     out[kResidualAllocated].signed_varint(wrapping_sub(actual.allocated, predicted.allocated));
     out[kResidualReserved].signed_varint(wrapping_sub(actual.reserved, predicted.reserved));
     out[kResidualActive].signed_varint(wrapping_sub(actual.active, predicted.active));
@@ -93,7 +113,17 @@ std::span<const std::uint8_t> ChunkEncoder::encode(const EventChunk& chunk, Blob
     previous_frames = event.frames.value;
     previous = actual;
   }
+  previous_addr_ = previous_addr;
+  previous_stream_ = previous_stream;
+  previous_time_ = previous_time;
+  previous_frames_ = previous_frames;
+  previous_ = previous;
+  count_ += events.size();
+}
 
+std::span<const std::uint8_t> ChunkEncoder::finish(BlobCodec codec) {
+  const std::size_t count = count_;
+  const bool has_labels = has_labels_;
   // A column of zeros (no stacks, one stream, trace-derived series) is left out entirely: less
   // for the codec to chew through.
   std::uint64_t zero_columns = 0;
@@ -117,16 +147,23 @@ std::span<const std::uint8_t> ChunkEncoder::encode(const EventChunk& chunk, Blob
   put_varint(blob_, count);
   put_varint(blob_, has_labels ? kHasLabels : 0);
   put_varint(blob_, zero_columns);
-  put_signed(blob_, chunk.start.allocated);
-  put_signed(blob_, chunk.start.reserved);
-  put_signed(blob_, chunk.start.active);
-  put_signed(blob_, chunk.start.requested);
+  put_signed(blob_, start_.allocated);
+  put_signed(blob_, start_.reserved);
+  put_signed(blob_, start_.active);
+  put_signed(blob_, start_.requested);
   put_varint(blob_, payload_.size());
   compressor_.append(payload_, codec, blob_);
   return blob_;
 }
 
-EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {
+namespace {
+
+// Reads every column of a chunk, so that a corrupt one is a DatabaseError wherever it is:
+// on_start(count, has_labels, start) first, then on_event(index, event, label, residuals) for each
+// event in order (residuals: what the stored series adds to the trace-derived one).
+template <typename OnStart, typename OnEvent>
+void read_chunk(std::span<const std::uint8_t> blob, const std::string& what, OnStart&& on_start,
+                OnEvent&& on_event) {
   ByteReader header(blob, what);
   const auto format = header.byte();
   if (format != 1 && format != kChunkFormat)
@@ -136,11 +173,11 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
     header.fail("chunk claims " + std::to_string(count) + " events");
   const bool has_labels = (header.varint() & kHasLabels) != 0;
   const std::uint64_t zero_columns = format >= 2 ? header.varint() : 0;
-  EventChunk chunk;
-  chunk.start.allocated = header.signed_varint();
-  chunk.start.reserved = header.signed_varint();
-  chunk.start.active = header.signed_varint();
-  chunk.start.requested = format >= 3 ? header.signed_varint() : chunk.start.active;
+  SeriesPoint start;
+  start.allocated = header.signed_varint();
+  start.reserved = header.signed_varint();
+  start.active = header.signed_varint();
+  start.requested = format >= 3 ? header.signed_varint() : start.active;
   const std::uint64_t payload_size = header.varint();
   if (payload_size > count * 128 + 1024)
     header.fail("implausible payload size");
@@ -170,17 +207,13 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
                                                   column(4), column(5), column(6), column(7),
                                                   column(8), column(9), column(10)};
 
-  chunk.events.resize(static_cast<std::size_t>(count));
-  chunk.series.resize(static_cast<std::size_t>(count));
-  if (has_labels)
-    chunk.labels.resize(static_cast<std::size_t>(count));
+  on_start(static_cast<std::size_t>(count), has_labels, start);
   std::uint64_t addr = 0;
   std::uint64_t stream = 0;
   std::int64_t time = 0;
   std::int64_t frames = 0;
-  SeriesPoint previous = chunk.start;
+  TraceEvent event;
   for (std::size_t i = 0; i < count; ++i) {
-    TraceEvent& event = chunk.events[i];
     const std::uint8_t action = columns[kAction].byte();
     if (action >= kTraceActionCount)
       columns[kAction].fail("unknown action " + std::to_string(action));
@@ -194,23 +227,58 @@ EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& w
     event.time_us = time;
     frames += columns[kFrames].signed_varint();
     event.frames = FrameStackId{static_cast<std::uint32_t>(frames)};
-    if (has_labels)
-      chunk.labels[i] = LabelId{static_cast<std::uint32_t>(columns[kLabel].varint())};
-    const SeriesPoint predicted = plus(previous, trace_delta(event));
-    SeriesPoint& actual = chunk.series[i];
-    actual.allocated =
-        wrapping_add(predicted.allocated, columns[kResidualAllocated].signed_varint());
-    actual.reserved = wrapping_add(predicted.reserved, columns[kResidualReserved].signed_varint());
-    actual.active = wrapping_add(predicted.active, columns[kResidualActive].signed_varint());
-    actual.requested =
-        wrapping_add(predicted.requested, columns[kResidualRequested].signed_varint());
-    previous = actual;
+    const LabelId label{has_labels ? static_cast<std::uint32_t>(columns[kLabel].varint()) : 0};
+    SeriesPoint residual;
+    residual.allocated = columns[kResidualAllocated].signed_varint();
+    residual.reserved = columns[kResidualReserved].signed_varint();
+    residual.active = columns[kResidualActive].signed_varint();
+    residual.requested = columns[kResidualRequested].signed_varint();
+    on_event(i, event, label, residual);
   }
   for (const auto& column : columns) {
     if (!column.at_end())
       column.fail("column longer than its events");
   }
+}
+
+}  // namespace
+
+EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what) {
+  EventChunk chunk;
+  SeriesPoint previous;
+  read_chunk(
+      blob, what,
+      [&](std::size_t count, bool has_labels, const SeriesPoint& start) {
+        chunk.start = start;
+        previous = start;
+        chunk.events.resize(count);
+        chunk.series.resize(count);
+        if (has_labels)
+          chunk.labels.resize(count);
+      },
+      [&](std::size_t i, const TraceEvent& event, LabelId label, const SeriesPoint& residual) {
+        chunk.events[i] = event;
+        if (!chunk.labels.empty())
+          chunk.labels[i] = label;
+        const SeriesPoint predicted = plus(previous, trace_delta(event));
+        SeriesPoint& actual = chunk.series[i];
+        actual.allocated = wrapping_add(predicted.allocated, residual.allocated);
+        actual.reserved = wrapping_add(predicted.reserved, residual.reserved);
+        actual.active = wrapping_add(predicted.active, residual.active);
+        actual.requested = wrapping_add(predicted.requested, residual.requested);
+        previous = actual;
+      });
   return chunk;
+}
+
+void decode_chunk_events(std::span<const std::uint8_t> blob, const std::string& what,
+                         std::size_t first, std::size_t end, std::vector<TraceEvent>& out) {
+  read_chunk(
+      blob, what, [](std::size_t, bool, const SeriesPoint&) {},
+      [&](std::size_t i, const TraceEvent& event, LabelId, const SeriesPoint&) {
+        if (i >= first && i < end)
+          out.push_back(event);
+      });
 }
 
 }  // namespace fragscope::storage

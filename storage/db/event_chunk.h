@@ -93,10 +93,25 @@ std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec 
 // encode_chunk with its buffers (the packed columns, the payload, the blob) and its compressor
 // kept from chunk to chunk: ingest encodes one 64k-event chunk after another, and fresh buffers
 // for each were fresh pages to fault in. The same bytes as encode_chunk.
+//
+// A chunk also goes in piece by piece, in order: begin(), append() for each run of its events,
+// finish(). Ingest hands a chunk over a part at a time so that a whole 64k-event chunk of events
+// and series (~4.7 MB unpacked) is never held twice; its packed columns are the chunk's only copy.
 class ChunkEncoder {
  public:
-  // The blob of `chunk`, valid until the next encode().
+  // The blob of `chunk`, valid until the next encode(), begin() or finish().
   std::span<const std::uint8_t> encode(const EventChunk& chunk, BlobCodec codec = BlobCodec::zstd);
+
+  // Starts a chunk whose series before its first event is `start`.
+  void begin(const SeriesPoint& start);
+  // The chunk's next events, the series after each, and their labels (empty: unlabelled). Once
+  // any part is labelled the chunk is: the events before it and the unlabelled ones after read 0.
+  void append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
+              std::span<const LabelId> labels);
+  std::size_t count() const { return count_; }
+  // The blob of the events appended since begin(), valid until the next encode(), begin() or
+  // finish().
+  std::span<const std::uint8_t> finish(BlobCodec codec = BlobCodec::zstd);
 
  private:
   // One packed column: varints written through a pointer, room made once per value (the
@@ -129,6 +144,16 @@ class ChunkEncoder {
 
   static constexpr std::size_t kColumns = 11;
   std::array<Column, kColumns> columns_;
+  // The chunk being encoded: its start, events so far and the last event's fields (columns hold
+  // deltas from them).
+  SeriesPoint start_;
+  std::size_t count_ = 0;
+  bool has_labels_ = false;
+  std::uint64_t previous_addr_ = 0;
+  std::uint64_t previous_stream_ = 0;
+  std::int64_t previous_time_ = 0;
+  std::uint32_t previous_frames_ = 0;
+  SeriesPoint previous_;
   std::vector<std::uint8_t> payload_;
   std::vector<std::uint8_t> blob_;
   Compressor compressor_;
@@ -136,5 +161,10 @@ class ChunkEncoder {
 // `what` names the blob in errors, e.g. "run 3, events 65536..": a corrupt blob is a
 // DatabaseError, never undefined behaviour.
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what);
+// The events [first, end) of a chunk (indices within it) appended to `out`, with no EventChunk
+// made: a reader of a few thousand events held the chunk's 64k events and series (4.7 MB) to copy
+// them. Every column is still read, so a corrupt blob is the same DatabaseError.
+void decode_chunk_events(std::span<const std::uint8_t> blob, const std::string& what,
+                         std::size_t first, std::size_t end, std::vector<TraceEvent>& out);
 
 }  // namespace fragscope::storage

@@ -21,10 +21,7 @@ void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelI
       category = ingest.category_of_label[label.value];
   }
   const auto change = ingest.categories.apply(event, category);
-  CategoryChunk& chunk = ingest.category_buffer;
-  chunk.times_us.push_back(event.time_us);
-  chunk.categories.push_back(change.category);
-  chunk.deltas.push_back(change.delta);
+  ingest.category_buffer.push_back(event.time_us, change.category, change.delta);
   const std::uint64_t index = ingest.event_count() - 1;  // the event is already buffered
   ingest.category_levels.add(index, event.time_us, ingest.categories);
 }

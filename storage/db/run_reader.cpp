@@ -60,13 +60,21 @@ std::vector<TraceEvent> RunReader::events(RunId run, std::uint64_t first, std::u
   if (end <= first)
     return out;
   out.reserve(static_cast<std::size_t>(end - first));
-  std::uint64_t index = first - first % kEventsPerChunk;
-  for (const auto& chunk : load_chunks(run, first, end)) {
-    for (const auto& event : chunk.events) {
-      if (index >= first && index < end)
-        out.push_back(event);
-      ++index;
-    }
+  // A chunk at a time, its events only: the stats keyframes an import stores read 12k events at a
+  // time, and held the one or two whole chunks those fall in (up to 9.4 MB: an import's peak).
+  auto query = db_.prepare(
+      "SELECT first_event, data FROM event_chunks WHERE run_id = ? AND first_event >= ? AND "
+      "first_event < ? ORDER BY first_event");
+  query.bind_int(1, run.value)
+      .bind_int(2, static_cast<std::int64_t>(first - first % kEventsPerChunk))
+      .bind_int(3, static_cast<std::int64_t>(end));
+  while (query.step()) {
+    const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
+    decode_chunk_events(query.column_blob(1),
+                        db_.path() + ": run " + std::to_string(run.value) + ", events from " +
+                            std::to_string(chunk_first),
+                        static_cast<std::size_t>(std::max(first, chunk_first) - chunk_first),
+                        static_cast<std::size_t>(end - chunk_first), out);
   }
   return out;
 }

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "storage/db/event_chunk.h"
 #include "storage/db/run_catalog.h"
 #include "storage/db/run_writer.h"
 
@@ -59,11 +60,20 @@ namespace fragscope::storage {
 struct RunWriter::Ingest {
   RunId run{};
   Transaction transaction;
-  std::uint64_t flushed = 0;  // events already written as chunks
-  EventChunk buffer;          // the chunk being filled; buffer.start = series before it
-  SeriesPoint current;        // the series after the last event
+  // Events go to the worker a part at a time (kEventsPerPart), and a chunk of the store is
+  // kEventsPerChunk of them: the worker packs each part into the chunk's columns as it comes.
+  std::uint64_t flushed = 0;             // events handed to the worker
+  std::uint64_t chunk_first = 0;         // the first event of the chunk being built
+  std::int64_t chunk_first_time_us = 0;  // the chunk's first and last event's
+  std::int64_t chunk_last_time_us = 0;
+  EventChunk buffer;  // the part being filled (its `start` unused: the chunk's is chunk_start)
+  SeriesPoint chunk_start;  // the series before the chunk being built
+  SeriesPoint current;      // the series after the last event
   SeriesPoint peak;
-  SegmentMap segments;  // after the last flushed chunk; the worker's while a chunk is pending
+  SegmentMap segments;  // after the last flushed part; the worker's while a part is pending
+  // The chunk being built, packed; the worker's while a part is pending. Declared before
+  // `pending`, whose futures (destroyed first) wait for the worker.
+  ChunkEncoder encoder;
   TimelineBuilder timeline;
   Statement insert_chunk;
   Statement insert_keyframe;
@@ -73,7 +83,7 @@ struct RunWriter::Ingest {
   std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
   bool labelled_events = false;             // an event with a label was appended
   CategoryTracker categories;
-  CategoryChunk category_buffer;  // the categories of `buffer`'s events
+  PackedCategoryChunk category_buffer;  // the categories of the chunk's events so far
   CategoryPyramidBuilder category_levels;
 
   // What opening the run needs without decoding its chunks (RunReader::event_overview).
@@ -94,61 +104,68 @@ struct RunWriter::Ingest {
             db, "INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)") {}
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
+  std::uint64_t chunk_events() const { return event_count() - chunk_first; }
 
-  // A full chunk and what the worker derives from it: the compressed events, the compressed
-  // categories and the segment keyframe after the chunk. Recycled once its rows are written: the
-  // next chunk fills the same vectors and encodes into the same buffers, where a fresh chunk
-  // (~5 MB of events and series for 64k events) and fresh encoder buffers were pages to fault
-  // in for every chunk.
-  struct ChunkWork {
-    EventChunk chunk;
-    CategoryChunk categories;  // of the chunk's events
-    ChunkEncoder encoder;
+  // A part of a chunk's events, and when it ends the chunk, what the worker derives from the
+  // whole chunk: the compressed categories and the segment keyframe after it (the compressed
+  // events are in `encoder`). Recycled once its rows are written: the next part fills the same
+  // vectors, where fresh ones were pages to fault in for every part.
+  struct PartWork {
+    EventChunk part;
+    PackedCategoryChunk categories;  // of the chunk's events, when the part ends it
     std::vector<std::uint8_t> category_blob;
     std::vector<std::uint8_t> keyframe;  // `segments` after the chunk's events
   };
-  // Chunks being compressed in the background, oldest first.
-  struct PendingChunk {
-    std::uint64_t first_event = 0;
-    std::uint64_t count = 0;
+  // A part in the worker, with the chunk it ends if it does.
+  struct PendingPart {
+    bool ends_chunk = false;
+    std::uint64_t first_event = 0;  // of the chunk
+    std::uint64_t count = 0;        // the chunk's events
     std::int64_t first_time_us = 0;
     std::int64_t last_time_us = 0;
-    std::unique_ptr<ChunkWork> work;  // before `blob`: the future, destroyed first, waits for it
-    std::future<std::span<const std::uint8_t>> blob;  // in work->encoder
+    std::unique_ptr<PartWork> work;  // before `blob`: the future, destroyed first, waits for it
+    std::future<std::span<const std::uint8_t>> blob;  // in `encoder` when the part ends a chunk
   };
-  std::deque<PendingChunk> pending;
-  std::vector<std::unique_ptr<ChunkWork>> spare_work;  // written chunks, emptied
-  // One chunk in the worker while this thread fills the next keeps both cores of a small machine
-  // busy; a second one in flight gained no time and held another 5.5 MB of events and series.
-  // With one at most, the worker also owns `segments` while it runs: chunks reach it in order.
+  std::deque<PendingPart> pending;
+  std::vector<std::unique_ptr<PartWork>> spare_work;  // written parts, emptied
+  // One part in the worker while this thread fills the next keeps both cores of a small machine
+  // busy (a second one gained no time when parts were whole chunks). With one at most, the
+  // worker owns `segments` and `encoder` while it runs: parts reach it in order.
   static constexpr std::size_t kMaxPending = 1;
+  // A quarter of a chunk: the events and series held unpacked are two parts (~2.4 MB), not two
+  // chunks (~9.4 MB), whatever the trace's length; and the part that ends a chunk, which the
+  // worker compresses, still takes this thread longer to fill than the worker takes.
+  static constexpr std::size_t kEventsPerPart = kEventsPerChunk / 4;
+  static_assert(kEventsPerChunk % kEventsPerPart == 0);
 
-  // Writes pending chunks, oldest first, until at most `keep` remain.
+  // Writes the rows of pending parts, oldest first, until at most `keep` remain.
   void write_pending_chunks(std::size_t keep) {
     while (pending.size() > keep) {
-      PendingChunk& oldest = pending.front();
+      PendingPart& oldest = pending.front();
       const auto blob = oldest.blob.get();
-      insert_chunk.bind_int(1, run.value)
-          .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
-          .bind_int(3, static_cast<std::int64_t>(oldest.count))
-          .bind_int(4, oldest.first_time_us)
-          .bind_int(5, oldest.last_time_us)
-          .bind_blob(6, blob);
-      insert_chunk.run();
-      insert_chunk.reset();
-      std::unique_ptr<ChunkWork> work = std::move(oldest.work);
-      if (work->categories.size() != 0) {
-        insert_category_chunk.bind_int(1, run.value)
+      std::unique_ptr<PartWork> work = std::move(oldest.work);
+      if (oldest.ends_chunk) {
+        insert_chunk.bind_int(1, run.value)
             .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
-            .bind_blob(3, work->category_blob);
-        insert_category_chunk.run();
-        insert_category_chunk.reset();
+            .bind_int(3, static_cast<std::int64_t>(oldest.count))
+            .bind_int(4, oldest.first_time_us)
+            .bind_int(5, oldest.last_time_us)
+            .bind_blob(6, blob);
+        insert_chunk.run();
+        insert_chunk.reset();
+        if (work->categories.size() != 0) {
+          insert_category_chunk.bind_int(1, run.value)
+              .bind_int(2, static_cast<std::int64_t>(oldest.first_event))
+              .bind_blob(3, work->category_blob);
+          insert_category_chunk.run();
+          insert_category_chunk.reset();
+        }
+        write_keyframe(oldest.first_event + oldest.count, work->keyframe);
       }
-      write_keyframe(oldest.first_event + oldest.count, work->keyframe);
       pending.pop_front();
-      work->chunk.events.clear();
-      work->chunk.series.clear();
-      work->chunk.labels.clear();
+      work->part.events.clear();
+      work->part.series.clear();
+      work->part.labels.clear();
       work->categories.clear({});
       spare_work.push_back(std::move(work));
     }

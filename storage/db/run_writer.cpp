@@ -87,7 +87,7 @@ RunId RunWriter::begin_run(RunRecord record, const SegmentMap& initial, SeriesPo
   for (const auto& [addr, block] : initial.blocks())
     ingest->categories.add_initial(addr, static_cast<std::int64_t>(block.size));
   ingest->category_buffer.clear(ingest->categories.bytes());
-  ingest->buffer.start = start;
+  ingest->chunk_start = start;
   ingest->current = start;
   ingest->peak = start;
   ingest->write_keyframe(0, ingest->segments.serialize());
@@ -123,9 +123,9 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     const SeriesPoint after =
         columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
     const std::uint64_t index = ingest.event_count();
-    // A chunk carries a label column once any of its events is labelled; the events before
-    // that one are unlabelled. (Testing the column instead of the batch lost the label of a
-    // chunk's first event.)
+    // A part carries a label column once any of its events is labelled; the events before
+    // that one are unlabelled (and so are a labelled chunk's other parts: ChunkEncoder::append).
+    // (Testing the column instead of the batch lost the label of a chunk's first event.)
     if (!columns.labels.empty() && buffer.labels.size() < buffer.events.size())
       buffer.labels.resize(buffer.events.size());
     if (!columns.labels.empty() || !buffer.labels.empty())
@@ -143,47 +143,64 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     ingest.peak = series_max(ingest.peak, after);
     ingest.timeline.add(index, event, after);
     track_categories(ingest, event, label);
-    if (buffer.events.size() == kEventsPerChunk)
-      flush_chunk(ingest);
+    if (buffer.events.size() == Ingest::kEventsPerPart)
+      flush_part(ingest, ingest.chunk_events() == kEventsPerChunk);
   }
   write_timeline_rows(run, ingest.timeline.take_full_rows());
   write_category_rows(run, ingest.category_levels.take_full_rows());
 }
 
-void RunWriter::flush_chunk(Ingest& ingest) {
+void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
   EventChunk& buffer = ingest.buffer;
-  if (buffer.events.empty())
+  if (ingest.chunk_events() == 0)
     return;
   ingest.write_pending_chunks(Ingest::kMaxPending - 1);
-  // Compressing a chunk, its categories and the segment keyframe after it are most of the
-  // ingest cost: they run on another core while this thread fills the next chunk. Rows are still
-  // written in order, on this connection's thread.
-  Ingest::PendingChunk pending;
-  pending.first_event = ingest.flushed;
-  pending.count = buffer.events.size();
-  pending.first_time_us = buffer.events.front().time_us;
-  pending.last_time_us = buffer.events.back().time_us;
+  // Packing and compressing a chunk, its categories and the segment keyframe after it are most of
+  // the ingest cost: they run on another core while this thread fills the next part. Rows are
+  // still written in order, on this connection's thread.
+  const bool starts_chunk = ingest.flushed == ingest.chunk_first;
+  if (starts_chunk)
+    ingest.chunk_first_time_us = buffer.events.front().time_us;
+  if (!buffer.events.empty())
+    ingest.chunk_last_time_us = buffer.events.back().time_us;
+  Ingest::PendingPart pending;
+  pending.ends_chunk = ends_chunk;
+  pending.first_event = ingest.chunk_first;
+  pending.count = ingest.chunk_events();
+  pending.first_time_us = ingest.chunk_first_time_us;
+  pending.last_time_us = ingest.chunk_last_time_us;
   if (ingest.spare_work.empty()) {
-    pending.work = std::make_unique<Ingest::ChunkWork>();
+    pending.work = std::make_unique<Ingest::PartWork>();
   } else {
     pending.work = std::move(ingest.spare_work.back());
     ingest.spare_work.pop_back();
   }
-  // The chunk goes to the work; the buffers take the work's emptied vectors, capacity and all.
-  std::swap(pending.work->chunk, buffer);
-  std::swap(pending.work->categories, ingest.category_buffer);
-  pending.blob =
-      std::async(std::launch::async, [work = pending.work.get(), segments = &ingest.segments] {
-        segments->apply_all(work->chunk.events);
+  // The part goes to the work; the buffer takes the work's emptied vectors, capacity and all.
+  std::swap(pending.work->part, buffer);
+  if (ends_chunk)
+    std::swap(pending.work->categories, ingest.category_buffer);
+  pending.blob = std::async(
+      std::launch::async,
+      [work = pending.work.get(), segments = &ingest.segments, encoder = &ingest.encoder,
+       start = ingest.chunk_start, starts_chunk, ends_chunk]() -> std::span<const std::uint8_t> {
+        if (starts_chunk)
+          encoder->begin(start);
+        segments->apply_all(work->part.events);
+        encoder->append(work->part.events, work->part.series, work->part.labels);
+        if (!ends_chunk)
+          return {};
         work->keyframe = segments->serialize();
         if (work->categories.size() != 0)
-          work->category_blob = encode_category_chunk(work->categories);
-        return work->encoder.encode(work->chunk);
+          work->category_blob = work->categories.encode();
+        return encoder->finish();
       });
-  ingest.flushed += pending.count;
+  ingest.flushed += pending.work->part.events.size();
   ingest.pending.push_back(std::move(pending));
-  buffer.start = ingest.current;
-  ingest.category_buffer.clear(ingest.categories.bytes());
+  if (ends_chunk) {
+    ingest.chunk_first = ingest.flushed;
+    ingest.chunk_start = ingest.current;
+    ingest.category_buffer.clear(ingest.categories.bytes());
+  }
 }
 
 void RunWriter::write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows) {
@@ -300,7 +317,7 @@ RunRecord RunWriter::finish_run(RunId run, RunStatus status, const nlohmann::jso
 void RunWriter::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::json& summary,
                               double wall_seconds, const CancelToken& cancel) {
   const RunId run = ingest.run;
-  flush_chunk(ingest);
+  flush_part(ingest, true);
   ingest.write_pending_chunks(0);
   write_timeline_rows(run, ingest.timeline.finish());
   write_category_rows(run, ingest.category_levels.finish());

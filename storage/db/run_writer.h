@@ -82,7 +82,9 @@ class RunWriter {
   // Memory by category (run_categories.cpp).
   void track_categories(Ingest& ingest, const TraceEvent& event, LabelId label);
   void write_category_rows(RunId run, const std::vector<CategoryPyramidBuilder::Row>& rows);
-  void flush_chunk(Ingest& ingest);
+  // Hands the part being filled to the worker (Ingest::kEventsPerPart); `ends_chunk`: the chunk
+  // it ends is written once the worker is done.
+  void flush_part(Ingest& ingest, bool ends_chunk);
   void write_timeline_rows(RunId run, const std::vector<TimelineBuilder::Row>& rows);
 
   Database& db_;

@@ -1,0 +1,228 @@
+// What storing and reading a run holds. Ingest hands a chunk to its worker a part at a time
+// (RunWriter::Ingest::kEventsPerPart): the chunk's blob is the one encode_chunk gives of the whole
+// chunk, and ingest does not hold a chunk's events twice. RunReader::events decodes the events it
+// returns, not whole chunks. The bytes operator new holds are counted here (this binary's
+// allocations all go through it): a reader's peak is inside one call, where no sample reaches.
+#include <gtest/gtest.h>
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "storage/db/event_chunk.h"
+#include "storage/db/run_reader.h"
+#include "storage/db/run_writer.h"
+#include "storage/db/schema.h"
+#include "storage_test_util.h"
+#include "tests/heap_test_util.h"
+
+namespace {
+
+std::atomic<std::size_t> g_new_bytes{0};
+std::atomic<std::size_t> g_new_peak{0};
+
+void* counted_new(std::size_t size) {
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr)
+    throw std::bad_alloc();
+  const std::size_t now = g_new_bytes += malloc_usable_size(p);
+  std::size_t peak = g_new_peak.load();
+  while (now > peak && !g_new_peak.compare_exchange_weak(peak, now)) {
+  }
+  return p;
+}
+
+void counted_delete(void* p) noexcept {
+  if (p == nullptr)
+    return;
+  g_new_bytes -= malloc_usable_size(p);
+  std::free(p);
+}
+
+// The most operator new held at once since it was made, beyond what it held then.
+class NewPeak {
+ public:
+  NewPeak() : before_(g_new_bytes.load()) { g_new_peak = before_; }
+  std::size_t grown() const { return g_new_peak.load() - before_; }
+
+ private:
+  std::size_t before_;
+};
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  return counted_new(size);
+}
+void* operator new[](std::size_t size) {
+  return counted_new(size);
+}
+void operator delete(void* p) noexcept {
+  counted_delete(p);
+}
+void operator delete[](void* p) noexcept {
+  counted_delete(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  counted_delete(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  counted_delete(p);
+}
+
+namespace fragscope::storage {
+namespace {
+
+EventChunk chunk_of(std::span<const TraceEvent> events, const SeriesPoint& start) {
+  EventChunk chunk;
+  chunk.start = start;
+  chunk.events.assign(events.begin(), events.end());
+  chunk.series = derive_series(events, start);
+  // A residual in every series, as an allocator model's exact block sizes give.
+  for (std::size_t i = 0; i < chunk.series.size(); ++i)
+    chunk.series[i].allocated += static_cast<std::int64_t>(i % 512);
+  return chunk;
+}
+
+// The blob of `chunk` encoded in the parts `cuts` marks (event indices), with labels only for the
+// events of parts `labelled` lists; the whole chunk's labels are those, 0 elsewhere.
+std::vector<std::uint8_t> encoded_in_parts(const EventChunk& chunk,
+                                           const std::vector<std::size_t>& cuts,
+                                           const std::vector<bool>& labelled) {
+  ChunkEncoder encoder;
+  encoder.begin(chunk.start);
+  std::size_t first = 0;
+  for (std::size_t part = 0; part <= cuts.size(); ++part) {
+    const std::size_t end = part < cuts.size() ? cuts[part] : chunk.events.size();
+    const auto events = std::span(chunk.events).subspan(first, end - first);
+    const auto series = std::span(chunk.series).subspan(first, end - first);
+    std::span<const LabelId> labels;
+    if (labelled[part])
+      labels = std::span(chunk.labels).subspan(first, end - first);
+    encoder.append(events, series, labels);
+    first = end;
+  }
+  EXPECT_EQ(encoder.count(), chunk.events.size());
+  const auto blob = encoder.finish();
+  return {blob.begin(), blob.end()};
+}
+
+TEST(RunMemory, AChunkEncodedInPartsIsTheWholeChunksBlob) {
+  const auto events = test::synthetic_trace(50000, 7);
+  const SeriesPoint start{1 << 20, 1 << 22, 1 << 20, 1 << 20};
+  EventChunk chunk = chunk_of(events, start);
+  const std::vector<std::size_t> cuts = {1, 16384, 16385, 40000};
+
+  EXPECT_EQ(encoded_in_parts(chunk, cuts, {false, false, false, false, false}),
+            encode_chunk(chunk));
+
+  // Labelled from the third part on, then unlabelled again in the last: the chunk carries labels,
+  // 0 for the events of unlabelled parts, as when the writer held the chunk whole.
+  chunk.labels.resize(chunk.events.size());
+  for (std::size_t i = 0; i < chunk.labels.size(); ++i)
+    chunk.labels[i] = LabelId{static_cast<std::uint32_t>(1 + i % 5)};
+  EventChunk whole = chunk;
+  std::fill(whole.labels.begin(), whole.labels.begin() + 16384, LabelId{});
+  std::fill(whole.labels.begin() + 40000, whole.labels.end(), LabelId{});
+  const auto blob = encoded_in_parts(chunk, cuts, {false, false, true, true, false});
+  EXPECT_EQ(blob, encode_chunk(whole));
+  EXPECT_EQ(decode_chunk(blob, "test").labels, whole.labels);
+}
+
+// A trace that holds a few blocks at a time in one segment, however long: what the store keeps
+// of its state (the segment map, memory by category) stays small.
+std::vector<TraceEvent> steady_trace(std::size_t count) {
+  constexpr std::uint64_t kSegment = 0x7f0000000000;
+  std::vector<TraceEvent> events;
+  events.reserve(count);
+  std::int64_t time = 1'700'000'000'000'000;
+  events.emplace_back(TraceAction::segment_alloc, kSegment, Bytes{1} << 30, StreamId{}, time);
+  for (std::uint64_t k = 0; events.size() < count; ++k) {
+    const std::uint64_t addr = kSegment + (k % 64) * (Bytes{1} << 20);
+    const Bytes size = 512 * (1 + k % 977);
+    time += static_cast<std::int64_t>(k % 13);
+    events.emplace_back(TraceAction::alloc, addr, size, StreamId{}, time, FrameStackId{});
+    events.emplace_back(TraceAction::free_requested, addr, size, StreamId{}, time + 1);
+    events.emplace_back(TraceAction::free_completed, addr, size, StreamId{}, time + 2);
+  }
+  events.resize(count);
+  return events;
+}
+
+RunRecord record_named(std::string name) {
+  RunRecord record;
+  record.name = std::move(name);
+  record.environment = Environment::current();
+  return record;
+}
+
+// Ingest held the chunk being filled and the one its worker compressed, events and series
+// unpacked (72 bytes an event: 9.4 MB for two 64k-event chunks, a quarter of what importing a
+// 68 MB snapshot of 1.2M small entries peaked at). It now holds two parts of a chunk unpacked,
+// the chunk's packed columns and categories, the levels being filled and the store's page cache:
+// 8.4 MB in the debug build.
+TEST(RunMemory, AWriterHoldsTwoPartsOfAChunkUnpacked) {
+  test::TempDir dir;
+  const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
+  const auto events = steady_trace(4 * kEventsPerChunk + 1000);
+  std::vector<SeriesPoint> series = derive_series(events);
+  for (std::size_t i = 0; i < series.size(); ++i)
+    series[i].allocated += static_cast<std::int64_t>(i % 512);
+  RunWriter writer(*db);
+  fragscope::test::HeapPeak heap;
+  if (!heap.measurable())
+    GTEST_SKIP() << "mallinfo2 reports nothing under this allocator (a sanitizer's)";
+  const RunId run = writer.begin_run(record_named("parts"));
+  constexpr std::size_t kBatch = 4096;
+  for (std::size_t first = 0; first < events.size(); first += kBatch) {
+    const std::size_t count = std::min(kBatch, events.size() - first);
+    writer.append_events(run, std::span(events).subspan(first, count),
+                         EventColumns{std::span(series).subspan(first, count), {}});
+    heap.sample();
+  }
+  const RunRecord stored = writer.finish_run(run, RunStatus::ok);
+  EXPECT_LE(heap.grown(), std::size_t{10} << 20) << "bytes beside the events appended";
+
+  RunReader reader(*db);
+  EXPECT_EQ(stored.event_count, events.size());
+  EXPECT_EQ(reader.events(run, 0, events.size()), events);
+  EXPECT_EQ(reader.series(run, 0, events.size()), series);
+}
+
+// The stats keyframes an import stores read 12k events at a time (kStatsKeyframeInterval and the
+// lookahead); a window across a chunk boundary held both chunks decoded, events and series (9.4
+// MB), to copy 12k events out. Now the window and one chunk's decompressed columns.
+TEST(RunMemory, EventsOfAWindowDecodeNoWholeChunk) {
+  test::TempDir dir;
+  const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
+  const auto events = steady_trace(2 * kEventsPerChunk + 5000);
+  RunWriter writer(*db);
+  const RunId run = writer.begin_run(record_named("window"));
+  writer.append_events(run, events);
+  writer.finish_run(run, RunStatus::ok);
+  RunReader reader(*db);
+
+  const std::uint64_t first = kEventsPerChunk - 6000;
+  const std::uint64_t end = kEventsPerChunk + 6000;
+  const NewPeak peak;
+  const std::vector<TraceEvent> window = reader.events(run, first, end);
+  EXPECT_LE(peak.grown(), window.size() * sizeof(TraceEvent) + (std::size_t{1} << 20))
+      << "bytes to read " << window.size() << " events";
+  EXPECT_EQ(window, std::vector<TraceEvent>(events.begin() + first, events.begin() + end));
+  // Past the run's end, a whole run, and windows inside one chunk read as before.
+  EXPECT_EQ(reader.events(run, 0, events.size() + 10), events);
+  EXPECT_EQ(reader.events(run, 2 * kEventsPerChunk + 10, 2 * kEventsPerChunk + 20),
+            std::vector<TraceEvent>(events.begin() + 2 * kEventsPerChunk + 10,
+                                    events.begin() + 2 * kEventsPerChunk + 20));
+  EXPECT_TRUE(reader.events(run, 5, 5).empty());
+}
+
+}  // namespace
+}  // namespace fragscope::storage
