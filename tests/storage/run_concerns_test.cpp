@@ -15,13 +15,6 @@
 namespace fragscope::storage {
 namespace {
 
-RunRecord record_named(std::string name) {
-  RunRecord record;
-  record.name = std::move(name);
-  record.environment = Environment::current();
-  return record;
-}
-
 TEST(RunConcerns, EachWorksOnAConnectionItDoesNotOwn) {
   test::TempDir dir;
   const std::string path = dir.file("runs.db");
@@ -29,7 +22,7 @@ TEST(RunConcerns, EachWorksOnAConnectionItDoesNotOwn) {
   RunWriter writer(*writing);
   RunCatalog catalog(*writing);
   const auto events = test::synthetic_trace(2 * kEventsPerChunk + 17);
-  const RunId first = writer.begin_run(record_named("first"));
+  const RunId first = writer.begin_run(test::record_named("first"));
   writer.append_events(first, events);
   const RunRecord stored = writer.finish_run(first, RunStatus::ok);
   EXPECT_EQ(stored.event_count, events.size());
@@ -38,7 +31,7 @@ TEST(RunConcerns, EachWorksOnAConnectionItDoesNotOwn) {
   // A second run in flight on the writer's connection: a reader on its own read-only connection
   // sees the first run whole and not the second; the catalog beside the writer will not delete
   // or vacuum under it.
-  const RunId second = writer.begin_run(record_named("second"));
+  const RunId second = writer.begin_run(test::record_named("second"));
   writer.append_events(second, std::span(events).first(100));
   {
     const std::unique_ptr<Database> reading = open_store_database(path, OpenMode::read_only);
@@ -69,7 +62,7 @@ TEST(RunConcerns, AWriterGoneMidRunLeavesNoRun) {
   const std::unique_ptr<Database> db = open_store_database(":memory:");
   {
     RunWriter writer(*db);
-    const RunId run = writer.begin_run(record_named("lost"));
+    const RunId run = writer.begin_run(test::record_named("lost"));
     writer.append_events(run, test::synthetic_trace(500));
   }
   EXPECT_EQ(RunCatalog(*db).run_count(), 0);

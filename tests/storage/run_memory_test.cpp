@@ -156,13 +156,6 @@ std::vector<TraceEvent> steady_trace(std::size_t count) {
   return events;
 }
 
-RunRecord record_named(std::string name) {
-  RunRecord record;
-  record.name = std::move(name);
-  record.environment = Environment::current();
-  return record;
-}
-
 // Ingest held the chunk being filled and the one its worker compressed, events and series
 // unpacked (72 bytes an event: 9.4 MB for two 64k-event chunks, a quarter of what importing a
 // 68 MB snapshot of 1.2M small entries peaked at). It now holds two parts of a chunk unpacked,
@@ -179,7 +172,7 @@ TEST(RunMemory, AWriterHoldsTwoPartsOfAChunkUnpacked) {
   fragscope::test::HeapPeak heap;
   if (!heap.measurable())
     GTEST_SKIP() << "mallinfo2 reports nothing under this allocator (a sanitizer's)";
-  const RunId run = writer.begin_run(record_named("parts"));
+  const RunId run = writer.begin_run(test::record_named("parts"));
   constexpr std::size_t kBatch = 4096;
   for (std::size_t first = 0; first < events.size(); first += kBatch) {
     const std::size_t count = std::min(kBatch, events.size() - first);
@@ -204,7 +197,7 @@ TEST(RunMemory, EventsOfAWindowDecodeNoWholeChunk) {
   const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
   const auto events = steady_trace(2 * kEventsPerChunk + 5000);
   RunWriter writer(*db);
-  const RunId run = writer.begin_run(record_named("window"));
+  const RunId run = writer.begin_run(test::record_named("window"));
   writer.append_events(run, events);
   writer.finish_run(run, RunStatus::ok);
   RunReader reader(*db);

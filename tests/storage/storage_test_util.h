@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/trace.h"
+#include "storage/db/run_catalog.h"
 #include "storage/db/snapshot_import.h"
 
 namespace fragscope::storage::test {
@@ -126,6 +128,14 @@ inline ImportOptions import_options(const std::string& name,
   options.source_file = name;
   options.device = device;
   return options;
+}
+
+// A run record with this name and the current environment, for tests that write runs.
+inline RunRecord record_named(std::string name) {
+  RunRecord record;
+  record.name = std::move(name);
+  record.environment = Environment::current();
+  return record;
 }
 
 }  // namespace fragscope::storage::test
