@@ -41,12 +41,7 @@ std::vector<CategoryBucket> RunReader::category_singles(RunId run, std::uint64_t
   std::vector<CategoryBucket> out;
   if (end <= first)
     return out;
-  auto query = db_.prepare(
-      "SELECT first_event, data FROM category_chunks WHERE run_id = ? AND first_event >= ? AND "
-      "first_event < ? ORDER BY first_event");
-  query.bind_int(1, run.value)
-      .bind_int(2, static_cast<std::int64_t>(first - first % kEventsPerChunk))
-      .bind_int(3, static_cast<std::int64_t>(end));
+  auto query = run_store_detail::chunks_covering(db_, "category_chunks", run, first, end);
   while (query.step()) {
     cancel.throw_if_cancelled();
     const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));

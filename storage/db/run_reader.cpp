@@ -39,13 +39,7 @@ std::vector<EventChunk> RunReader::load_chunks(RunId run, std::uint64_t first, s
   std::vector<EventChunk> chunks;
   if (end <= first)
     return chunks;
-  auto query = db_.prepare(
-      "SELECT first_event, data FROM event_chunks WHERE run_id = ? AND first_event >= ? AND "
-      "first_event < ? ORDER BY first_event");
-  const std::uint64_t aligned = first - first % kEventsPerChunk;
-  query.bind_int(1, run.value)
-      .bind_int(2, static_cast<std::int64_t>(aligned))
-      .bind_int(3, static_cast<std::int64_t>(end));
+  auto query = run_store_detail::chunks_covering(db_, "event_chunks", run, first, end);
   while (query.step()) {
     chunks.push_back(decode_chunk(
         query.column_blob(1), db_.path() + ": run " + std::to_string(run.value) + ", events from " +
@@ -62,12 +56,7 @@ std::vector<TraceEvent> RunReader::events(RunId run, std::uint64_t first, std::u
   out.reserve(static_cast<std::size_t>(end - first));
   // A chunk at a time, its events only: the stats keyframes an import stores read 12k events at a
   // time, and held the one or two whole chunks those fall in (up to 9.4 MB: an import's peak).
-  auto query = db_.prepare(
-      "SELECT first_event, data FROM event_chunks WHERE run_id = ? AND first_event >= ? AND "
-      "first_event < ? ORDER BY first_event");
-  query.bind_int(1, run.value)
-      .bind_int(2, static_cast<std::int64_t>(first - first % kEventsPerChunk))
-      .bind_int(3, static_cast<std::int64_t>(end));
+  auto query = run_store_detail::chunks_covering(db_, "event_chunks", run, first, end);
   while (query.step()) {
     const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
     decode_chunk_events(query.column_blob(1),

@@ -4,6 +4,7 @@
 // and the recorded environment (run_environment.cpp). What those files share lives here.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <deque>
 #include <future>
 #include <memory>
@@ -39,6 +40,20 @@ void insert_level_rows(Database& db, const char* table, RunId run, const Rows& r
     insert.run();
     insert.reset();
   }
+}
+
+// The chunks of `table` (event_chunks, category_chunks: the same key columns) that hold events
+// [first, end) of a run, as rows (first_event, data) in order. Chunks start at multiples of
+// kEventsPerChunk, so the first is the one holding `first`.
+inline Statement chunks_covering(Database& db, const char* table, RunId run, std::uint64_t first,
+                                 std::uint64_t end) {
+  auto query = db.prepare(std::string("SELECT first_event, data FROM ") + table +
+                          " WHERE run_id = ? AND first_event >= ? AND first_event < ? "
+                          "ORDER BY first_event");
+  query.bind_int(1, run.value)
+      .bind_int(2, static_cast<std::int64_t>(first - first % kEventsPerChunk))
+      .bind_int(3, static_cast<std::int64_t>(end));
+  return query;
 }
 
 inline constexpr std::array<std::string_view, 7> kCategoryNames = {
