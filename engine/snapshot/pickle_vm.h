@@ -110,25 +110,19 @@ class Memo {
     return decode(folded_word(chunk, slot), chunk.wide);
   }
   // The frame index a slot holds when it is a frame converted earlier (Kind::frame), else
-  // kNotAFrame: get() without building the Value, for a frames list read in place.
+  // kNotAFrame, for a frames list read in place.
   static constexpr std::uint32_t kNotAFrame = ~std::uint32_t{0};
   std::uint32_t frame_at(std::uint64_t slot) const {
     // A real trace's frames lists GET the same ~500 frame slots 40M times: a small cache of them
-    // answers with one load instead of a walk to the folded word.
+    // answers with one load instead of get()'s walk to the folded word.
     FrameSlot& cached = frame_slots_[slot % kFrameSlots];
     if (cached.slot == slot)
       return cached.frame;
-    std::uint32_t frame;
-    if (slot >= base_) {
-      const Value& v = recent_[static_cast<std::size_t>(slot - base_)];
-      frame = v.kind == Kind::frame ? v.ref : kNotAFrame;
-    } else {
-      const std::uint32_t w = folded_word(chunks_[static_cast<std::size_t>(slot / kWindow)], slot);
-      frame = w >> kPayloadBits == tag_frame ? w & kPayloadMask : kNotAFrame;
-    }
-    if (frame != kNotAFrame)
-      cached = FrameSlot{slot, frame};
-    return frame;
+    const Value v = get(slot);
+    if (v.kind != Kind::frame)
+      return kNotAFrame;
+    cached = FrameSlot{slot, v.ref};
+    return v.ref;
   }
   void set(std::uint64_t slot, const Value& value);
   // Adds slot size() holding `value` (MEMOIZE).
