@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 
 #include "engine/allocator/flat_map.h"
+#include "engine/allocator/request_sources.h"
 #include "engine/core/packed_requests.h"
 
 namespace fragscope::alloc {
 namespace {
+
+using detail::PlainRequests;
+using detail::UnpackedBlocks;
+using detail::WithEmptyCaches;
 
 std::string where(std::size_t index) {
   return "request " + std::to_string(index) + ": ";
@@ -162,43 +168,6 @@ namespace {
 
 // How many requests ahead run_with prefetches a request's tensor.
 constexpr std::size_t kTensorAhead = 8;
-
-// A RequestStream as run_with reads requests: one block, the whole list.
-class PlainRequests {
- public:
-  explicit PlainRequests(const RequestStream& stream) : stream_(stream) {}
-  std::size_t size() const { return stream_.requests.size(); }
-  std::uint64_t largest_tensor() const {
-    std::uint64_t largest = 0;
-    for (const Request& r : stream_.requests)
-      largest = std::max(largest, r.tensor.value);
-    return largest;
-  }
-  const std::vector<RequestPool>& pools() const { return stream_.pools; }
-  template <typename Visit>
-  void for_each_block(Visit&& visit) const {
-    visit(std::span<const Request>(stream_.requests), std::size_t{0});
-  }
-
- private:
-  const RequestStream& stream_;
-};
-
-// PackedRequests as run_with reads them: decoded a block at a time.
-class UnpackedBlocks {
- public:
-  explicit UnpackedBlocks(const PackedRequests& packed) : packed_(packed) {}
-  std::size_t size() const { return packed_.size(); }
-  std::uint64_t largest_tensor() const { return packed_.largest_tensor(); }
-  const std::vector<RequestPool>& pools() const { return packed_.pools; }
-  template <typename Visit>
-  void for_each_block(Visit&& visit) const {
-    packed_.for_each_block(visit);
-  }
-
- private:
-  const PackedRequests& packed_;
-};
 
 template <typename Requests, typename Tensors>
 void run_with(const Requests& requests, CachingAllocator& allocator, Tensors& tensors,
@@ -390,25 +359,44 @@ RunResult run_all(const Requests& requests, const AllocatorConfig& config, Devic
   return result;
 }
 
+// Calls use(source) with `base`, or with `base` and options.empty_cache_before's calls in it.
+template <typename Base, typename Use>
+auto with_source(const Base& base, const RunOptions& options, Use&& use) {
+  const std::span<const std::size_t> before = options.empty_cache_before;
+  if (before.empty())
+    return use(base);
+  if (!std::is_sorted(before.begin(), before.end()) || before.back() > base.size())
+    throw std::invalid_argument(
+        "RunOptions::empty_cache_before: indices must ascend and stay within the stream");
+  return use(WithEmptyCaches<Base>(base, before));
+}
+
 }  // namespace
 
 RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
                        EventSink* sink, const RunOptions& options) {
-  return run_all(PlainRequests(requests), config, device, sink, options);
+  return with_source(PlainRequests(requests), options, [&](const auto& source) {
+    return run_all(source, config, device, sink, options);
+  });
 }
 
 RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
                        Device& device, EventSink* sink, const RunOptions& options) {
-  return run_all(UnpackedBlocks(requests), config, device, sink, options);
+  return with_source(UnpackedBlocks(requests), options, [&](const auto& source) {
+    return run_all(source, config, device, sink, options);
+  });
 }
 
 std::size_t run_state_bytes(const RequestStream& requests, const RunOptions& options) {
-  return state_bytes(PlainRequests(requests), options, 0);
+  return with_source(PlainRequests(requests), options,
+                     [&](const auto& source) { return state_bytes(source, options, 0); });
 }
 
 std::size_t run_state_bytes(const PackedRequests& requests, const RunOptions& options) {
-  return state_bytes(UnpackedBlocks(requests), options,
-                     std::min(requests.size(), PackedRequests::kBlockRequests) * sizeof(Request));
+  const std::size_t block =
+      std::min(requests.size(), PackedRequests::kBlockRequests) * sizeof(Request);
+  return with_source(UnpackedBlocks(requests), options,
+                     [&](const auto& source) { return state_bytes(source, options, block); });
 }
 
 }  // namespace fragscope::alloc

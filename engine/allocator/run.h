@@ -3,6 +3,7 @@
 // workloads, what-if analysis and replays share.
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct RunOptions {
   std::optional<DeviceStats> initial_stats;
   // Fill RunResult::final_segments with the allocator's state after the last request.
   bool keep_final_segments = false;
+  // empty_cache calls the run inserts into the stream (a what-if candidate's changed program):
+  // one before the request at each index (ascending; indices into the stream given, its size for
+  // one after the last request). Request indices (RequestOom, errors, progress) count them as in
+  // a stream that held them; the stream is not copied. The caller keeps the indices alive.
+  std::span<const std::size_t> empty_cache_before;
 };
 
 // How often run_requests polls RunOptions::cancel: a few microseconds of allocator work between
@@ -77,18 +83,19 @@ struct RunResult {
 };
 
 // Bad requests (a free of an unknown tensor id, a malloc of a tensor id that is live) throw
-// fragscope::InputError naming the request index.
+// fragscope::InputError naming the request index; options.empty_cache_before out of order or past
+// the stream's end, std::invalid_argument.
 RunResult run_requests(const RequestStream& requests, const AllocatorConfig& config, Device& device,
                        EventSink* sink = nullptr, const RunOptions& options = {});
 // The same for a packed stream (engine/core/packed_requests.h), unpacked a block at a time.
 RunResult run_requests(const PackedRequests& requests, const AllocatorConfig& config,
                        Device& device, EventSink* sink = nullptr, const RunOptions& options = {});
 
-// What run_requests holds beside the allocator model while it runs `requests` from
-// options.initial_segments: its per-tensor table (16 bytes a tensor id up to the largest, for a
-// stream whose ids are small as requests_from_trace numbers them; else hash maps, counted here as
-// if every malloc stayed live) and a packed stream's decoded block. Runs in parallel hold this
-// each (run_what_if bounds their number by it).
+// What run_requests holds beside the allocator model while it runs `requests` (with
+// options.empty_cache_before's calls) from options.initial_segments: its per-tensor table (16 bytes
+// a tensor id up to the largest, for a stream whose ids are small as requests_from_trace numbers
+// them; else hash maps, counted here as if every malloc stayed live) and a packed stream's decoded
+// block. Runs in parallel hold this each (run_what_if bounds their number by it).
 std::size_t run_state_bytes(const RequestStream& requests, const RunOptions& options = {});
 std::size_t run_state_bytes(const PackedRequests& requests, const RunOptions& options = {});
 

@@ -76,6 +76,7 @@ alloc::RunResult run_with_progress(const Requests& requests, const Mitigation& c
   run_options.profile = candidate.profile ? *candidate.profile : options.profile;
   run_options.cancel = options.cancel;
   run_options.progress = std::move(progress);
+  run_options.empty_cache_before = candidate.empty_cache_before;
   return alloc::run_requests(requests, candidate.config, gpu.device(), sink, run_options);
 }
 
@@ -88,9 +89,8 @@ WhatIfRow row_header(Bytes requests_ideal, const Mitigation& m, const WhatIfOpti
   row.alloc_conf = m.config.raw;
   row.step_time_ratio = m.step_time_ratio;
   row.torch_version = m.profile ? m.profile->version : options.profile.version;
-  row.ideal_peak = m.requests          ? ideal_peak(*m.requests, options.initial_segments)
-                   : m.packed_requests ? ideal_peak(*m.packed_requests, options.initial_segments)
-                                       : requests_ideal;
+  // Inserted empty_cache calls neither allocate nor free a tensor: they leave the ideal as it is.
+  row.ideal_peak = m.requests ? ideal_peak(*m.requests, options.initial_segments) : requests_ideal;
   return row;
 }
 
@@ -124,8 +124,6 @@ WhatIfRow run_one(const Requests& requests, Bytes requests_ideal, const Mitigati
   try {
     if (m.requests)
       run = run_with_progress(*m.requests, m, options, nullptr, std::move(progress));
-    else if (m.packed_requests)
-      run = run_with_progress(*m.packed_requests, m, options, nullptr, std::move(progress));
     else
       run = run_with_progress(requests, m, options, nullptr, std::move(progress));
     fill_from_run(row, *run);
@@ -160,7 +158,7 @@ std::vector<std::optional<std::size_t>> collector_twins(const std::vector<Mitiga
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const Mitigation& base = candidates[i];
       if (base.config.garbage_collection_threshold == 0.0 && base.unavailable.empty() &&
-          base.requests == twin.requests && base.packed_requests == twin.packed_requests &&
+          base.requests == twin.requests && base.empty_cache_before == twin.empty_cache_before &&
           base.profile == twin.profile && without[i] == without[j]) {
         out[j] = i;
         break;
@@ -194,34 +192,27 @@ alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& 
 
 namespace {
 
-// with_empty_cache_before_big_phase into `out` (a vector of requests or PackedRequests).
-template <typename Requests, typename Out>
-void add_empty_cache_before_big_phase(const Requests& requests, Out& out) {
-  bool has_steps = false;
-  for_each_request(requests, [&](const Request& r, std::size_t) {
-    has_steps = has_steps || r.op == RequestOp::step_begin;
-  });
-  std::optional<std::size_t> largest;
+template <typename Requests>
+std::vector<std::size_t> empty_cache_before_big_phase_of(const Requests& requests) {
+  std::vector<std::size_t> steps;
+  std::optional<std::size_t> largest;  // the first malloc of the largest size
   Bytes largest_size = 0;
-  if (!has_steps) {
-    for_each_request(requests, [&](const Request& r, std::size_t i) {
-      if (r.op == RequestOp::malloc && (!largest || r.size > largest_size)) {
-        largest = i;
-        largest_size = r.size;
-      }
-    });
-  }
   for_each_request(requests, [&](const Request& r, std::size_t i) {
-    if ((has_steps && r.op == RequestOp::step_begin) || (largest && *largest == i))
-      out.push_back(Request{RequestOp::empty_cache, TensorId{}, 0, StreamId{}, LabelId{}});
-    out.push_back(r);
+    if (r.op == RequestOp::step_begin) {
+      steps.push_back(i);
+    } else if (r.op == RequestOp::malloc && (!largest || r.size > largest_size)) {
+      largest = i;
+      largest_size = r.size;
+    }
   });
+  if (steps.empty() && largest)
+    steps.push_back(*largest);
+  return steps;
 }
 
-// standard_mitigations but the empty_cache candidate, whose stream `add_stream` sets.
-template <typename AddStream>
-std::vector<Mitigation> standard_mitigations_with(const alloc::AllocatorConfig& baseline,
-                                                  AddStream&& add_stream) {
+template <typename Requests>
+std::vector<Mitigation> standard_mitigations_of(const Requests& requests,
+                                                const alloc::AllocatorConfig& baseline) {
   std::vector<Mitigation> out;
   Mitigation first;
   first.name = "baseline";
@@ -253,41 +244,29 @@ std::vector<Mitigation> standard_mitigations_with(const alloc::AllocatorConfig& 
   Mitigation empty_cache;
   empty_cache.name = "empty_cache before the big phase";
   empty_cache.config = baseline;
-  add_stream(empty_cache);
+  empty_cache.empty_cache_before = empty_cache_before_big_phase_of(requests);
   out.push_back(std::move(empty_cache));
   return out;
 }
 
 }  // namespace
 
-RequestStream with_empty_cache_before_big_phase(const RequestStream& requests) {
-  RequestStream out;
-  out.labels = requests.labels;
-  out.requests.reserve(requests.requests.size() + 64);
-  add_empty_cache_before_big_phase(requests, out.requests);
-  return out;
+std::vector<std::size_t> empty_cache_before_big_phase(const RequestStream& requests) {
+  return empty_cache_before_big_phase_of(requests);
 }
 
-PackedRequests with_empty_cache_before_big_phase(const PackedRequests& requests) {
-  PackedRequests out;
-  out.pools = requests.pools;
-  add_empty_cache_before_big_phase(requests, out);
-  return out;
+std::vector<std::size_t> empty_cache_before_big_phase(const PackedRequests& requests) {
+  return empty_cache_before_big_phase_of(requests);
 }
 
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
                                              const alloc::AllocatorConfig& baseline) {
-  return standard_mitigations_with(baseline, [&](Mitigation& m) {
-    m.requests = std::make_shared<const RequestStream>(with_empty_cache_before_big_phase(requests));
-  });
+  return standard_mitigations_of(requests, baseline);
 }
 
 std::vector<Mitigation> standard_mitigations(const PackedRequests& requests,
                                              const alloc::AllocatorConfig& baseline) {
-  return standard_mitigations_with(baseline, [&](Mitigation& m) {
-    m.packed_requests =
-        std::make_shared<const PackedRequests>(with_empty_cache_before_big_phase(requests));
-  });
+  return standard_mitigations_of(requests, baseline);
 }
 
 std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseline,
@@ -415,10 +394,11 @@ unsigned sweep_threads(const Requests& requests, const std::vector<Mitigation>& 
   run_options.initial_segments = options.initial_segments;
   std::size_t run_bytes = alloc::run_state_bytes(requests, run_options);
   for (const Mitigation& m : candidates) {
-    if (m.requests)
-      run_bytes = std::max(run_bytes, alloc::run_state_bytes(*m.requests, run_options));
-    else if (m.packed_requests)
-      run_bytes = std::max(run_bytes, alloc::run_state_bytes(*m.packed_requests, run_options));
+    if (!m.requests && m.empty_cache_before.empty())
+      continue;  // runs the baseline stream: run_bytes
+    run_options.empty_cache_before = m.empty_cache_before;
+    run_bytes = std::max(run_bytes, m.requests ? alloc::run_state_bytes(*m.requests, run_options)
+                                               : alloc::run_state_bytes(requests, run_options));
   }
   const std::size_t fit = options.memory_budget / std::max<std::size_t>(run_bytes, 1);
   return static_cast<unsigned>(std::clamp<std::size_t>(fit, 1, threads));

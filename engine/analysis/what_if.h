@@ -35,8 +35,8 @@
 
 namespace fragscope::analysis {
 
-// One candidate: a configuration, and optionally another request stream (the same program
-// changed, e.g. empty_cache calls inserted, or a smaller micro-batch with accumulation).
+// One candidate: a configuration, and optionally the program changed: empty_cache calls inserted,
+// or another request stream (e.g. a smaller micro-batch with accumulation).
 struct Mitigation {
   std::string name;  // e.g. "expandable_segments", "max_split_size_mb:256"
   // What the candidate runs under; config.raw is the PYTORCH_CUDA_ALLOC_CONF that gives it.
@@ -49,8 +49,10 @@ struct Mitigation {
   // Why the candidate cannot run at all (e.g. that release's parser refuses an option of the
   // baseline config): the row carries it as its error.
   std::string unavailable;
-  // As `requests`, for a baseline stream that is packed (run_what_if of PackedRequests).
-  std::shared_ptr<const PackedRequests> packed_requests;
+  // empty_cache calls the candidate inserts into its stream (`requests`, else the baseline's):
+  // one before the request at each index, ascending (alloc::RunOptions::empty_cache_before).
+  // The runs read the stream with the calls in it; none copies it.
+  std::vector<std::size_t> empty_cache_before;
 };
 
 // The standard candidates for a baseline configuration: the baseline itself (first),
@@ -62,7 +64,7 @@ struct Mitigation {
 // large_segment_size_mb, which PyTorch refuses, is left out.
 std::vector<Mitigation> standard_mitigations(const RequestStream& requests,
                                              const alloc::AllocatorConfig& baseline);
-// The same for a packed stream (the empty_cache candidate's stream packed too).
+// The same for a packed stream.
 std::vector<Mitigation> standard_mitigations(const PackedRequests& requests,
                                              const alloc::AllocatorConfig& baseline);
 
@@ -79,10 +81,11 @@ std::vector<Mitigation> release_mitigations(const alloc::AllocatorConfig& baseli
 // `current`) or "all" (every release but `current`). An InputError naming the value otherwise.
 std::vector<TorchVersion> parse_release_list(std::string_view text, TorchVersion current);
 
-// The baseline stream with empty_cache before every step_begin marker, or, without markers,
-// before the first malloc of the largest size.
-RequestStream with_empty_cache_before_big_phase(const RequestStream& requests);
-PackedRequests with_empty_cache_before_big_phase(const PackedRequests& requests);
+// Where "empty_cache before the big phase" calls empty_cache (Mitigation::empty_cache_before):
+// before every step_begin marker, or, without markers, before the first malloc of the largest
+// size.
+std::vector<std::size_t> empty_cache_before_big_phase(const RequestStream& requests);
+std::vector<std::size_t> empty_cache_before_big_phase(const PackedRequests& requests);
 
 // Peak of live requested bytes (malloc adds its size, free removes it), counting the active
 // blocks of `initial` (the state before the first request) as live from the start.
@@ -181,8 +184,9 @@ WhatIfTable run_what_if(const PackedRequests& requests, const std::vector<Mitiga
 
 // Runs one candidate exactly as its what-if row does: on the device `options` describes (the
 // recording's segment addresses served first), from its start state, under the candidate's
-// release (else options.profile). `requests` is the candidate's own stream when it has one. The
-// mitigation run stores this very replay, so its peak is the row's.
+// release (else options.profile). `requests` is the candidate's own stream when it has one (its
+// empty_cache calls are inserted as it runs). The mitigation run stores this very replay, so its
+// peak is the row's.
 alloc::RunResult run_candidate(const RequestStream& requests, const Mitigation& candidate,
                                const WhatIfOptions& options, alloc::EventSink* sink = nullptr);
 

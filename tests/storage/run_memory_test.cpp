@@ -1,17 +1,12 @@
 // What storing and reading a run holds. Ingest hands a chunk to its worker a part at a time
 // (RunWriter::Ingest::kEventsPerPart): the chunk's blob is the one encode_chunk gives of the whole
 // chunk, and ingest does not hold a chunk's events twice. RunReader::events decodes the events it
-// returns, not whole chunks. The bytes operator new holds are counted here (this binary's
-// allocations all go through it): a reader's peak is inside one call, where no sample reaches.
+// returns, not whole chunks. The bytes operator new holds are counted (tests/counted_new.cpp): a
+// reader's peak is inside one call, where no sample reaches.
 #include <gtest/gtest.h>
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,60 +17,7 @@
 #include "storage/db/schema.h"
 #include "storage_test_util.h"
 #include "tests/heap_test_util.h"
-
-namespace {
-
-std::atomic<std::size_t> g_new_bytes{0};
-std::atomic<std::size_t> g_new_peak{0};
-
-void* counted_new(std::size_t size) {
-  void* p = std::malloc(size == 0 ? 1 : size);
-  if (p == nullptr)
-    throw std::bad_alloc();
-  const std::size_t now = g_new_bytes += malloc_usable_size(p);
-  std::size_t peak = g_new_peak.load();
-  while (now > peak && !g_new_peak.compare_exchange_weak(peak, now)) {
-  }
-  return p;
-}
-
-void counted_delete(void* p) noexcept {
-  if (p == nullptr)
-    return;
-  g_new_bytes -= malloc_usable_size(p);
-  std::free(p);
-}
-
-// The most operator new held at once since it was made, beyond what it held then.
-class NewPeak {
- public:
-  NewPeak() : before_(g_new_bytes.load()) { g_new_peak = before_; }
-  std::size_t grown() const { return g_new_peak.load() - before_; }
-
- private:
-  std::size_t before_;
-};
-
-}  // namespace
-
-void* operator new(std::size_t size) {
-  return counted_new(size);
-}
-void* operator new[](std::size_t size) {
-  return counted_new(size);
-}
-void operator delete(void* p) noexcept {
-  counted_delete(p);
-}
-void operator delete[](void* p) noexcept {
-  counted_delete(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  counted_delete(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  counted_delete(p);
-}
+#include "tests/new_bytes_test_util.h"
 
 namespace fragscope::storage {
 namespace {
@@ -204,7 +146,7 @@ TEST(RunMemory, EventsOfAWindowDecodeNoWholeChunk) {
 
   const std::uint64_t first = kEventsPerChunk - 6000;
   const std::uint64_t end = kEventsPerChunk + 6000;
-  const NewPeak peak;
+  const fragscope::test::NewPeak peak;
   const std::vector<TraceEvent> window = reader.events(run, first, end);
   EXPECT_LE(peak.grown(), window.size() * sizeof(TraceEvent) + (std::size_t{1} << 20))
       << "bytes to read " << window.size() << " events";

@@ -97,13 +97,50 @@ TEST(IdealPeak, IsThePeakOfLiveRequestedBytes) {
   EXPECT_EQ(ideal_peak(s), 170u);
 }
 
+Request step_of(std::uint64_t step) {
+  return Request{RequestOp::step_begin, TensorId{}, step, StreamId{}, LabelId{}};
+}
+
 TEST(EmptyCacheBeforeBigPhase, GoesBeforeTheLargestRequestWithoutSteps) {
   RequestStream s;
   s.requests = {malloc_of(1, 100), malloc_of(2, 500), malloc_of(3, 500)};
-  const RequestStream out = with_empty_cache_before_big_phase(s);
-  ASSERT_EQ(out.requests.size(), 4u);
-  EXPECT_EQ(out.requests[1].op, RequestOp::empty_cache);
-  EXPECT_EQ(out.requests[2].size, 500u);
+  EXPECT_EQ(empty_cache_before_big_phase(s), (std::vector<std::size_t>{1}));
+  EXPECT_TRUE(empty_cache_before_big_phase(RequestStream{}).empty());
+}
+
+TEST(EmptyCacheBeforeBigPhase, GoesBeforeEveryStep) {
+  RequestStream s;
+  s.requests = {step_of(0), malloc_of(1, 100), free_of(1), step_of(1), malloc_of(2, 500)};
+  EXPECT_EQ(empty_cache_before_big_phase(s), (std::vector<std::size_t>{0, 3}));
+  PackedRequests packed;
+  for (const Request& r : s.requests)
+    packed.push_back(r);
+  EXPECT_EQ(empty_cache_before_big_phase(packed), (std::vector<std::size_t>{0, 3}));
+  const auto candidates = standard_mitigations(packed, alloc::AllocatorConfig{});
+  const Mitigation& empty_cache = candidate_named(candidates, "empty_cache before the big phase");
+  EXPECT_EQ(empty_cache.empty_cache_before, (std::vector<std::size_t>{0, 3}));
+  EXPECT_EQ(empty_cache.requests, nullptr);
+}
+
+// The candidate runs its stream's private pools: a stream that captures into a pool gets a row,
+// not "pool index 0 is not in the stream" (its copied stream once lost the pools).
+TEST(EmptyCacheBeforeBigPhase, RunsThePoolsOfTheStream) {
+  RequestStream s;
+  s.pools.push_back(RequestPool{MempoolId{1, 1}});
+  auto pool_op = [](RequestOp op) { return Request{op, TensorId{}, 1, StreamId{}, LabelId{}, 0}; };
+  s.requests = {step_of(0),
+                pool_op(RequestOp::pool_create),
+                pool_op(RequestOp::pool_begin),
+                malloc_of(1, 4_MiB),
+                pool_op(RequestOp::pool_end),
+                free_of(1),
+                step_of(1),
+                malloc_of(2, 4_MiB)};
+  const WhatIfTable table = run_what_if(s, standard_mitigations(s, alloc::AllocatorConfig{}));
+  const WhatIfRow& row = row_named(table, "empty_cache before the big phase");
+  EXPECT_EQ(row.error, "");
+  EXPECT_TRUE(row.ok);
+  EXPECT_EQ(row.ideal_peak, table.ideal_peak);
 }
 
 // A classic fragmentation OOM under a 100 MiB limit: 4 x 20 MiB carved from a cached 80 MiB
