@@ -23,9 +23,9 @@ namespace {
 
 int run_experiment(const std::vector<std::string>& argv) {
   std::set<std::string> flags = {"--no-store"};
-  std::set<std::string> option_names = {"--db",        "--json",   "--threads",
-                                        "--hf-config", "--device", "--batch-size",
-                                        "--seq-len",   "--steps",  "--point"};
+  std::set<std::string> option_names = {"--db",     "--json",           "--threads", "--hf-config",
+                                        "--device", "--batch-size",     "--seq-len", "--steps",
+                                        "--point",  "--max-points-held"};
   flags.insert(kSlurmFlags.begin(), kSlurmFlags.end());
   option_names.insert(kSlurmOptions.begin(), kSlurmOptions.end());
   const Args args(argv, flags, option_names);
@@ -62,10 +62,10 @@ int run_experiment(const std::vector<std::string>& argv) {
     experiment = workload::load_experiment(args.positional()[0]);
   }
   if (args.flag("--slurm")) {
-    if (args.option("--point") || args.flag("--no-store"))
+    if (args.option("--point") || args.flag("--no-store") || args.option("--max-points-held"))
       throw UsageError{
-          "--slurm runs every point, one array task each; --point and --no-store "
-          "do not apply"};
+          "--slurm runs every point, one array task each; --point, --no-store and "
+          "--max-points-held do not apply"};
     storage::SweepSpec spec;
     spec.kind = storage::SweepKind::simulated;
     spec.name = experiment.name;
@@ -93,6 +93,14 @@ int run_experiment(const std::vector<std::string>& argv) {
     threads = static_cast<unsigned>(*n);
   }
   threads = std::min<unsigned>(threads, static_cast<unsigned>(experiment.points.size()));
+  // Points held at once (running, or done and waiting for an earlier one to be stored), each with
+  // its whole trace: twice the threads unless given.
+  std::size_t held = usecases::default_points_held(threads);
+  if (const auto n = args.uint_option("--max-points-held")) {
+    if (*n == 0 || *n > 65536)
+      throw UsageError{"--max-points-held: expected 1..65536"};
+    held = static_cast<std::size_t>(*n);
+  }
 
   std::unique_ptr<storage::RunStore> store;
   if (!args.flag("--no-store"))
@@ -101,6 +109,7 @@ int run_experiment(const std::vector<std::string>& argv) {
   usecases::SimulateOptions options;
   options.store = store.get();
   options.threads = threads;
+  options.max_points_held = held;
   nlohmann::json runs = nlohmann::json::array();
   options.on_point = [&](std::size_t i, const workload::PointResult& result,
                          std::optional<storage::RunId> run) {
@@ -127,12 +136,15 @@ int run_experiment(const std::vector<std::string>& argv) {
 FRAGSCOPE_CLI_COMMAND({"run",
                        "run EXPERIMENT.json | --hf-config CONFIG.json [EXPERIMENT.json] [--device "
                        "PRESET] [--batch-size N] [--seq-len N] [--steps N] [--db FILE] [--json "
-                       "FILE|-] [--threads N] [--no-store] [--point INDEX]\n"
+                       "FILE|-] [--threads N] [--max-points-held N] [--no-store] [--point INDEX]\n"
                        "  run EXPERIMENT.json --slurm [--out DIR] [--partition P] [--account A] "
                        "[--time T] [--cpus-per-task N] [--dry-run] [--json FILE|-]",
                        "Simulate every variant and sweep point of an experiment (or a Hugging "
-                       "Face config.json's model) and store the runs; --slurm submits one Slurm "
-                       "array task per point instead (collect them with fragscope-cli collect DIR)",
+                       "Face config.json's model) and store the runs, in point order; --threads "
+                       "(default: the cores) points run at once, and at most --max-points-held "
+                       "(default: twice the threads) are held in memory, running or done and "
+                       "waiting for an earlier point; --slurm submits one Slurm array task per "
+                       "point instead (collect them with fragscope-cli collect DIR)",
                        run_experiment});
 
 }  // namespace fragscope::cli

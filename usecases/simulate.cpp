@@ -1,84 +1,16 @@
 #include "usecases/simulate.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "storage/db/experiment_status.h"
 #include "storage/db/simulated_run.h"
+#include "usecases/point_pool.h"
 
 namespace fragscope::usecases {
-namespace {
 
-// Runs points on `threads` workers; the caller takes the results in point order as they finish.
-class PointPool {
- public:
-  PointPool(const std::vector<workload::ExperimentPoint>& points, unsigned threads,
-            CancelToken cancel)
-      : points_(points),
-        cancel_(std::move(cancel)),
-        results_(points.size()),
-        errors_(points.size()) {
-    for (unsigned t = 0; t < threads; ++t)
-      workers_.emplace_back([this] { work(); });
-  }
-  ~PointPool() {
-    stop_ = true;
-    for (std::thread& t : workers_)
-      t.join();
-  }
-  PointPool(const PointPool&) = delete;
-  PointPool& operator=(const PointPool&) = delete;
-
-  // Blocks until point `i` is done; rethrows its error.
-  workload::PointResult take(std::size_t i) {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return results_[i].has_value() || errors_[i] != nullptr; });
-    if (errors_[i])
-      std::rethrow_exception(errors_[i]);
-    workload::PointResult r = std::move(*results_[i]);
-    results_[i].reset();
-    return r;
-  }
-
- private:
-  void work() {
-    while (!stop_) {
-      const std::size_t i = next_.fetch_add(1);
-      if (i >= points_.size())
-        return;
-      std::optional<workload::PointResult> result;
-      std::exception_ptr error;
-      try {
-        cancel_.throw_if_cancelled();
-        result = workload::run_point(points_[i], true, cancel_);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      {
-        std::lock_guard lock(mutex_);
-        results_[i] = std::move(result);
-        errors_[i] = error;
-      }
-      done_.notify_all();
-    }
-  }
-
-  const std::vector<workload::ExperimentPoint>& points_;
-  CancelToken cancel_;
-  std::vector<std::optional<workload::PointResult>> results_;
-  std::vector<std::exception_ptr> errors_;
-  std::atomic<std::size_t> next_{0};
-  std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable done_;
-  std::vector<std::thread> workers_;
-};
-
-}  // namespace
+std::size_t default_points_held(unsigned threads) {
+  return 2 * static_cast<std::size_t>(std::max(threads, 1u));
+}
 
 StoredExperiment simulate_experiment(const workload::Experiment& experiment,
                                      const nlohmann::json& document, const SimulateOptions& options,
@@ -87,10 +19,15 @@ StoredExperiment simulate_experiment(const workload::Experiment& experiment,
   StoredExperiment stored;
   const unsigned threads = std::clamp<unsigned>(
       options.threads, 1, static_cast<unsigned>(std::max<std::size_t>(points, 1)));
-  PointPool pool(experiment.points, threads, control.cancel);
+  const std::size_t held =
+      options.max_points_held == 0 ? default_points_held(threads) : options.max_points_held;
+  PointPool pool(points, threads, held, [&](std::size_t i) {
+    control.cancel.throw_if_cancelled();
+    return workload::run_point(experiment.points[i], true, control.cancel);
+  });
   for (std::size_t i = 0; i < points; ++i) {
     const workload::ExperimentPoint& point = experiment.points[i];
-    const workload::PointResult result = pool.take(i);
+    const workload::PointResult result = pool.take_next();
     control.check();
     std::optional<storage::RunId> run;
     if (options.store) {

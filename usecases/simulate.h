@@ -24,11 +24,20 @@ struct StoredExperiment {
 struct SimulateOptions {
   storage::RunStore* store = nullptr;  // where the runs go; nullptr simulates only
   unsigned threads = 1;                // points run at once; the results do not depend on it
+  // The most points held in memory at once, each with its whole trace: running, or done and
+  // waiting for the points before it to be reported (a slow point holds up every later one).
+  // Workers wait while this many are held; 0: default_points_held(threads). The results do not
+  // depend on it.
+  std::size_t max_points_held = 0;
   // Called in point order as each point is done (and stored, with its run id).
   std::function<void(std::size_t point, const workload::PointResult& result,
                      std::optional<storage::RunId> run)>
       on_point;
 };
+
+// SimulateOptions::max_points_held when unset: twice the threads, so every worker can run a point
+// while one finished point each waits for its turn.
+std::size_t default_points_held(unsigned threads);
 
 // Runs every point of `experiment` through the allocator model. With a store, the experiment (its
 // definition: `document`) is created when the first point is done and marked incomplete until its

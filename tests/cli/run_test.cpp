@@ -87,6 +87,10 @@ TEST_F(CliRun, DeterministicAcrossThreadCounts) {
   const CliResult two = run_cli({"run", file, "--no-store", "--threads", "3"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(one.out, two.out);
+  // ...and across bounds on the points held in memory.
+  const CliResult held =
+      run_cli({"run", file, "--no-store", "--threads", "3", "--max-points-held", "1"});
+  EXPECT_EQ(one.out, held.out) << held.err;
 }
 
 TEST_F(CliRun, BadExperimentIsExitTwoNamingThePath) {
@@ -112,6 +116,9 @@ TEST_F(CliRun, MissingFileAndUsage) {
   EXPECT_EQ(run_cli({"run", (dir_ / "nope.json").string(), "--no-store"}).exit_code, 2);
   EXPECT_EQ(run_cli({"run"}).exit_code, 2);
   EXPECT_EQ(run_cli({"run", small_experiment(), "--threads", "0"}).exit_code, 2);
+  const CliResult none = run_cli({"run", small_experiment(), "--max-points-held", "0"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("--max-points-held: expected 1..65536"), std::string::npos) << none.err;
 }
 
 }  // namespace

@@ -119,5 +119,30 @@ TEST(SimulateExperiment, TheCliPoolGivesTheDesignersNumbers) {
             gui_store.run(gui.runs[2]).summary["peak_reserved"].get<Bytes>());
 }
 
+// The bound on points held at once (SimulateOptions::max_points_held) changes when a point may
+// start, never what it gives.
+TEST(SimulateExperiment, ThePointsHeldChangeNoResult) {
+  const nlohmann::json document = three_sizes();
+  const workload::Experiment experiment = workload::parse_experiment(document, "test");
+  auto peaks_with = [&](std::size_t held) {
+    SimulateOptions options;
+    options.threads = 3;
+    options.max_points_held = held;
+    std::vector<Bytes> peaks;
+    options.on_point = [&](std::size_t, const workload::PointResult& result,
+                           std::optional<storage::RunId>) {
+      peaks.push_back(result.peak_reserved);
+      peaks.push_back(result.events.size());
+    };
+    simulate_experiment(experiment, document, options);
+    return peaks;
+  };
+  const std::vector<Bytes> unbounded = peaks_with(3);
+  ASSERT_EQ(unbounded.size(), 6u);
+  EXPECT_EQ(peaks_with(1), unbounded);
+  EXPECT_EQ(peaks_with(0), unbounded);  // default_points_held(3)
+  EXPECT_EQ(default_points_held(3), 6u);
+}
+
 }  // namespace
 }  // namespace fragscope::usecases
