@@ -156,14 +156,7 @@ std::span<const std::uint8_t> ChunkEncoder::finish(BlobCodec codec) {
   return blob_;
 }
 
-namespace {
-
-// Reads every column of a chunk, so that a corrupt one is a DatabaseError wherever it is:
-// on_start(count, has_labels, start) first, then on_event(index, event, label, residuals) for each
-// event in order (residuals: what the stored series adds to the trace-derived one).
-template <typename OnStart, typename OnEvent>
-void read_chunk(std::span<const std::uint8_t> blob, const std::string& what, OnStart&& on_start,
-                OnEvent&& on_event) {
+ChunkReader::ChunkReader(std::span<const std::uint8_t> blob, const std::string& what) {
   ByteReader header(blob, what);
   const auto format = header.byte();
   if (format != 1 && format != kChunkFormat)
@@ -171,20 +164,19 @@ void read_chunk(std::span<const std::uint8_t> blob, const std::string& what, OnS
   const std::uint64_t count = header.varint();
   if (count > kEventsPerChunk)
     header.fail("chunk claims " + std::to_string(count) + " events");
-  const bool has_labels = (header.varint() & kHasLabels) != 0;
+  has_labels_ = (header.varint() & kHasLabels) != 0;
   const std::uint64_t zero_columns = format >= 2 ? header.varint() : 0;
-  SeriesPoint start;
-  start.allocated = header.signed_varint();
-  start.reserved = header.signed_varint();
-  start.active = header.signed_varint();
-  start.requested = format >= 3 ? header.signed_varint() : start.active;
+  start_.allocated = header.signed_varint();
+  start_.reserved = header.signed_varint();
+  start_.active = header.signed_varint();
+  start_.requested = format >= 3 ? header.signed_varint() : start_.active;
   const std::uint64_t payload_size = header.varint();
   if (payload_size > count * 128 + 1024)
     header.fail("implausible payload size");
-  const auto payload =
+  payload_ =
       inflate_bytes(header.take(header.remaining()), static_cast<std::size_t>(payload_size), what);
 
-  ByteReader body(payload, what);
+  ByteReader body(payload_, what);
   // Older formats have fewer columns; the missing ones read as zeros.
   const std::size_t stored_columns = format >= 3 ? kColumnCount : kColumnCount - 1;
   std::uint64_t zeros = zero_columns;
@@ -195,49 +187,82 @@ void read_chunk(std::span<const std::uint8_t> blob, const std::string& what, OnS
     zeros |= std::uint64_t{1} << c;
   // A left-out column reads as `count` zero values.
   static const std::vector<std::uint8_t> kZeros(kEventsPerChunk, 0);
-  auto column = [&](std::size_t c) {
+  static_assert(kColumns == kColumnCount);
+  columns_.reserve(kColumnCount);
+  for (std::size_t c = 0; c < kColumnCount; ++c) {
     if ((zeros >> c) & 1) {
       if (sizes[c] != 0)
         body.fail("a left-out column has bytes");
-      return ByteReader(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
+      columns_.emplace_back(std::span(kZeros).first(static_cast<std::size_t>(count)), what);
+    } else {
+      columns_.emplace_back(body.take(sizes[c]), what);
     }
-    return ByteReader(body.take(sizes[c]), what);
-  };
-  std::array<ByteReader, kColumnCount> columns = {column(0), column(1), column(2), column(3),
-                                                  column(4), column(5), column(6), column(7),
-                                                  column(8), column(9), column(10)};
-
-  on_start(static_cast<std::size_t>(count), has_labels, start);
-  std::uint64_t addr = 0;
-  std::uint64_t stream = 0;
-  std::int64_t time = 0;
-  std::int64_t frames = 0;
-  TraceEvent event;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint8_t action = columns[kAction].byte();
-    if (action >= kTraceActionCount)
-      columns[kAction].fail("unknown action " + std::to_string(action));
-    event.action = static_cast<TraceAction>(action);
-    addr += static_cast<std::uint64_t>(columns[kAddress].signed_varint());
-    event.addr = addr;
-    event.size = columns[kSize].varint();
-    stream += static_cast<std::uint64_t>(columns[kStream].signed_varint());
-    event.stream = StreamId{stream};
-    time = wrapping_add(time, columns[kTime].signed_varint());
-    event.time_us = time;
-    frames += columns[kFrames].signed_varint();
-    event.frames = FrameStackId{static_cast<std::uint32_t>(frames)};
-    const LabelId label{has_labels ? static_cast<std::uint32_t>(columns[kLabel].varint()) : 0};
-    SeriesPoint residual;
-    residual.allocated = columns[kResidualAllocated].signed_varint();
-    residual.reserved = columns[kResidualReserved].signed_varint();
-    residual.active = columns[kResidualActive].signed_varint();
-    residual.requested = columns[kResidualRequested].signed_varint();
-    on_event(i, event, label, residual);
   }
-  for (const auto& column : columns) {
+  count_ = static_cast<std::size_t>(count);
+  if (count_ == 0)
+    check_columns_end();
+}
+
+void ChunkReader::check_columns_end() const {
+  for (const auto& column : columns_) {
     if (!column.at_end())
       column.fail("column longer than its events");
+  }
+}
+
+void ChunkReader::next(TraceEvent& event, LabelId& label, SeriesPoint& residual) {
+  auto& columns = columns_;
+  const std::uint8_t action = columns[kAction].byte();
+  if (action >= kTraceActionCount)
+    columns[kAction].fail("unknown action " + std::to_string(action));
+  event.action = static_cast<TraceAction>(action);
+  addr_ += static_cast<std::uint64_t>(columns[kAddress].signed_varint());
+  event.addr = addr_;
+  event.size = columns[kSize].varint();
+  stream_ += static_cast<std::uint64_t>(columns[kStream].signed_varint());
+  event.stream = StreamId{stream_};
+  time_ = wrapping_add(time_, columns[kTime].signed_varint());
+  event.time_us = time_;
+  frames_ += columns[kFrames].signed_varint();
+  event.frames = FrameStackId{static_cast<std::uint32_t>(frames_)};
+  label = LabelId{has_labels_ ? static_cast<std::uint32_t>(columns[kLabel].varint()) : 0};
+  residual.allocated = columns[kResidualAllocated].signed_varint();
+  residual.reserved = columns[kResidualReserved].signed_varint();
+  residual.active = columns[kResidualActive].signed_varint();
+  residual.requested = columns[kResidualRequested].signed_varint();
+  if (++position_ == count_)
+    check_columns_end();
+}
+
+std::size_t ChunkReader::read(std::size_t count, std::vector<TraceEvent>& out) {
+  const std::size_t n = std::min(count, count_ - position_);
+  out.reserve(out.size() + n);
+  TraceEvent event;
+  LabelId label;
+  SeriesPoint residual;
+  for (std::size_t i = 0; i < n; ++i) {
+    next(event, label, residual);
+    out.push_back(event);
+  }
+  return n;
+}
+
+namespace {
+
+// Reads every column of a chunk, so that a corrupt one is a DatabaseError wherever it is:
+// on_start(count, has_labels, start) first, then on_event(index, event, label, residuals) for each
+// event in order (residuals: what the stored series adds to the trace-derived one).
+template <typename OnStart, typename OnEvent>
+void read_chunk(std::span<const std::uint8_t> blob, const std::string& what, OnStart&& on_start,
+                OnEvent&& on_event) {
+  ChunkReader reader(blob, what);
+  on_start(reader.count(), reader.has_labels(), reader.start());
+  TraceEvent event;
+  LabelId label;
+  SeriesPoint residual;
+  for (std::size_t i = 0; i < reader.count(); ++i) {
+    reader.next(event, label, residual);
+    on_event(i, event, label, residual);
   }
 }
 

@@ -158,6 +158,50 @@ class ChunkEncoder {
   std::vector<std::uint8_t> blob_;
   Compressor compressor_;
 };
+// A chunk's events decoded one after another, for readers that go forward through a run (the
+// stats keyframes an import stores read it 8k events at a time, and decoded each 64k-event chunk
+// eight times over when every window decoded its chunk from the start). Holds the chunk's
+// inflated columns only (~10-15 bytes an event), not its decoded events.
+//
+// `what` names the blob in errors. A corrupt header is a DatabaseError from the constructor; a
+// corrupt column one from the read that reaches it, and a column longer than its events one from
+// the read of the chunk's last event, so that a chunk read to its end is checked as decode_chunk
+// checks it.
+class ChunkReader {
+ public:
+  ChunkReader(std::span<const std::uint8_t> blob, const std::string& what);
+  // Its column readers point into its own payload: moved along with it, never copied.
+  ChunkReader(ChunkReader&&) = default;
+  ChunkReader& operator=(ChunkReader&&) = default;
+
+  std::size_t count() const { return count_; }
+  bool has_labels() const { return has_labels_; }
+  const SeriesPoint& start() const { return start_; }
+  // Events read so far; the next read starts at this index within the chunk.
+  std::size_t position() const { return position_; }
+  // The next event, its label (0 when unlabelled) and its series residual (what the stored series
+  // adds to the trace-derived one). Only while position() < count().
+  void next(TraceEvent& event, LabelId& label, SeriesPoint& residual);
+  // Appends the next min(count, count() - position()) events to `out`; returns how many.
+  std::size_t read(std::size_t count, std::vector<TraceEvent>& out);
+
+ private:
+  static constexpr std::size_t kColumns = 11;
+  void check_columns_end() const;
+
+  std::size_t count_ = 0;
+  bool has_labels_ = false;
+  SeriesPoint start_;
+  std::vector<std::uint8_t> payload_;  // the inflated columns, which columns_ read
+  std::vector<ByteReader> columns_;    // one per column, in the order they are stored
+  std::size_t position_ = 0;
+  // The last event's fields: columns hold deltas from them.
+  std::uint64_t addr_ = 0;
+  std::uint64_t stream_ = 0;
+  std::int64_t time_ = 0;
+  std::int64_t frames_ = 0;
+};
+
 // `what` names the blob in errors, e.g. "run 3, events 65536..": a corrupt blob is a
 // DatabaseError, never undefined behaviour.
 EventChunk decode_chunk(std::span<const std::uint8_t> blob, const std::string& what);

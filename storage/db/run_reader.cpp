@@ -24,14 +24,64 @@ std::uint64_t RunReader::event_count(RunId run) {
   return static_cast<std::uint64_t>(query.column_int(0));
 }
 
-EventChunk RunReader::load_chunk(RunId run, std::uint64_t chunk_first) {
+namespace {
+
+std::string chunk_name(const Database& db, RunId run, std::uint64_t chunk_first) {
+  return db.path() + ": run " + std::to_string(run.value) + ", events from " +
+         std::to_string(chunk_first);
+}
+
+}  // namespace
+
+Statement RunReader::chunk_query(RunId run, std::uint64_t chunk_first) {
   auto query = db_.prepare("SELECT data FROM event_chunks WHERE run_id = ? AND first_event = ?");
   query.bind_int(1, run.value).bind_int(2, static_cast<std::int64_t>(chunk_first));
   if (!query.step())
     throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
                         " has no event chunk at event " + std::to_string(chunk_first));
-  return decode_chunk(query.column_blob(0), db_.path() + ": run " + std::to_string(run.value) +
-                                                ", events from " + std::to_string(chunk_first));
+  return query;
+}
+
+EventChunk RunReader::load_chunk(RunId run, std::uint64_t chunk_first) {
+  auto query = chunk_query(run, chunk_first);
+  return decode_chunk(query.column_blob(0), chunk_name(db_, run, chunk_first));
+}
+
+ChunkReader RunReader::read_chunk(RunId run, std::uint64_t chunk_first) {
+  auto query = chunk_query(run, chunk_first);
+  return ChunkReader(query.column_blob(0), chunk_name(db_, run, chunk_first));
+}
+
+RunReader::EventStream RunReader::event_stream(RunId run, std::uint64_t first) {
+  return EventStream(*this, run, first);
+}
+
+RunReader::EventStream::EventStream(RunReader& reader, RunId run, std::uint64_t first)
+    : reader_(reader), run_(run), end_(reader.event_count(run)) {
+  next_ = std::min(first, end_);
+}
+
+std::size_t RunReader::EventStream::read(std::size_t count, std::vector<TraceEvent>& out) {
+  std::size_t done = 0;
+  while (done < count && next_ < end_) {
+    const std::uint64_t chunk_first = next_ - next_ % kEventsPerChunk;
+    if (!chunk_ || chunk_->position() == chunk_->count()) {
+      chunk_.reset();
+      chunk_.emplace(reader_.read_chunk(run_, chunk_first));
+      // A stream that starts inside a chunk decodes the events before its first.
+      std::vector<TraceEvent> skipped;
+      chunk_->read(static_cast<std::size_t>(next_ - chunk_first), skipped);
+    }
+    const std::size_t got = chunk_->read(
+        static_cast<std::size_t>(std::min<std::uint64_t>(count - done, end_ - next_)), out);
+    if (got == 0)
+      throw DatabaseError(chunk_name(reader_.db_, run_, chunk_first) + ": the chunk holds " +
+                          std::to_string(chunk_->count()) + " events, the run has " +
+                          std::to_string(end_));
+    done += got;
+    next_ += got;
+  }
+  return done;
 }
 
 std::vector<EventChunk> RunReader::load_chunks(RunId run, std::uint64_t first, std::uint64_t end) {
@@ -41,9 +91,9 @@ std::vector<EventChunk> RunReader::load_chunks(RunId run, std::uint64_t first, s
     return chunks;
   auto query = run_store_detail::chunks_covering(db_, "event_chunks", run, first, end);
   while (query.step()) {
-    chunks.push_back(decode_chunk(
-        query.column_blob(1), db_.path() + ": run " + std::to_string(run.value) + ", events from " +
-                                  std::to_string(query.column_int(0))));
+    chunks.push_back(
+        decode_chunk(query.column_blob(1),
+                     chunk_name(db_, run, static_cast<std::uint64_t>(query.column_int(0)))));
   }
   return chunks;
 }
@@ -59,9 +109,7 @@ std::vector<TraceEvent> RunReader::events(RunId run, std::uint64_t first, std::u
   auto query = run_store_detail::chunks_covering(db_, "event_chunks", run, first, end);
   while (query.step()) {
     const auto chunk_first = static_cast<std::uint64_t>(query.column_int(0));
-    decode_chunk_events(query.column_blob(1),
-                        db_.path() + ": run " + std::to_string(run.value) + ", events from " +
-                            std::to_string(chunk_first),
+    decode_chunk_events(query.column_blob(1), chunk_name(db_, run, chunk_first),
                         static_cast<std::size_t>(std::max(first, chunk_first) - chunk_first),
                         static_cast<std::size_t>(end - chunk_first), out);
   }

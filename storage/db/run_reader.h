@@ -55,6 +55,29 @@ class RunReader {
  public:
   explicit RunReader(Database& db) : db_(db) {}
 
+  // A run's events read forward, a window at a time, each chunk inflated and decoded once (events()
+  // decodes the chunks of every window it is asked for from their start). Holds one chunk's
+  // inflated columns. Made by event_stream(); lives no longer than its reader.
+  class EventStream {
+   public:
+    // Appends the next events, `count` of them or those left, to `out`; returns how many.
+    std::size_t read(std::size_t count, std::vector<TraceEvent>& out);
+    // The index of the next event read.
+    std::uint64_t position() const { return next_; }
+
+   private:
+    friend class RunReader;
+    EventStream(RunReader& reader, RunId run, std::uint64_t first);
+
+    RunReader& reader_;
+    RunId run_;
+    std::uint64_t next_ = 0;
+    std::uint64_t end_ = 0;
+    std::optional<ChunkReader> chunk_;  // the chunk holding event next_, read up to it
+  };
+  // The events from `first` on (clamped to the run's events).
+  EventStream event_stream(RunId run, std::uint64_t first = 0);
+
   // The file it reads, for messages that say where a run came from.
   const std::string& database_path() const { return db_.path(); }
 
@@ -102,7 +125,11 @@ class RunReader {
  private:
   // The run's stored event count (RunRecord::event_count) without reading its record.
   std::uint64_t event_count(RunId run);
+  // The stored chunk starting at event `chunk_first`, stepped to its row.
+  Statement chunk_query(RunId run, std::uint64_t chunk_first);
   EventChunk load_chunk(RunId run, std::uint64_t chunk_first);
+  // A reader of the chunk starting at event `chunk_first`.
+  ChunkReader read_chunk(RunId run, std::uint64_t chunk_first);
   std::vector<EventChunk> load_chunks(RunId run, std::uint64_t first, std::uint64_t end);
   // Memory by category (run_categories.cpp).
   std::vector<CategoryBucket> category_singles(RunId run, std::uint64_t first, std::uint64_t end,

@@ -255,13 +255,19 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
   std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> blobs;
   std::optional<StatsKeyframe> last;
   std::uint64_t target = interval;
+  // The run's events read once, in order: `part` holds the events from `from` on, and what a
+  // window read past its cut starts the next window.
+  RunReader::EventStream stream = store.event_stream(run, 0);
+  std::vector<TraceEvent> part;
+  std::vector<TraceEvent> ahead;
   while (why.empty()) {
     cancel.throw_if_cancelled();
     const std::uint64_t from = last ? last->event_index : 0;
     // The events up to the end of the allocator call at the target, or to the run's end (the
     // last window is replayed only to check that the model follows the recording to the end).
-    std::vector<TraceEvent> part =
-        store.events(run, from, std::min(count, std::min(target, count) + kCallLookahead));
+    const std::uint64_t window_end = std::min(count, std::min(target, count) + kCallLookahead);
+    if (from + part.size() < window_end)
+      stream.read(static_cast<std::size_t>(window_end - from - part.size()), part);
     std::uint64_t cut = std::min(target, count) - from;
     // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
     // segment_free entries, which the replay infers one call from).
@@ -276,6 +282,7 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
       why = "an allocator call longer than " + std::to_string(kCallLookahead) + " events";
       break;
     }
+    ahead.assign(part.begin() + static_cast<std::ptrdiff_t>(cut), part.end());
     part.resize(static_cast<std::size_t>(cut));
     if (why = why_no_keyframes(part, setup); !why.empty())
       break;
@@ -307,6 +314,7 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
     keyframe.stats = result.run.stats;
     blobs.emplace_back(keyframe.event_index, encode_stats_keyframe(keyframe));
     last = std::move(keyframe);
+    part.swap(ahead);
     target = std::max(target + interval, from + cut + 1);
   }
   Transaction transaction(store.database());

@@ -159,5 +159,73 @@ TEST(RunMemory, EventsOfAWindowDecodeNoWholeChunk) {
   EXPECT_TRUE(reader.events(run, 5, 5).empty());
 }
 
+// The stats keyframes an import stores go through the run 8k events at a time, each window
+// starting inside the last one's lookahead; through events() every window decoded its chunk from
+// the start, each chunk eight times over. A stream decodes each chunk once, holding its inflated
+// columns only.
+TEST(RunMemory, AStreamReadsARunForwardHoldingOneChunksColumns) {
+  test::TempDir dir;
+  const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
+  const auto events = steady_trace(2 * kEventsPerChunk + 5000);
+  RunWriter writer(*db);
+  const RunId run = writer.begin_run(test::record_named("stream"));
+  writer.append_events(run, events);
+  writer.finish_run(run, RunStatus::ok);
+  RunReader reader(*db);
+
+  RunReader::EventStream stream = reader.event_stream(run);
+  std::vector<TraceEvent> read;
+  read.reserve(events.size() + 10);
+  const std::size_t windows[] = {1, 8192, 12288, 70000, 3, kEventsPerChunk};
+  for (std::size_t k = 0; stream.position() < events.size(); ++k) {
+    const std::uint64_t before = stream.position();
+    const std::size_t window = windows[k % std::size(windows)];
+    const std::size_t size_before = read.size();
+    const fragscope::test::NewPeak peak;
+    const std::size_t got = stream.read(window, read);
+    EXPECT_EQ(got, std::min<std::uint64_t>(window, events.size() - before));
+    EXPECT_EQ(read.size() - size_before, got);
+    EXPECT_EQ(stream.position(), before + got);
+    // A read that starts a chunk inflates its columns; it never decodes the chunk's events.
+    EXPECT_LE(peak.grown(), std::size_t{1} << 20)
+        << "bytes to read " << got << " events from " << before;
+  }
+  EXPECT_EQ(read, events);
+  EXPECT_EQ(stream.read(10, read), 0u);
+
+  // From inside a chunk, across its end; from past the run's end, nothing.
+  RunReader::EventStream inside = reader.event_stream(run, kEventsPerChunk - 10);
+  std::vector<TraceEvent> across;
+  EXPECT_EQ(inside.read(30, across), 30u);
+  EXPECT_EQ(across, std::vector<TraceEvent>(events.begin() + kEventsPerChunk - 10,
+                                            events.begin() + kEventsPerChunk + 20));
+  RunReader::EventStream past = reader.event_stream(run, events.size() + 5);
+  EXPECT_EQ(past.position(), events.size());
+  EXPECT_EQ(past.read(10, across), 0u);
+}
+
+// A run whose record counts more events than its chunks hold (a damaged database) is an error
+// naming the chunk, not a short or endless read.
+TEST(RunMemory, AStreamPastTheStoredChunksIsAnError) {
+  test::TempDir dir;
+  const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
+  const auto events = steady_trace(kEventsPerChunk + 100);
+  RunWriter writer(*db);
+  const RunId run = writer.begin_run(test::record_named("short"));
+  writer.append_events(run, events);
+  writer.finish_run(run, RunStatus::ok);
+  db->exec("UPDATE runs SET event_count = event_count + 50");
+  RunReader reader(*db);
+  RunReader::EventStream stream = reader.event_stream(run);
+  std::vector<TraceEvent> read;
+  try {
+    stream.read(events.size() + 50, read);
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& error) {
+    EXPECT_NE(std::string(error.what()).find("events from 65536"), std::string::npos)
+        << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace fragscope::storage
