@@ -185,11 +185,17 @@ std::size_t ByteSource::fill() {
   return got;
 }
 
-const std::uint8_t* ByteSource::take_slow(std::size_t n) {
+void ByteSource::read_ahead(std::size_t n) {
   while (end_ - begin_ < n) {
     if (fill() == 0)
-      return nullptr;
+      return;
   }
+}
+
+const std::uint8_t* ByteSource::take_slow(std::size_t n) {
+  read_ahead(n);
+  if (end_ - begin_ < n)
+    return nullptr;
   const std::uint8_t* p = buf_.data() + begin_;
   begin_ += n;
   return p;

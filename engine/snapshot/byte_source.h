@@ -40,6 +40,14 @@ class ByteSource {
   std::span<const std::uint8_t> buffered() const {
     return std::span<const std::uint8_t>(buf_.data() + begin_, end_ - begin_);
   }
+  // buffered(), read ahead first to at least `n` bytes where the input has them (`n` at most a
+  // few KiB), for a caller that decodes runs of opcodes: one that ends at the buffer's edge would
+  // otherwise go the slow way.
+  std::span<const std::uint8_t> buffered(std::size_t n) {
+    if (end_ - begin_ < n) [[unlikely]]
+      read_ahead(n);
+    return buffered();
+  }
   void skip(std::size_t n) { begin_ += n; }
   // Appends exactly `n` bytes to `out`; false when the input ends first.
   bool read_into(std::string& out, std::uint64_t n);
@@ -53,6 +61,7 @@ class ByteSource {
  private:
   void start();
   const std::uint8_t* take_slow(std::size_t n);
+  void read_ahead(std::size_t n);
   std::size_t read_raw(std::uint8_t* dst, std::size_t n);
   // Appends decompressed bytes after end_; returns how many (0 = end of input).
   std::size_t fill();

@@ -128,8 +128,8 @@ void Memo::drop_unused_wide(Chunk& chunk) {
 }
 
 void Memo::set(std::uint64_t slot, const Value& value) {
-  if (FrameSlot& cached = frame_slots_[slot % kFrameSlots]; cached.slot == slot)
-    cached = FrameSlot{};
+  if (CachedSlot& cached = cached_slots_[slot % kCachedSlots]; cached.slot == slot)
+    cached = CachedSlot{};
   if (slot >= base_) {
     recent_[static_cast<std::size_t>(slot - base_)] = value;
     return;
@@ -155,7 +155,7 @@ void Memo::set(std::uint64_t slot, const Value& value) {
 std::size_t Memo::memory_bytes() const {
   std::size_t bytes = recent_.capacity() * sizeof(Value) + chunks_.capacity() * sizeof(Chunk) +
                       scratch_.capacity() * sizeof(std::uint32_t) +
-                      frame_slots_.capacity() * sizeof(FrameSlot);
+                      cached_slots_.capacity() * sizeof(CachedSlot);
   for (const Chunk& chunk : chunks_)
     bytes += chunk.words.capacity() * sizeof(std::uint32_t) + chunk.wide.capacity() * sizeof(Value);
   return bytes;

@@ -5,81 +5,13 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/snapshot/pickle_opcodes.h"
 
 namespace fragscope::snapshot::pickle {
-namespace {
 
-// Opcodes (CPython Lib/pickle.py names).
-enum Op : std::uint8_t {
-  MARK = '(',
-  STOP = '.',
-  POP = '0',
-  POP_MARK = '1',
-  DUP = '2',
-  FLOAT = 'F',
-  INT = 'I',
-  BININT = 'J',
-  BININT1 = 'K',
-  LONG = 'L',
-  BININT2 = 'M',
-  NONE = 'N',
-  PERSID = 'P',
-  BINPERSID = 'Q',
-  REDUCE = 'R',
-  STRING = 'S',
-  BINSTRING = 'T',
-  SHORT_BINSTRING = 'U',
-  UNICODE = 'V',
-  BINUNICODE = 'X',
-  APPEND = 'a',
-  BUILD = 'b',
-  GLOBAL = 'c',
-  DICT = 'd',
-  EMPTY_DICT = '}',
-  APPENDS = 'e',
-  GET = 'g',
-  BINGET = 'h',
-  INST = 'i',
-  LONG_BINGET = 'j',
-  LIST = 'l',
-  EMPTY_LIST = ']',
-  OBJ = 'o',
-  PUT = 'p',
-  BINPUT = 'q',
-  LONG_BINPUT = 'r',
-  SETITEM = 's',
-  TUPLE = 't',
-  EMPTY_TUPLE = ')',
-  SETITEMS = 'u',
-  BINFLOAT = 'G',
-  PROTO = 0x80,
-  NEWOBJ = 0x81,
-  EXT1 = 0x82,
-  EXT2 = 0x83,
-  EXT4 = 0x84,
-  TUPLE1 = 0x85,
-  TUPLE2 = 0x86,
-  TUPLE3 = 0x87,
-  NEWTRUE = 0x88,
-  NEWFALSE = 0x89,
-  LONG1 = 0x8a,
-  LONG4 = 0x8b,
-  BINBYTES = 'B',
-  SHORT_BINBYTES = 'C',
-  SHORT_BINUNICODE = 0x8c,
-  BINUNICODE8 = 0x8d,
-  BINBYTES8 = 0x8e,
-  EMPTY_SET = 0x8f,
-  ADDITEMS = 0x90,
-  FROZENSET = 0x91,
-  NEWOBJ_EX = 0x92,
-  STACK_GLOBAL = 0x93,
-  MEMOIZE = 0x94,
-  FRAME = 0x95,
-  BYTEARRAY8 = 0x96,
-  NEXT_BUFFER = 0x97,
-  READONLY_BUFFER = 0x98,
-};
+using namespace opcodes;
+
+namespace {
 
 // Opcodes that import, call or build arbitrary objects. A snapshot never needs them, and running
 // them is how a pickle executes code, so they are refused by name.
@@ -118,15 +50,6 @@ const char* refused_name(std::uint8_t op) {
     default:
       return nullptr;
   }
-}
-
-static_assert(std::endian::native == std::endian::little, "pickle integers are little-endian");
-
-template <typename T>
-T load_le(const std::uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
 }
 
 Value scalar(Kind kind, std::int64_t i = 0) {
@@ -540,72 +463,6 @@ Value Machine::make_long(std::uint64_t length) {
   return v;
 }
 
-bool Machine::read_known_frames_list() {
-  // The list is memoized (MEMOIZE, or a PUT of the next slot), then filled by GETs: one followed
-  // by APPEND, or several between MARK and APPENDS. Python's pickler writes a list's items in
-  // batches of 1000, so a batch of fewer is its last: a longer list takes the general path, which
-  // sees any batch after the first.
-  constexpr std::size_t kPicklerBatch = 1000;
-  const std::span<const std::uint8_t> b = source_.buffered();
-  const std::size_t size = b.size();
-  const std::uint64_t slot = memo_.size();
-  std::size_t pos = 0;
-  if (size < 8)  // room for a LONG_BINPUT and the opcode after it
-    return false;
-  if (b[0] == MEMOIZE)
-    pos = 1;
-  else if (b[0] == BINPUT && b[1] == slot)
-    pos = 2;
-  else if (b[0] == LONG_BINPUT && load_le<std::uint32_t>(&b[1]) == slot)
-    pos = 5;
-  else
-    return false;
-  if (slot > source_.offset() + limits_.max_memo_gap)
-    return false;  // memo_put's check, said by the general path
-  const bool marked = b[pos] == MARK;
-  if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
-    return false;  // an empty list (a trace entry's 'frames' of a recording without stacks)
-  pos += marked ? 1 : 0;
-  if (frames_scratch_.empty())
-    frames_scratch_.resize(kPicklerBatch);
-  std::uint32_t* const frames = frames_scratch_.data();
-  std::size_t count = 0;
-  while (pos + 5 <= size) {
-    std::uint64_t index;
-    if (b[pos] == BINGET) {
-      index = b[pos + 1];
-      pos += 2;
-    } else if (b[pos] == LONG_BINGET) {
-      index = load_le<std::uint32_t>(&b[pos + 1]);
-      pos += 5;
-    } else {
-      break;
-    }
-    // Slots at or past the list's own are unset or the list itself.
-    if (index >= slot || count == kPicklerBatch)
-      return false;
-    const std::uint32_t frame = memo_.frame_at(index);
-    if (frame == Memo::kNotAFrame)
-      return false;
-    frames[count++] = frame;
-  }
-  if (pos >= size || b[pos] != (marked ? APPENDS : APPEND) || count == 0 ||
-      (!marked && count != 1) || count == kPicklerBatch)
-    return false;
-  const std::optional<std::uint32_t> stack =
-      sink_->known_frame_stack(std::span<const std::uint32_t>(frames, count));
-  if (!stack)
-    return false;
-  op_offset_ = source_.offset() + pos;  // the APPEND(S), the last opcode read here
-  source_.skip(pos + 1);
-  Value v;
-  v.kind = Kind::frame_stack;
-  v.ref = *stack;
-  memo_.push_back(v);
-  push(v);
-  return true;
-}
-
 Value Machine::run() {
   auto need = [this](std::size_t n, const char* what) {
     const std::uint8_t* p = source_.take(n);
@@ -747,6 +604,8 @@ Value Machine::run() {
         push(new_node(Kind::list));
         break;
       case EMPTY_DICT:
+        if (sink_ != nullptr && read_trace_entries())
+          break;
         push(new_node(Kind::dict));
         break;
       case EMPTY_SET:

@@ -109,20 +109,23 @@ class Memo {
     const Chunk& chunk = chunks_[static_cast<std::size_t>(slot / kWindow)];
     return decode(folded_word(chunk, slot), chunk.wide);
   }
+  // get() through a small cache of the slots read last, by slot: a real trace's frames lists GET
+  // the same ~500 frame slots 40M times, and every trace entry GETs its ~8 key strings, all
+  // folded long ago; a cached slot is one load instead of get()'s walk to its folded word.
+  Value get_cached(std::uint64_t slot) const {
+    CachedSlot& cached = cached_slots_[slot % kCachedSlots];
+    if (cached.slot == slot)
+      return cached.value;
+    const Value v = get(slot);
+    cached = CachedSlot{slot, v};
+    return v;
+  }
   // The frame index a slot holds when it is a frame converted earlier (Kind::frame), else
   // kNotAFrame, for a frames list read in place.
   static constexpr std::uint32_t kNotAFrame = ~std::uint32_t{0};
   std::uint32_t frame_at(std::uint64_t slot) const {
-    // A real trace's frames lists GET the same ~500 frame slots 40M times: a small cache of them
-    // answers with one load instead of get()'s walk to the folded word.
-    FrameSlot& cached = frame_slots_[slot % kFrameSlots];
-    if (cached.slot == slot)
-      return cached.frame;
-    const Value v = get(slot);
-    if (v.kind != Kind::frame)
-      return kNotAFrame;
-    cached = FrameSlot{slot, v.ref};
-    return v.ref;
+    const Value v = get_cached(slot);
+    return v.kind == Kind::frame ? v.ref : kNotAFrame;
   }
   void set(std::uint64_t slot, const Value& value);
   // Adds slot size() holding `value` (MEMOIZE).
@@ -190,13 +193,13 @@ class Memo {
   // Keeps only the wide values some word still refers to.
   static void drop_unused_wide(Chunk& chunk);
 
-  // frame_at's cache, by slot modulo its size; set() forgets the slot it writes.
-  struct FrameSlot {
+  // get_cached's cache, by slot modulo its size; set() forgets the slot it writes.
+  struct CachedSlot {
     std::uint64_t slot = ~std::uint64_t{0};
-    std::uint32_t frame = 0;
+    Value value;
   };
-  static constexpr std::size_t kFrameSlots = 1024;
-  mutable std::vector<FrameSlot> frame_slots_ = std::vector<FrameSlot>(kFrameSlots);
+  static constexpr std::size_t kCachedSlots = 1024;
+  mutable std::vector<CachedSlot> cached_slots_ = std::vector<CachedSlot>(kCachedSlots);
 
   std::uint64_t base_ = 0;     // slots below are in chunks_
   std::vector<Value> recent_;  // slots [base_, size())
@@ -216,6 +219,12 @@ class ListSink {
   // sink has interned that stack already, else nullopt. Given an id, the machine reads such a
   // frames list as that stack's compact value without building the list (read_known_frames_list).
   virtual std::optional<std::uint32_t> known_frame_stack(std::span<const std::uint32_t> frames) = 0;
+  // A trace entry dict appended to `list`, a list this sink consumed before, read in place
+  // (Machine::read_trace_entries): its keys and values in order, all scalars. Converts it and
+  // returns the compact value its memo slot holds from now on (what retire() would leave there),
+  // or nullopt, with nothing changed, when converting it would fail or it is no plain entry: the
+  // machine then builds the dict and hands it over at APPENDS. By default no entry is.
+  virtual std::optional<Value> convert_entry(Machine& vm, Value list, std::span<const Value> pairs);
 };
 
 class Machine {
@@ -315,6 +324,22 @@ class Machine {
   // 16-byte items, copied into the sink's indices, hashed and found again. False, with nothing
   // consumed, for anything else, which the general path then reads.
   bool read_known_frames_list();
+  // The frames list after an EMPTY_LIST at b[pos - 1], memoized as `slot`: the position after its
+  // APPEND(S) with `stack` set, or 0 when read_known_frames_list's conditions do not hold.
+  std::size_t scan_known_frames_list(std::span<const std::uint8_t> b, std::size_t pos,
+                                     std::uint64_t slot, std::uint32_t& stack);
+  // After EMPTY_DICT, directly inside a batch of APPENDS to a list the sink consumed as a trace
+  // list (nothing pushed since the MARK): trace entry dicts read from the read-ahead buffer and
+  // handed to the sink as their key/value pairs, one after another while the next item is such a
+  // dict, each memoized as its compact value. A trace entry otherwise costs ~15 pushes of 16-byte
+  // values, a dict node, a copy of them into it and the sink's scan of it at APPENDS. Only a dict
+  // of scalar values (ints, strs, None, known frames lists) that the sink converts without an
+  // error is read this way; false, with nothing consumed, when the first is not, which the
+  // general path then reads (and any error is said at APPENDS, where it always was).
+  bool read_trace_entries();
+  // The entry dict after an EMPTY_DICT at b[pos - 1] into entry_scan_: the position after its
+  // SETITEMS, or 0 when it is not of that shape.
+  std::size_t scan_trace_entry(std::span<const std::uint8_t> b, std::size_t pos);
 
   ByteSource& source_;
   ReadLimits limits_;
@@ -351,6 +376,26 @@ class Machine {
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
   std::vector<std::uint32_t> frames_scratch_;  // read_known_frames_list's frame indices
+  // A trace entry dict being read in place (scan_trace_entry), in arrays of fixed size: a dict
+  // with more pairs is read the general way.
+  struct EntryScan {
+    static constexpr std::size_t kMaxPairs = 16;
+    std::array<Value, 2 * kMaxPairs> pairs;  // keys and values in order, `values` of them
+    std::size_t values = 0;
+    // A str the entry holds for the first time (SHORT_BINUNICODE): pairs[pair] once interned.
+    struct NewString {
+      std::size_t pair = 0;
+      std::size_t op = 0;  // the opcode's position in the buffer; its bytes follow it
+      std::size_t length = 0;
+    };
+    std::array<NewString, kMaxPairs> strings;
+    std::size_t string_count = 0;
+    // What each memo slot the entry adds holds, in order: the entry itself (kEntry) or a pair.
+    static constexpr std::size_t kEntry = ~std::size_t{0};
+    std::array<std::size_t, kMaxPairs + 1> memoized;
+    std::size_t memoized_count = 0;
+  };
+  EntryScan entry_scan_;
   std::uint64_t text_bytes_ = 0;
   // The reservation from the input's size (see the constructor): pickle bytes per trace entry in
   // the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).

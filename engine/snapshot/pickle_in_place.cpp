@@ -1,0 +1,298 @@
+// The shapes a snapshot's trace repeats a million times, read straight from the machine's
+// read-ahead buffer instead of opcode by opcode into nodes: a frames list of frames converted
+// earlier (read_known_frames_list) and a trace entry dict appended to a trace list
+// (read_trace_entries). Each reads a shape only when it can tell in advance that the general
+// path would reach the same state without an error; for anything else it consumes nothing and
+// the general path reads it.
+#include <string>
+
+#include "engine/snapshot/pickle_opcodes.h"
+#include "engine/snapshot/pickle_vm.h"
+
+namespace fragscope::snapshot::pickle {
+
+using namespace opcodes;
+
+namespace {
+
+// Python's pickler writes a list's items and a dict's pairs in batches of 1000: a batch of fewer
+// is the last one.
+constexpr std::size_t kPicklerBatch = 1000;
+// The longest entry read in place: its pairs and a frames list of a full batch of LONG_BINGETs.
+constexpr std::size_t kEntryReadAhead = 16 * 1024;
+// Room for the longest fixed-size opcode the readers decode (LONG1 of 8 bytes: 10 bytes).
+constexpr std::size_t kOpcodeRoom = 10;
+
+// Protocol 4 cuts its output into frames: a FRAME opcode and its 8-byte length may stand between
+// any two opcodes, and mean nothing to what is built.
+std::size_t skip_frames(std::span<const std::uint8_t> b, std::size_t pos) {
+  while (pos + 9 <= b.size() && b[pos] == FRAME)
+    pos += 9;
+  return pos;
+}
+
+}  // namespace
+
+std::optional<Value> ListSink::convert_entry(Machine&, Value, std::span<const Value>) {
+  return std::nullopt;
+}
+
+std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std::size_t pos,
+                                            std::uint64_t slot, std::uint32_t& stack) {
+  // The list is memoized (MEMOIZE, or a PUT of the next slot), then filled by GETs: one followed
+  // by APPEND, or several between MARK and APPENDS. A list longer than one batch takes the
+  // general path, which sees any batch after the first.
+  const std::size_t size = b.size();
+  if (pos + 8 > size)  // room for a LONG_BINPUT and the opcode after it
+    return 0;
+  if (b[pos] == MEMOIZE)
+    pos += 1;
+  else if (b[pos] == BINPUT && b[pos + 1] == slot)
+    pos += 2;
+  else if (b[pos] == LONG_BINPUT && load_le<std::uint32_t>(&b[pos + 1]) == slot)
+    pos += 5;
+  else
+    return 0;
+  if (slot > source_.offset() + limits_.max_memo_gap)
+    return 0;  // memo_put's check, said by the general path
+  const bool marked = b[pos] == MARK;
+  if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
+    return 0;  // an empty list (a trace entry's 'frames' of a recording without stacks)
+  pos += marked ? 1 : 0;
+  if (frames_scratch_.empty())
+    frames_scratch_.resize(kPicklerBatch);
+  std::uint32_t* const frames = frames_scratch_.data();
+  std::size_t count = 0;
+  const std::uint64_t stored = memo_.size();
+  for (;;) {
+    pos = skip_frames(b, pos);
+    if (pos + 5 > size)
+      break;
+    std::uint64_t index;
+    if (b[pos] == BINGET) {
+      index = b[pos + 1];
+      pos += 2;
+    } else if (b[pos] == LONG_BINGET) {
+      index = load_le<std::uint32_t>(&b[pos + 1]);
+      pos += 5;
+    } else {
+      break;
+    }
+    // Slots at or past the list's own are unset or the list itself, and so are the slots of the
+    // entry the list is read in (stored is then below slot).
+    if (index >= stored || index >= slot || count == kPicklerBatch)
+      return 0;
+    const std::uint32_t frame = memo_.frame_at(index);
+    if (frame == Memo::kNotAFrame)
+      return 0;
+    frames[count++] = frame;
+  }
+  if (pos >= size || b[pos] != (marked ? APPENDS : APPEND) || count == 0 ||
+      (!marked && count != 1) || count == kPicklerBatch)
+    return 0;
+  const std::optional<std::uint32_t> known =
+      sink_->known_frame_stack(std::span<const std::uint32_t>(frames, count));
+  if (!known)
+    return 0;
+  stack = *known;
+  return pos + 1;
+}
+
+bool Machine::read_known_frames_list() {
+  const std::span<const std::uint8_t> b = source_.buffered();
+  std::uint32_t stack = 0;
+  const std::size_t end = scan_known_frames_list(b, 0, memo_.size(), stack);
+  if (end == 0)
+    return false;
+  op_offset_ = source_.offset() + end - 1;  // the APPEND(S), the last opcode read here
+  source_.skip(end);
+  Value v;
+  v.kind = Kind::frame_stack;
+  v.ref = stack;
+  memo_.push_back(v);
+  push(v);
+  return true;
+}
+
+std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size_t pos) {
+  EntryScan& scan = entry_scan_;
+  scan.values = 0;
+  scan.string_count = 0;
+  scan.memoized_count = 0;
+  const std::size_t size = b.size();
+  const std::uint64_t first_slot = memo_.size();
+  // An optional MEMOIZE, or a PUT of the next slot, after an object; false for a PUT elsewhere.
+  auto memoize = [&](std::size_t& p, std::size_t what) {
+    p = skip_frames(b, p);
+    if (p + 5 > size)
+      return false;
+    const std::uint64_t next = first_slot + scan.memoized_count;
+    if (b[p] == MEMOIZE)
+      p += 1;
+    else if (b[p] == BINPUT && b[p + 1] == next)
+      p += 2;
+    else if (b[p] == LONG_BINPUT && load_le<std::uint32_t>(&b[p + 1]) == next)
+      p += 5;
+    else
+      return b[p] != BINPUT && b[p] != LONG_BINPUT && b[p] != PUT;
+    scan.memoized[scan.memoized_count++] = what;
+    return true;
+  };
+  // A GET of a slot stored before the entry; Kind::unset for anything else.
+  auto get = [&](std::size_t& p) {
+    Value unset;
+    unset.kind = Kind::unset;
+    std::uint64_t index;
+    if (b[p] == BINGET) {
+      index = b[p + 1];
+      p += 2;
+    } else if (b[p] == LONG_BINGET) {
+      index = load_le<std::uint32_t>(&b[p + 1]);
+      p += 5;
+    } else {
+      return unset;
+    }
+    return index < first_slot ? memo_.get_cached(index) : unset;
+  };
+  auto integer = [](std::int64_t i) {
+    Value v;
+    v.kind = Kind::integer;
+    v.i = i;
+    return v;
+  };
+
+  if (!memoize(pos, EntryScan::kEntry))
+    return 0;
+  if (pos >= size || b[pos] != MARK)
+    return 0;
+  ++pos;
+  for (;;) {
+    pos = skip_frames(b, pos);
+    if (pos >= size)
+      return 0;
+    if (b[pos] == SETITEMS)
+      break;
+    if (scan.values == scan.pairs.size() || pos + 5 > size)
+      return 0;
+    const Value key = get(pos);
+    if (key.kind != Kind::string)
+      return 0;
+    pos = skip_frames(b, pos);
+    if (pos + kOpcodeRoom > size)  // the value's opcode and arguments, at most
+      return 0;
+    const std::size_t value_at = scan.values + 1;
+    Value value;
+    switch (b[pos]) {
+      case BININT1:
+        value = integer(b[pos + 1]);
+        pos += 2;
+        break;
+      case BININT2:
+        value = integer(load_le<std::uint16_t>(&b[pos + 1]));
+        pos += 3;
+        break;
+      case BININT:
+        value = integer(load_le<std::int32_t>(&b[pos + 1]));
+        pos += 5;
+        break;
+      case LONG1: {
+        // Little-endian two's complement, as make_long reads up to 8 bytes. kOpcodeRoom leaves 8
+        // bytes after the length to load at once; shifted up and back down arithmetically, the
+        // `length` bytes wanted are sign-extended.
+        const std::size_t length = b[pos + 1];
+        if (length > 8)
+          return 0;
+        const unsigned unused_bits = 64 - 8 * static_cast<unsigned>(length);
+        const std::uint64_t u = load_le<std::uint64_t>(&b[pos + 2]);
+        value =
+            integer(length == 0 ? 0 : static_cast<std::int64_t>(u << unused_bits) >> unused_bits);
+        pos += 2 + length;
+        break;
+      }
+      case NONE:
+        value.kind = Kind::none;
+        pos += 1;
+        break;
+      case SHORT_BINUNICODE: {
+        const std::size_t length = b[pos + 1];
+        if (pos + 2 + length > size || length > limits_.max_string)
+          return 0;
+        value.kind = Kind::string;
+        scan.strings[scan.string_count++] = {value_at, pos, length};
+        pos += 2 + length;
+        if (!memoize(pos, value_at))
+          return 0;
+        break;
+      }
+      case EMPTY_LIST: {
+        std::uint32_t stack = 0;
+        const std::size_t end =
+            scan_known_frames_list(b, pos + 1, first_slot + scan.memoized_count, stack);
+        if (end == 0)
+          return 0;
+        value.kind = Kind::frame_stack;
+        value.ref = stack;
+        scan.memoized[scan.memoized_count++] = value_at;
+        pos = end;
+        break;
+      }
+      default:
+        value = get(pos);
+        if (value.kind != Kind::string && value.kind != Kind::integer &&
+            value.kind != Kind::frame_stack && value.kind != Kind::none)
+          return 0;
+        break;
+    }
+    scan.pairs[scan.values] = key;
+    scan.pairs[value_at] = value;
+    scan.values += 2;
+  }
+  // memo_put's check on the last slot the entry adds, said by the general path.
+  if (first_slot + scan.memoized_count > source_.offset() + limits_.max_memo_gap)
+    return 0;
+  return pos + 1;
+}
+
+bool Machine::read_trace_entries() {
+  if (marks_.empty() || marks_.back() != stack_.size() || stack_.empty())
+    return false;
+  const Value list = stack_.back();
+  if (list.kind != Kind::list)
+    return false;
+  const Node& list_node = nodes_[list.ref];
+  if (list_node.generation != list.generation || list_node.kind != Kind::trace_list)
+    return false;
+  static_assert(kPicklerBatch * 5 + 1024 < kEntryReadAhead);
+  bool read_any = false;
+  std::size_t start = 0;  // the entry's first byte after its EMPTY_DICT
+  for (;;) {
+    const std::span<const std::uint8_t> b = source_.buffered(kEntryReadAhead);
+    const std::size_t end = scan_trace_entry(b, start);
+    if (end == 0)
+      break;
+    EntryScan& scan = entry_scan_;
+    for (const EntryScan::NewString& s : std::span(scan.strings).first(scan.string_count)) {
+      op_offset_ = source_.offset() + s.op;  // where make_string would report a limit
+      scan.pairs[s.pair].ref =
+          intern(std::string_view(reinterpret_cast<const char*>(b.data() + s.op + 2), s.length));
+    }
+    op_offset_ = source_.offset() + end - 1;  // the SETITEMS
+    const std::optional<Value> replacement =
+        sink_->convert_entry(*this, list, std::span(scan.pairs).first(scan.values));
+    if (!replacement)
+      break;
+    for (const std::size_t what : std::span(scan.memoized).first(scan.memoized_count))
+      memo_.push_back(what == EntryScan::kEntry ? *replacement : scan.pairs[what]);
+    source_.skip(end);
+    read_any = true;
+    // The next item, if it is an entry dict: its EMPTY_DICT is consumed only along with it.
+    const std::span<const std::uint8_t> next = source_.buffered(kEntryReadAhead);
+    const std::size_t at = skip_frames(next, 0);
+    if (at >= next.size() || next[at] != EMPTY_DICT)
+      break;
+    start = at + 1;
+  }
+  return read_any;
+}
+
+}  // namespace fragscope::snapshot::pickle
