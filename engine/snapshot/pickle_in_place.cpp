@@ -31,6 +31,22 @@ std::size_t skip_frames(std::span<const std::uint8_t> b, std::size_t pos) {
   return pos;
 }
 
+// A BINGET or LONG_BINGET at b[pos], its argument in `b` (the caller checked): its memo index,
+// with pos moved past it; false, pos unchanged, for any other opcode.
+bool read_get(std::span<const std::uint8_t> b, std::size_t& pos, std::uint64_t& index) {
+  if (b[pos] == BINGET) {
+    index = b[pos + 1];
+    pos += 2;
+    return true;
+  }
+  if (b[pos] == LONG_BINGET) {
+    index = load_le<std::uint32_t>(&b[pos + 1]);
+    pos += 5;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::optional<Value> ListSink::convert_entry(Machine&, Value, std::span<const Value>) {
@@ -69,15 +85,8 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
     if (pos + 5 > size)
       break;
     std::uint64_t index;
-    if (b[pos] == BINGET) {
-      index = b[pos + 1];
-      pos += 2;
-    } else if (b[pos] == LONG_BINGET) {
-      index = load_le<std::uint32_t>(&b[pos + 1]);
-      pos += 5;
-    } else {
+    if (!read_get(b, pos, index))
       break;
-    }
     // Slots at or past the list's own are unset or the list itself, and so are the slots of the
     // entry the list is read in (stored is then below slot).
     if (index >= stored || index >= slot || count == kPicklerBatch)
@@ -143,16 +152,7 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
     Value unset;
     unset.kind = Kind::unset;
     std::uint64_t index;
-    if (b[p] == BINGET) {
-      index = b[p + 1];
-      p += 2;
-    } else if (b[p] == LONG_BINGET) {
-      index = load_le<std::uint32_t>(&b[p + 1]);
-      p += 5;
-    } else {
-      return unset;
-    }
-    return index < first_slot ? memo_.get_cached(index) : unset;
+    return read_get(b, p, index) && index < first_slot ? memo_.get_cached(index) : unset;
   };
   auto integer = [](std::int64_t i) {
     Value v;

@@ -465,16 +465,8 @@ class TraceSink : public pickle::ListSink {
   std::optional<TraceEvent> convert_fields(Machine& vm, const EntryFields& f,
                                            FrameInterner& interner, std::uint32_t events_index) {
     TraceEvent ev;
-    const Value* action = f.action;
-    const Value* addr = f.addr;
-    const Value* size = f.size;
-    const Value* stream = f.stream;
-    const Value* time_us = f.time_us;
-    const Value* frames = f.frames;
-    const Value* compile_context = f.compile_context;
-    const Value* user_metadata = f.user_metadata;
     ++out_.features.trace_entries;
-    std::string_view name = vm.str(*action);
+    std::string_view name = vm.str(*f.action);
     auto parsed = trace_action_from_string(name);
     if (!parsed) {
       // A newer release's action (e.g. "annotate"): not an allocator event; skipped and counted.
@@ -485,39 +477,40 @@ class TraceSink : public pickle::ListSink {
     }
     ev.action = *parsed;
     auto where = [&] { return "trace entry '" + std::string(name) + "'"; };
-    if (addr == nullptr)
+    if (f.addr == nullptr)
       vm.fail(where() + ": missing key '" +
               std::string(ev.action == TraceAction::oom ? "device_free" : "addr") + "'");
-    if (size == nullptr)
+    if (f.size == nullptr)
       vm.fail(where() + ": missing key 'size'");
     // Plain non-negative ints are the rule; anything else takes the checked path.
     auto u64 = [&](const Value& v, const char* key) {
       return v.kind == Kind::integer && v.i >= 0 ? static_cast<std::uint64_t>(v.i)
                                                  : as_u64(vm, v, where() + " '" + key + "'");
     };
-    ev.addr = u64(*addr, "addr");
-    ev.size = u64(*size, "size");
-    if (stream != nullptr)
-      ev.stream = StreamId{u64(*stream, "stream")};
-    if (time_us != nullptr) {
+    ev.addr = u64(*f.addr, "addr");
+    ev.size = u64(*f.size, "size");
+    if (f.stream != nullptr)
+      ev.stream = StreamId{u64(*f.stream, "stream")};
+    if (f.time_us != nullptr) {
       ++out_.features.entries_with_time;
-      ev.time_us = time_us->kind == Kind::integer ? time_us->i
-                                                  : as_i64(vm, *time_us, where() + " 'time_us'");
+      ev.time_us = f.time_us->kind == Kind::integer
+                       ? f.time_us->i
+                       : as_i64(vm, *f.time_us, where() + " 'time_us'");
     }
     // Spooled, the texts are only counted (push() keeps none).
     TraceEntryText text;
-    if (compile_context != nullptr) {
+    if (f.compile_context != nullptr) {
       ++out_.features.entries_with_compile_context;
       if (!spool_)
-        text.compile_context = text_id(vm, *compile_context);
+        text.compile_context = text_id(vm, *f.compile_context);
     }
-    if (user_metadata != nullptr) {
+    if (f.user_metadata != nullptr) {
       ++out_.features.entries_with_user_metadata;
       if (!spool_)
-        text.user_metadata = text_id(vm, *user_metadata);
+        text.user_metadata = text_id(vm, *f.user_metadata);
     }
-    if (frames != nullptr) {
-      Value fv = *frames;  // the dict's item storage may move while frames are interned
+    if (f.frames != nullptr) {
+      Value fv = *f.frames;  // the dict's item storage may move while frames are interned
       ev.frames = interner.stack(fv, "trace entry 'frames'", true);
     }
     push(vm, events_index, ev, text);

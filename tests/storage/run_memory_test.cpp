@@ -131,6 +131,15 @@ TEST(RunMemory, AWriterHoldsTwoPartsOfAChunkUnpacked) {
   EXPECT_EQ(reader.series(run, 0, events.size()), series);
 }
 
+// A run of `events` stored in `db` under `name`.
+RunId stored_run(Database& db, const std::vector<TraceEvent>& events, const std::string& name) {
+  RunWriter writer(db);
+  const RunId run = writer.begin_run(test::record_named(name));
+  writer.append_events(run, events);
+  writer.finish_run(run, RunStatus::ok);
+  return run;
+}
+
 // The stats keyframes an import stores read 12k events at a time (kStatsKeyframeInterval and the
 // lookahead); a window across a chunk boundary held both chunks decoded, events and series (9.4
 // MB), to copy 12k events out. Now the window and one chunk's decompressed columns.
@@ -138,10 +147,7 @@ TEST(RunMemory, EventsOfAWindowDecodeNoWholeChunk) {
   test::TempDir dir;
   const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
   const auto events = steady_trace(2 * kEventsPerChunk + 5000);
-  RunWriter writer(*db);
-  const RunId run = writer.begin_run(test::record_named("window"));
-  writer.append_events(run, events);
-  writer.finish_run(run, RunStatus::ok);
+  const RunId run = stored_run(*db, events, "window");
   RunReader reader(*db);
 
   const std::uint64_t first = kEventsPerChunk - 6000;
@@ -167,10 +173,7 @@ TEST(RunMemory, AStreamReadsARunForwardHoldingOneChunksColumns) {
   test::TempDir dir;
   const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
   const auto events = steady_trace(2 * kEventsPerChunk + 5000);
-  RunWriter writer(*db);
-  const RunId run = writer.begin_run(test::record_named("stream"));
-  writer.append_events(run, events);
-  writer.finish_run(run, RunStatus::ok);
+  const RunId run = stored_run(*db, events, "stream");
   RunReader reader(*db);
 
   RunReader::EventStream stream = reader.event_stream(run);
@@ -210,10 +213,7 @@ TEST(RunMemory, AStreamPastTheStoredChunksIsAnError) {
   test::TempDir dir;
   const std::unique_ptr<Database> db = open_store_database(dir.file("runs.db"));
   const auto events = steady_trace(kEventsPerChunk + 100);
-  RunWriter writer(*db);
-  const RunId run = writer.begin_run(test::record_named("short"));
-  writer.append_events(run, events);
-  writer.finish_run(run, RunStatus::ok);
+  const RunId run = stored_run(*db, events, "short");
   db->exec("UPDATE runs SET event_count = event_count + 50");
   RunReader reader(*db);
   RunReader::EventStream stream = reader.event_stream(run);
