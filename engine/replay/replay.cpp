@@ -65,19 +65,6 @@ struct TraceSource {
   }
 };
 
-// The entries of `trace` from `index` (< size) to the end of its block, side by side, for a
-// reader going forward a run at a time instead of looking each one up: a spool's window hands
-// out one decoded block's entries (EventSpool::kBlockEvents of them, in one array), a vector's
-// window the vector. The run stays valid until the window decodes two other blocks.
-std::span<const TraceEvent> run_from(const TraceSource& source, const snapshot::TraceWindow& trace,
-                                     std::size_t index) {
-  constexpr std::size_t kBlock = snapshot::EventSpool::kBlockEvents;
-  const std::size_t end = source.spool != nullptr
-                              ? std::min(trace.size(), (index / kBlock + 1) * kBlock)
-                              : trace.size();
-  return {&trace[index], end - index};
-}
-
 // needs_pool_inference of a trace in either form: a spool is read only where its runs of
 // segment_free entries begin (it noted them as it was written), a vector is walked for them.
 bool needs_inference(const TraceSource& source, const ReplayOptions& options) {
@@ -99,7 +86,7 @@ bool needs_inference(const TraceSource& source, const ReplayOptions& options) {
   // taken again after one).
   bool after_free = false;  // the entry before is a segment_free
   for (std::size_t first = 0; first < trace.size();) {
-    const std::span<const TraceEvent> run = run_from(source, trace, first);
+    const std::span<const TraceEvent> run = trace.run_from(first);
     std::size_t k = 0;
     while (k < run.size()) {
       const bool free = run[k].action == TraceAction::segment_free;
@@ -175,8 +162,7 @@ class ComparingSink final : public alloc::EventSink {
   // every event, about `expected` of them.
   ComparingSink(const TraceSource& trace, bool compare, bool compare_addresses, bool keep,
                 std::size_t expected)
-      : source_(trace),
-        trace_(trace.window()),
+      : trace_(trace.window()),
         comparing_(compare),
         compare_addresses_(compare_addresses),
         keep_(keep) {
@@ -230,7 +216,7 @@ class ComparingSink final : public alloc::EventSink {
         const std::size_t next = cursor_index();
         if (next >= trace_.size())
           return false;
-        const std::span<const TraceEvent> run = run_from(source_, trace_, next);
+        const std::span<const TraceEvent> run = trace_.run_from(next);
         run_first_ = next;
         run_begin_ = cursor_ = run.data();
         run_end_ = run.data() + run.size();
@@ -256,7 +242,6 @@ class ComparingSink final : public alloc::EventSink {
     comparing_ = false;
   }
 
-  TraceSource source_;
   snapshot::TraceWindow trace_;
   bool comparing_;  // comparing, and no divergence yet
   bool compare_addresses_;

@@ -171,6 +171,17 @@ class TraceWindow {
       return last.events[index - b * EventSpool::kBlockEvents];
     return decode(b)[index - b * EventSpool::kBlockEvents];
   }
+  // The entries from `index` to the end of its block (a vector's window: to the vector's end) as
+  // one array, for a reader that goes forward a run at a time rather than an entry at a time. It
+  // stays valid as long as a reference operator[] returns does.
+  std::span<const TraceEvent> run_from(std::size_t index) const {
+    if (spool_ == nullptr)
+      return events_.subspan(index);
+    const std::size_t b = index / EventSpool::kBlockEvents;
+    const Kept& last = kept_[last_];
+    const std::span<const TraceEvent> block = last.block == b ? last.events : decode(b);
+    return block.subspan(index - b * EventSpool::kBlockEvents);
+  }
 
  private:
   struct Kept {

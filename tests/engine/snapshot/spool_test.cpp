@@ -187,6 +187,28 @@ TEST(TraceWindow, ReadsASpoolForwardAsTheVector) {
   EXPECT_EQ(&plain[5], &events[5]);
 }
 
+// A window hands out the entries from an index to the end of its block as one array (a vector's:
+// to its end), the last block of a spool being the one still filling.
+TEST(TraceWindow, ARunFromAnIndexIsTheRestOfItsBlock) {
+  constexpr std::size_t kBlock = EventSpool::kBlockEvents;
+  const std::vector<TraceEvent> events = random_events(2 * kBlock + 7, 17);
+  EventSpool spool;
+  for (const TraceEvent& e : events)
+    spool.push_back(e);
+  const TraceWindow window(spool);
+  for (const std::size_t index :
+       {std::size_t{0}, kBlock - 1, kBlock, kBlock + 3, 2 * kBlock, 2 * kBlock + 6}) {
+    const std::span<const TraceEvent> run = window.run_from(index);
+    const std::size_t end = std::min(events.size(), (index / kBlock + 1) * kBlock);
+    ASSERT_EQ(run.size(), end - index) << index;
+    EXPECT_TRUE(std::equal(run.begin(), run.end(), events.begin() + index)) << index;
+    EXPECT_EQ(&run[0], &window[index]) << "the run is the window's own block, " << index;
+  }
+  const TraceWindow plain(events);
+  EXPECT_EQ(plain.run_from(kBlock).data(), &events[kBlock]);
+  EXPECT_EQ(plain.run_from(kBlock).size(), events.size() - kBlock);
+}
+
 // The compacted memo against a plain vector, under grows, writes to any slot and reads.
 // Whether `memo`'s slot reads what the plain array `model` holds there.
 ::testing::AssertionResult memo_slot_holds(const pickle::Memo& memo,
