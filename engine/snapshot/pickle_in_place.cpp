@@ -47,6 +47,33 @@ bool read_get(std::span<const std::uint8_t> b, std::size_t& pos, std::uint64_t& 
   return false;
 }
 
+// What the opcode at b[pos] does with the memo slot `next`, the one the object just built would
+// take (room for a LONG_BINPUT checked by the caller): MEMOIZE, or a PUT of that slot, stores it
+// there, pos moved past; a PUT of another slot is something the readers leave to the general
+// path; any other opcode stores nothing.
+enum class Memoized { stored, not_stored, elsewhere };
+Memoized read_memoize(std::span<const std::uint8_t> b, std::size_t& pos, std::uint64_t next) {
+  switch (b[pos]) {
+    case MEMOIZE:
+      pos += 1;
+      return Memoized::stored;
+    case BINPUT:
+      if (b[pos + 1] != next)
+        return Memoized::elsewhere;
+      pos += 2;
+      return Memoized::stored;
+    case LONG_BINPUT:
+      if (load_le<std::uint32_t>(&b[pos + 1]) != next)
+        return Memoized::elsewhere;
+      pos += 5;
+      return Memoized::stored;
+    case PUT:
+      return Memoized::elsewhere;
+    default:
+      return Memoized::not_stored;
+  }
+}
+
 }  // namespace
 
 std::optional<Value> ListSink::convert_entry(Machine&, Value, std::span<const Value>) {
@@ -61,13 +88,7 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   const std::size_t size = b.size();
   if (pos + 8 > size)  // room for a LONG_BINPUT and the opcode after it
     return 0;
-  if (b[pos] == MEMOIZE)
-    pos += 1;
-  else if (b[pos] == BINPUT && b[pos + 1] == slot)
-    pos += 2;
-  else if (b[pos] == LONG_BINPUT && load_le<std::uint32_t>(&b[pos + 1]) == slot)
-    pos += 5;
-  else
+  if (read_memoize(b, pos, slot) != Memoized::stored)
     return 0;
   if (slot > source_.offset() + limits_.max_memo_gap)
     return 0;  // memo_put's check, said by the general path
@@ -135,17 +156,10 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
     p = skip_frames(b, p);
     if (p + 5 > size)
       return false;
-    const std::uint64_t next = first_slot + scan.memoized_count;
-    if (b[p] == MEMOIZE)
-      p += 1;
-    else if (b[p] == BINPUT && b[p + 1] == next)
-      p += 2;
-    else if (b[p] == LONG_BINPUT && load_le<std::uint32_t>(&b[p + 1]) == next)
-      p += 5;
-    else
-      return b[p] != BINPUT && b[p] != LONG_BINPUT && b[p] != PUT;
-    scan.memoized[scan.memoized_count++] = what;
-    return true;
+    const Memoized memoized = read_memoize(b, p, first_slot + scan.memoized_count);
+    if (memoized == Memoized::stored)
+      scan.memoized[scan.memoized_count++] = what;
+    return memoized != Memoized::elsewhere;
   };
   // A GET of a slot stored before the entry; Kind::unset for anything else.
   auto get = [&](std::size_t& p) {
