@@ -117,6 +117,8 @@ void ByteSource::start() {
 }
 
 std::size_t ByteSource::fill() {
+  if (deferred_)
+    std::rethrow_exception(deferred_);
   if (end_ == buf_.size()) {
     // Keep unread bytes, drop read ones; grow only when everything is unread.
     if (begin_ > 0) {
@@ -186,16 +188,23 @@ std::size_t ByteSource::fill() {
 }
 
 void ByteSource::read_ahead(std::size_t n) {
-  while (end_ - begin_ < n) {
-    if (fill() == 0)
-      return;
+  if (deferred_)
+    return;
+  try {
+    while (end_ - begin_ < n) {
+      if (fill() == 0)
+        return;
+    }
+  } catch (const InputError&) {
+    deferred_ = std::current_exception();
   }
 }
 
 const std::uint8_t* ByteSource::take_slow(std::size_t n) {
-  read_ahead(n);
-  if (end_ - begin_ < n)
-    return nullptr;
+  while (end_ - begin_ < n) {
+    if (fill() == 0)
+      return nullptr;
+  }
   const std::uint8_t* p = buf_.data() + begin_;
   begin_ += n;
   return p;

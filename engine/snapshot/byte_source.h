@@ -4,6 +4,7 @@
 // decompressed bytes, which is what a pickle disassembler (python -m pickletools) shows.
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -42,7 +43,9 @@ class ByteSource {
   }
   // buffered(), read ahead first to at least `n` bytes where the input has them (`n` at most a
   // few KiB), for a caller that decodes runs of opcodes: one that ends at the buffer's edge would
-  // otherwise go the slow way.
+  // otherwise go the slow way. Reading ahead never throws: a corrupt or over-limit stretch past
+  // what was asked for (gzip junk after the pickle's STOP, say) is an error only once a read
+  // needs those bytes, as it was without the read-ahead.
   std::span<const std::uint8_t> buffered(std::size_t n) {
     if (end_ - begin_ < n) [[unlikely]]
       read_ahead(n);
@@ -85,6 +88,7 @@ class ByteSource {
   std::uint64_t produced_ = 0;
   std::uint64_t raw_read_ = 0;
   std::uint64_t size_hint_ = 0;
+  std::exception_ptr deferred_;  // read_ahead's error, thrown by the next fill()
 };
 
 }  // namespace fragscope::snapshot

@@ -18,7 +18,9 @@ namespace {
 // Python's pickler writes a list's items and a dict's pairs in batches of 1000: a batch of fewer
 // is the last one.
 constexpr std::size_t kPicklerBatch = 1000;
-// The longest entry read in place: its pairs and a frames list of a full batch of LONG_BINGETs.
+// How far ahead an entry is looked for in the buffer: room for its pairs and a frames list of a
+// full batch of LONG_BINGETs. An entry longer than that (FRAME opcodes between its GETs, several
+// frames lists) is read the general way.
 constexpr std::size_t kEntryReadAhead = 16 * 1024;
 // Room for the longest fixed-size opcode the readers decode (LONG1 of 8 bytes: 10 bytes).
 constexpr std::size_t kOpcodeRoom = 10;
@@ -264,6 +266,12 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   // memo_put's check on the last slot the entry adds, said by the general path.
   if (first_slot + scan.memoized_count > source_.offset() + limits_.max_memo_gap)
     return 0;
+  // The dict must be the batch's next item, to be appended with it: the next opcode starts
+  // another item (an entry dict) or ends the batch. Anything else (DUP, POP, a SETITEM into the
+  // dict, ...) does something to the dict first, which the general path does.
+  const std::size_t next = skip_frames(b, pos + 1);
+  if (next >= size || (b[next] != EMPTY_DICT && b[next] != APPENDS))
+    return 0;
   return pos + 1;
 }
 
@@ -277,6 +285,7 @@ bool Machine::read_trace_entries() {
   if (list_node.generation != list.generation || list_node.kind != Kind::trace_list)
     return false;
   static_assert(kPicklerBatch * 5 + 1024 < kEntryReadAhead);
+  const std::uint64_t dict_offset = op_offset_;  // the EMPTY_DICT's, for the general path
   bool read_any = false;
   std::size_t start = 0;  // the entry's first byte after its EMPTY_DICT
   for (;;) {
@@ -299,6 +308,7 @@ bool Machine::read_trace_entries() {
       memo_.push_back(what == EntryScan::kEntry ? *replacement : scan.pairs[what]);
     source_.skip(end);
     read_any = true;
+    in_place_batch_ = marks_.size();
     // The next item, if it is an entry dict: its EMPTY_DICT is consumed only along with it.
     const std::span<const std::uint8_t> next = source_.buffered(kEntryReadAhead);
     const std::size_t at = skip_frames(next, 0);
@@ -306,6 +316,8 @@ bool Machine::read_trace_entries() {
       break;
     start = at + 1;
   }
+  if (!read_any)
+    op_offset_ = dict_offset;
   return read_any;
 }
 

@@ -280,6 +280,12 @@ void Machine::fail_no_mark() const {
   fail("MARK expected before this opcode");
 }
 
+void Machine::fail_in_place_batch_unappended(const char* op) const {
+  fail(std::string(op) +
+       " ends a batch of trace entries that were converted as they were read: a trace list's "
+       "batch must end in APPENDS");
+}
+
 void Machine::memo_put(std::uint64_t index) {
   Value v = top();
   if (index == memo_.size() && index <= op_offset_ + limits_.max_memo_gap) {
@@ -515,9 +521,11 @@ Value Machine::run() {
         marks_.push_back(stack_.size());
         break;
       case POP:
-        if (!marks_.empty() && marks_.back() == stack_.size())
+        if (!marks_.empty() && marks_.back() == stack_.size()) {
+          if (marks_.size() == in_place_batch_) [[unlikely]]
+            fail_in_place_batch_unappended("POP");
           marks_.pop_back();  // CPython: POP on an empty mark pops the mark
-        else
+        } else
           pop();
         break;
       case POP_MARK:
@@ -621,6 +629,8 @@ Value Machine::run() {
         break;
       }
       case APPENDS: {
+        if (marks_.size() == in_place_batch_)
+          in_place_batch_ = 0;  // the batch whose entries were read in place ends as they did
         std::size_t m = pop_mark();
         if (m == 0 || (!marks_.empty() && marks_.back() > m - 1))
           fail("APPENDS needs a list below its MARK");

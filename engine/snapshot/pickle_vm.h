@@ -4,7 +4,8 @@
 // would import or call something (GLOBAL, REDUCE, BUILD, ...) with an error naming the opcode and
 // its byte offset. Objects live in a flat arena (no recursion when freeing, so no stack overflow
 // on hostile nesting); a ListSink sees the items of every APPEND/APPENDS first and may consume
-// them into a compact structure, which is how a 1 GB trace never becomes a generic object tree.
+// them into a compact structure, which is how a 1 GB trace never becomes a generic object tree
+// (trace entries after a list's first batch reach it one by one as they are read, convert_entry).
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -210,7 +211,7 @@ class Memo {
 class Machine;
 
 // Sees every batch of items appended to a list; returns true when it consumed the batch (the items
-// are then not stored in the list).
+// are then not stored in the list). Trace entries read in place come to convert_entry instead.
 class ListSink {
  public:
   virtual ~ListSink() = default;
@@ -293,11 +294,14 @@ class Machine {
   std::size_t pop_mark() {
     if (marks_.empty()) [[unlikely]]
       fail_no_mark();
+    if (marks_.size() == in_place_batch_) [[unlikely]]
+      fail_in_place_batch_unappended("an opcode other than APPENDS");
     const std::size_t m = marks_.back();
     marks_.pop_back();
     return m;
   }
   [[noreturn, gnu::cold, gnu::noinline]] void fail_no_mark() const;
+  [[noreturn, gnu::cold, gnu::noinline]] void fail_in_place_batch_unappended(const char* op) const;
   void memo_put(std::uint64_t index);
   Value memo_get(std::uint64_t index) {
     if (index >= memo_.size()) [[unlikely]]
@@ -396,6 +400,11 @@ class Machine {
     std::size_t memoized_count = 0;
   };
   EntryScan entry_scan_;
+  // The depth of the MARK (marks_.size() with it on top) of the batch whose entries were read in
+  // place, 0 when none: those entries are events already, so the batch must end in APPENDS, as
+  // the general path's would have for them to become events. Any other opcode that takes the
+  // MARK (POP_MARK, POP, TUPLE, ...) would have dropped them there: it is an error instead.
+  std::size_t in_place_batch_ = 0;
   std::uint64_t text_bytes_ = 0;
   // The reservation from the input's size (see the constructor): pickle bytes per trace entry in
   // the densest snapshots seen (PyTorch's own: ~70-230 bytes per entry).

@@ -236,7 +236,6 @@ void ChunkReader::next(TraceEvent& event, LabelId& label, SeriesPoint& residual)
 
 std::size_t ChunkReader::read(std::size_t count, std::vector<TraceEvent>& out) {
   const std::size_t n = std::min(count, count_ - position_);
-  out.reserve(out.size() + n);
   TraceEvent event;
   LabelId label;
   SeriesPoint residual;

@@ -68,9 +68,12 @@ std::size_t RunReader::EventStream::read(std::size_t count, std::vector<TraceEve
     if (!chunk_ || chunk_->position() == chunk_->count()) {
       chunk_.reset();
       chunk_.emplace(reader_.read_chunk(run_, chunk_first));
-      // A stream that starts inside a chunk decodes the events before its first.
-      std::vector<TraceEvent> skipped;
-      chunk_->read(static_cast<std::size_t>(next_ - chunk_first), skipped);
+      // A stream that starts inside a chunk decodes the events before its first, keeping none.
+      TraceEvent skipped;
+      LabelId label;
+      SeriesPoint residual;
+      while (chunk_->position() < std::min<std::uint64_t>(next_ - chunk_first, chunk_->count()))
+        chunk_->next(skipped, label, residual);
     }
     const std::size_t got = chunk_->read(
         static_cast<std::size_t>(std::min<std::uint64_t>(count - done, end_ - next_)), out);

@@ -266,8 +266,12 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
     // The events up to the end of the allocator call at the target, or to the run's end (the
     // last window is replayed only to check that the model follows the recording to the end).
     const std::uint64_t window_end = std::min(count, std::min(target, count) + kCallLookahead);
-    if (from + part.size() < window_end)
-      stream.read(static_cast<std::size_t>(window_end - from - part.size()), part);
+    if (from + part.size() < window_end) {
+      const auto wanted = static_cast<std::size_t>(window_end - from - part.size());
+      if (stream.read(wanted, part) != wanted)
+        throw DatabaseError(store.database_path() + ": run " + std::to_string(run.value) +
+                            " holds fewer events than its record's " + std::to_string(count));
+    }
     std::uint64_t cut = std::min(target, count) - from;
     // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
     // segment_free entries, which the replay infers one call from).

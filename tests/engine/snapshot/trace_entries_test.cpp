@@ -5,6 +5,7 @@
 // the batches after it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -55,12 +56,15 @@ class SnapshotPickle {
       for (const Entry& entry : batch)
         write_entry(entry);
       appends.push_back(bytes_.size());
-      bytes_ += 'e';
+      const std::size_t k = appends.size() - 1;
+      bytes_ += k < batch_ends.size() ? batch_ends[k] : std::string("e");
     }
     bytes_ += "au.";  // the trace list into device_traces; the snapshot's SETITEMS
     return bytes_;
   }
   std::vector<std::size_t> appends;  // the byte offset of each batch's APPENDS
+  // What ends batch k instead of APPENDS ('e'), when given: raw opcodes.
+  std::vector<std::string> batch_ends;
 
  private:
   void write_entry(const Entry& entry) {
@@ -218,7 +222,6 @@ std::vector<Entry> every_shape() {
        {"size", std::int64_t{512}},
        {"stream", std::int64_t{7}},
        {"time_us", std::int64_t{INT64_MIN}},
-       {"frames", std::vector<std::string>{}},
        {"note", std::string("an unknown key")}},
       {{"action", std::string("oom")},
        {"device_free", std::int64_t{3} << 30},
@@ -233,6 +236,11 @@ std::vector<Entry> every_shape() {
        {"time_us", std::int64_t{-70000}},
        {"frames", stack}},
       {{"action", std::string("annotate")}, {"addr", std::int64_t{1}}, {"size", std::int64_t{0}}},
+      // Last: an empty frames list is read the general way, and the rest of its batch with it.
+      {{"action", std::string("free_completed")},
+       {"addr", std::int64_t{16}},
+       {"size", std::int64_t{255}},
+       {"frames", std::vector<std::string>{}}},
   };
 }
 
@@ -246,6 +254,7 @@ TEST(TraceEntries, EntriesReadInPlaceAreTheEntriesTheGeneralPathReads) {
   ASSERT_EQ(snapshot.device_traces.size(), 1u);
   const std::vector<TraceEvent>& events = snapshot.device_traces[0];
   const std::size_t per_batch = shapes.size() - 1;  // the unknown action is skipped
+  EXPECT_EQ(events[per_batch - 1].frames, FrameStackId{});
   ASSERT_EQ(events.size(), 4 * per_batch);
   for (std::size_t i = per_batch; i < events.size(); ++i)
     EXPECT_EQ(events[i], events[i % per_batch]) << "event " << i;
@@ -293,6 +302,60 @@ TEST(TraceEntries, AnEntryThatFailsToConvertIsReportedAtItsBatchsAppends) {
   EXPECT_THAT(error, ::testing::HasSubstr("missing key 'size'"));
   EXPECT_THAT(error,
               ::testing::HasSubstr("pickle byte offset " + std::to_string(pickle.appends[2])));
+}
+
+// The same dict appended twice (DUP) is two events; the entry DUP follows is read the general way.
+TEST(TraceEntries, AnEntryTheBatchDoesMoreWithIsReadTheGeneralWay) {
+  const Entry a = {
+      {"action", std::string("alloc")}, {"addr", std::int64_t{64}}, {"size", std::int64_t{512}}};
+  const Entry b = {{"action", std::string("alloc")},
+                   {"addr", std::int64_t{1024}},
+                   {"size", std::int64_t{70000}}};
+  SnapshotPickle pickle;
+  pickle.batch_ends = {"e", "2e"};  // DUP, APPENDS
+  const Snapshot snapshot = read(pickle.write({{a, b}, {a, b}}));
+  const std::vector<TraceEvent>& events = snapshot.device_traces.at(0);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[2], events[0]);
+  EXPECT_EQ(events[3], events[1]);
+  EXPECT_EQ(events[4], events[1]);
+}
+
+// Entries read in place are events already: a batch that would have dropped them (POP_MARK, or
+// POP at its MARK, where only APPENDS makes its dicts events) is refused, not half-kept.
+TEST(TraceEntries, ABatchOfEntriesReadInPlaceMustEndInAppends) {
+  const Entry a = {
+      {"action", std::string("alloc")}, {"addr", std::int64_t{64}}, {"size", std::int64_t{512}}};
+  // The second entry of the batch, followed by neither an entry nor APPENDS, is read the general
+  // way; the first was read in place. POP_MARK, or POP of the second entry and then of the MARK.
+  for (const std::string& end : {std::string("1"), std::string("00")}) {
+    SnapshotPickle pickle;
+    pickle.batch_ends = {"e", end};
+    const std::string error = error_of(pickle.write({{a, a}, {a, a}}));
+    EXPECT_THAT(error, ::testing::HasSubstr("must end in APPENDS")) << end;
+    const std::size_t at = pickle.appends[1] + end.size() - 1;
+    EXPECT_THAT(error, ::testing::HasSubstr("byte offset " + std::to_string(at))) << end;
+  }
+}
+
+// Reading ahead for entries reaches past the pickle's STOP: junk after a gzip member there is no
+// error, as it was not before (Python's gzip reader stops there too).
+TEST(TraceEntries, ReadingAheadPastTheEndOfAGzipMemberIsNoError) {
+  const Entry a = {
+      {"action", std::string("alloc")}, {"addr", std::int64_t{64}}, {"size", std::int64_t{512}}};
+  const std::string plain = SnapshotPickle().write({{a, a}, {a, a, a}});
+  z_stream zs{};
+  ASSERT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string gz(plain.size() + 1024, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  zs.avail_in = static_cast<uInt>(plain.size());
+  zs.next_out = reinterpret_cast<Bytef*>(gz.data());
+  zs.avail_out = static_cast<uInt>(gz.size());
+  ASSERT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  gz.resize(zs.total_out);
+  deflateEnd(&zs);
+  const Snapshot snapshot = read(gz + "this is no gzip member");
+  EXPECT_EQ(snapshot.device_traces.at(0).size(), 5u);
 }
 
 // Plays the reader's trace sink in miniature: the first batch of dicts makes the list a trace
