@@ -94,8 +94,8 @@ int run_experiment(const std::vector<std::string>& argv) {
   }
   threads = std::min<unsigned>(threads, static_cast<unsigned>(experiment.points.size()));
   // Points held at once (running, or done and waiting for an earlier one to be stored), each with
-  // its whole trace: twice the threads unless given.
-  std::size_t held = usecases::default_points_held(threads);
+  // its whole trace; 0: SimulateOptions' default, twice the threads.
+  std::size_t held = 0;
   if (const auto n = args.uint_option("--max-points-held")) {
     if (*n == 0 || *n > 65536)
       throw UsageError{"--max-points-held: expected 1..65536"};

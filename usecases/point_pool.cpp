@@ -1,6 +1,8 @@
 #include "usecases/point_pool.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace fragscope::usecases {
@@ -28,6 +30,9 @@ PointPool::~PointPool() {
 workload::PointResult PointPool::take_next() {
   std::unique_lock lock(mutex_);
   const std::size_t i = taken_;
+  if (i >= results_.size())
+    throw std::logic_error("PointPool::take_next: all " + std::to_string(i) +
+                           " points were taken already");
   done_.wait(lock, [&] { return results_[i].has_value() || errors_[i] != nullptr; });
   if (errors_[i])
     std::rethrow_exception(errors_[i]);

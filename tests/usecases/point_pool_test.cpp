@@ -64,5 +64,12 @@ TEST(PointPool, APointsErrorIsThrownInItsTurn) {
   EXPECT_THROW(pool.take_next(), std::runtime_error);
 }
 
+// A take past the last point is a caller's error, not a read past the pool's results.
+TEST(PointPool, ATakePastTheLastPointIsALogicError) {
+  PointPool pool(1, 1, 1, [](std::size_t) { return workload::PointResult{}; });
+  pool.take_next();
+  EXPECT_THROW(pool.take_next(), std::logic_error);
+}
+
 }  // namespace
 }  // namespace fragscope::usecases
