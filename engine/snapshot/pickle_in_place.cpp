@@ -165,16 +165,9 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   };
   // A GET of a slot stored before the entry; Kind::unset for anything else.
   auto get = [&](std::size_t& p) {
-    Value unset;
-    unset.kind = Kind::unset;
     std::uint64_t index;
-    return read_get(b, p, index) && index < first_slot ? memo_.get_cached(index) : unset;
-  };
-  auto integer = [](std::int64_t i) {
-    Value v;
-    v.kind = Kind::integer;
-    v.i = i;
-    return v;
+    return read_get(b, p, index) && index < first_slot ? memo_.get_cached(index)
+                                                       : scalar(Kind::unset);
   };
 
   if (!memoize(pos, EntryScan::kEntry))
@@ -200,15 +193,15 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
     Value value;
     switch (b[pos]) {
       case BININT1:
-        value = integer(b[pos + 1]);
+        value = scalar(Kind::integer, b[pos + 1]);
         pos += 2;
         break;
       case BININT2:
-        value = integer(load_le<std::uint16_t>(&b[pos + 1]));
+        value = scalar(Kind::integer, load_le<std::uint16_t>(&b[pos + 1]));
         pos += 3;
         break;
       case BININT:
-        value = integer(load_le<std::int32_t>(&b[pos + 1]));
+        value = scalar(Kind::integer, load_le<std::int32_t>(&b[pos + 1]));
         pos += 5;
         break;
       case LONG1: {
@@ -221,12 +214,13 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
         const unsigned unused_bits = 64 - 8 * static_cast<unsigned>(length);
         const std::uint64_t u = load_le<std::uint64_t>(&b[pos + 2]);
         value =
-            integer(length == 0 ? 0 : static_cast<std::int64_t>(u << unused_bits) >> unused_bits);
+            scalar(Kind::integer,
+                   length == 0 ? 0 : static_cast<std::int64_t>(u << unused_bits) >> unused_bits);
         pos += 2 + length;
         break;
       }
       case NONE:
-        value.kind = Kind::none;
+        value = scalar(Kind::none);
         pos += 1;
         break;
       case SHORT_BINUNICODE: {

@@ -52,13 +52,6 @@ const char* refused_name(std::uint8_t op) {
   }
 }
 
-Value scalar(Kind kind, std::int64_t i = 0) {
-  Value v;
-  v.kind = kind;
-  v.i = i;
-  return v;
-}
-
 bool is_container(Kind k) {
   return k == Kind::list || k == Kind::tuple || k == Kind::dict || k == Kind::set ||
          k == Kind::trace_list;
@@ -476,12 +469,7 @@ Value Machine::run() {
       fail_truncated(n, what);
     return p;
   };
-  auto push_int = [this](std::int64_t i) {
-    Value v;
-    v.kind = Kind::integer;
-    v.i = i;
-    push(v);
-  };
+  auto push_int = [this](std::int64_t i) { push(scalar(Kind::integer, i)); };
 
   op_offset_ = source_.offset();
   const std::uint8_t* first = source_.take(1);
@@ -542,13 +530,9 @@ Value Machine::run() {
         push(scalar(Kind::none));
         break;
       case NEWTRUE:
-      case NEWFALSE: {
-        Value v;
-        v.kind = Kind::boolean;
-        v.i = op == NEWTRUE ? 1 : 0;
-        push(v);
+      case NEWFALSE:
+        push(scalar(Kind::boolean, op == NEWTRUE ? 1 : 0));
         break;
-      }
       case BININT:
         push_int(load_le<std::int32_t>(need(4, "BININT")));
         break;

@@ -62,6 +62,14 @@ struct Value {
   }
 };
 
+// A value that is no node (an int, None, a bool, a memo hole), built whole.
+inline Value scalar(Kind kind, std::int64_t i = 0) {
+  Value v;
+  v.kind = kind;
+  v.i = i;
+  return v;
+}
+
 struct Node {
   Kind kind = Kind::list;
   // References to the node besides its memo slot: 1 when made, one more for each GET, DUP and
