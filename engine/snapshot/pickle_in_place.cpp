@@ -98,13 +98,29 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
     return 0;  // an empty list (a trace entry's 'frames' of a recording without stacks)
   pos += marked ? 1 : 0;
+  const std::size_t body = pos;
+  if (marked) {
+    // The GETs up to APPENDS, as bytes: a list seen before names its stack without a memo read.
+    std::size_t end = pos;
+    while (end + 5 <= size && (b[end] == BINGET || b[end] == LONG_BINGET))
+      end += b[end] == BINGET ? 2 : 5;
+    if (end > pos && end < size && b[end] == APPENDS) {
+      if (const std::optional<std::uint32_t> seen = frames_lists_.find(b.subspan(pos, end - pos))) {
+        stack = *seen;
+        return end + 1;
+      }
+    }
+  }
   if (frames_scratch_.empty())
     frames_scratch_.resize(kPicklerBatch);
   std::uint32_t* const frames = frames_scratch_.data();
   std::size_t count = 0;
   const std::uint64_t stored = memo_.size();
+  bool framed = false;  // FRAME opcodes among the GETs: bytes the lookup above never matches
   for (;;) {
+    const std::size_t before = pos;
     pos = skip_frames(b, pos);
+    framed |= pos != before;
     if (pos + 5 > size)
       break;
     std::uint64_t index;
@@ -127,6 +143,8 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   if (!known)
     return 0;
   stack = *known;
+  if (marked && !framed)
+    frames_lists_.insert(b.subspan(body, pos - body), stack);
   return pos + 1;
 }
 

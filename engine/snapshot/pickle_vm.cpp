@@ -300,11 +300,15 @@ void Machine::memo_put(std::uint64_t index) {
            std::to_string(memo_.size()) + " (limit: the bytes read so far + " +
            std::to_string(limits_.max_memo_gap) + ")");
     memo_.grow(index + 1);
-  } else if (const Value old = memo_.get(index); old.is_node()) {
-    // A PUT reusing an index: the node stored there no longer has it as its slot.
-    Node& n = nodes_[old.ref];
-    if (n.generation == old.generation && n.memo_slot == index)
-      n.memo_slot = Node::kNoSlot;
+  } else {
+    // A PUT reusing an index: GETs of it may name another frame from now on.
+    frames_lists_.clear();
+    if (const Value old = memo_.get(index); old.is_node()) {
+      // The node stored there no longer has it as its slot.
+      Node& n = nodes_[old.ref];
+      if (n.generation == old.generation && n.memo_slot == index)
+        n.memo_slot = Node::kNoSlot;
+    }
   }
   memo_.set(index, v);
   if (v.is_node()) {

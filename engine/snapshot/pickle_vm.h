@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/snapshot/byte_source.h"
+#include "engine/snapshot/frames_list_cache.h"
 #include "engine/snapshot/snapshot.h"
 
 namespace fragscope::snapshot::pickle {
@@ -388,6 +389,8 @@ class Machine {
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
   std::vector<std::uint32_t> frames_scratch_;  // read_known_frames_list's frame indices
+  // Frames lists read in place before, by their bytes; emptied when a PUT writes over a slot.
+  FramesListCache frames_lists_;
   // A trace entry dict being read in place (scan_trace_entry), in arrays of fixed size: a dict
   // with more pairs is read the general way.
   struct EntryScan {

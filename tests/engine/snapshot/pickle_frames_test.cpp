@@ -81,6 +81,14 @@ class PickleBuilder {
     bytes_.push_back(append ? 'a' : 'e');
     return list_slot;
   }
+  // Writes over memo slot `slot` with what slot `from` holds (GET, BINPUT, POP): a PUT reusing
+  // an index, which Python's pickler never writes.
+  void put_over(std::uint32_t slot, std::uint32_t from) {
+    get(from);
+    bytes_.push_back('q');
+    bytes_.push_back(static_cast<std::uint8_t>(slot));
+    bytes_.push_back('0');
+  }
   // APPENDS of the outer list, then (outer list, GET slot) as the top-level tuple, and STOP.
   std::vector<std::uint8_t> finish(std::uint32_t slot_read_again) {
     bytes_.push_back('e');
@@ -200,6 +208,68 @@ TEST(KnownFramesList, AFullBatchOfThePicklerIsBuiltAsAListForTheBatchesThatMayFo
                                 {Kind::list, 0},
                                 {Kind::frame_stack, 101}}));
   EXPECT_EQ(read.read_again.kind, Kind::list);
+}
+
+TEST(KnownFramesList, TheSameBytesAgainNameTheirStackWithoutAskingTheSink) {
+  // The first list is built (the sink learns its stack), the second is read in place after
+  // asking, and the third, the same bytes, is known from them.
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(3);
+  for (int i = 0; i < 2; ++i)
+    p.frames_list({f, f + 1, f + 2});
+  const std::uint32_t third = p.frames_list({f, f + 1, f + 2});
+  StackSink sink;
+  const Read read = run(p.finish(third), sink);
+  using Items = decltype(shape(read));
+  EXPECT_EQ(
+      shape(read),
+      (Items{
+          {Kind::list, 0}, {Kind::list, 0}, {Kind::frame_stack, 100}, {Kind::frame_stack, 100}}));
+  EXPECT_EQ(read.read_again.ref, 100u);
+  EXPECT_EQ(sink.asked, 2);
+}
+
+TEST(KnownFramesList, AfterAPutOverAFramesSlotTheSameBytesAreReadAfresh) {
+  // Slot f + 1 holds frame 2 after the PUT: the same GETs now spell the frames (0, 2), a stack
+  // the sink does not know, so the list is built.
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(3);
+  p.frames_list({f, f + 1});
+  p.frames_list({f, f + 1});
+  p.put_over(f + 1, f + 2);
+  const std::uint32_t after = p.frames_list({f, f + 1});
+  StackSink sink;
+  const Read read = run(p.finish(after), sink);
+  using Items = decltype(shape(read));
+  EXPECT_EQ(shape(read),
+            (Items{{Kind::list, 0}, {Kind::list, 0}, {Kind::frame_stack, 100}, {Kind::list, 0}}));
+  EXPECT_EQ(read.read_again.kind, Kind::list);
+}
+
+TEST(FramesListCache, FindsABodyByItsBytesOnly) {
+  pickle::FramesListCache cache;
+  const std::vector<std::uint8_t> body = {'h', 1, 'h', 2, 'j', 3, 0, 0, 0, 'h', 4};
+  cache.insert(body, 7);
+  EXPECT_EQ(cache.find(body), 7u);
+  std::vector<std::uint8_t> other = body;
+  other.back() = 5;
+  EXPECT_EQ(cache.find(other), std::nullopt);
+  EXPECT_EQ(cache.find(std::span(body).first(body.size() - 2)), std::nullopt);
+  cache.clear();
+  EXPECT_EQ(cache.find(body), std::nullopt);
+}
+
+TEST(FramesListCache, KeepsNoMoreThanItsBudgetOfBytes) {
+  pickle::FramesListCache cache;
+  std::vector<std::uint8_t> body(1000, 'h');
+  const std::size_t fit = pickle::FramesListCache::kMaxBytes / body.size();
+  for (std::size_t i = 0; i <= fit; ++i) {
+    for (std::size_t b = 0; b < 4; ++b)
+      body[2 * b + 1] = static_cast<std::uint8_t>(i >> (8 * b));
+    cache.insert(body, static_cast<std::uint32_t>(i));
+  }
+  EXPECT_EQ(cache.size(), fit);
+  EXPECT_EQ(cache.find(body), std::nullopt);  // the one past the budget
 }
 
 }  // namespace
