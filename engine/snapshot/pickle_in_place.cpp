@@ -90,10 +90,20 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   const std::size_t size = b.size();
   if (pos + 8 > size)  // room for a LONG_BINPUT and the opcode after it
     return 0;
+  if (b[pos] == FRAME) [[unlikely]] {
+    pos = skip_frames(b, pos);
+    if (pos + 8 > size)
+      return 0;
+  }
   if (read_memoize(b, pos, slot) != Memoized::stored)
     return 0;
   if (slot > source_.offset() + limits_.max_memo_gap)
     return 0;  // memo_put's check, said by the general path
+  if (b[pos] == FRAME) [[unlikely]] {
+    pos = skip_frames(b, pos);
+    if (pos >= size)
+      return 0;
+  }
   const bool marked = b[pos] == MARK;
   if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
     return 0;  // an empty list (a trace entry's 'frames' of a recording without stacks)
@@ -165,20 +175,29 @@ bool Machine::read_known_frames_list() {
 }
 
 std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size_t pos) {
+  // The counts live in locals until the end: a Value holds a 64-bit word, so each store into
+  // `pairs` would otherwise make the compiler reload a count kept in the scan.
   EntryScan& scan = entry_scan_;
-  scan.values = 0;
-  scan.string_count = 0;
-  scan.memoized_count = 0;
+  Value* const pairs = scan.pairs.data();
+  std::size_t values = 0;
+  std::size_t string_count = 0;
+  std::size_t memoized_count = 0;
   const std::size_t size = b.size();
   const std::uint64_t first_slot = memo_.size();
+  // FRAME opcodes come one in 64 KiB: each place an opcode is read looks for one only when the
+  // byte there is FRAME, before or instead of reading it.
   // An optional MEMOIZE, or a PUT of the next slot, after an object; false for a PUT elsewhere.
   auto memoize = [&](std::size_t& p, std::size_t what) {
-    p = skip_frames(b, p);
     if (p + 5 > size)
       return false;
-    const Memoized memoized = read_memoize(b, p, first_slot + scan.memoized_count);
+    if (b[p] == FRAME) [[unlikely]] {
+      p = skip_frames(b, p);
+      if (p + 5 > size)
+        return false;
+    }
+    const Memoized memoized = read_memoize(b, p, first_slot + memoized_count);
     if (memoized == Memoized::stored)
-      scan.memoized[scan.memoized_count++] = what;
+      scan.memoized[memoized_count++] = what;
     return memoized != Memoized::elsewhere;
   };
   // A GET of a slot stored before the entry; Kind::unset for anything else.
@@ -190,24 +209,30 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
 
   if (!memoize(pos, EntryScan::kEntry))
     return 0;
+  if (pos < size && b[pos] == FRAME) [[unlikely]]
+    pos = skip_frames(b, pos);
   if (pos >= size || b[pos] != MARK)
     return 0;
   ++pos;
   for (;;) {
-    pos = skip_frames(b, pos);
     if (pos >= size)
       return 0;
     if (b[pos] == SETITEMS)
       break;
-    if (scan.values == scan.pairs.size() || pos + 5 > size)
+    if (values == scan.pairs.size() || pos + 5 > size)  // room for the key's GET
       return 0;
+    if (b[pos] == FRAME) [[unlikely]] {
+      pos = skip_frames(b, pos);
+      continue;  // what is in reach changed: checked again
+    }
     const Value key = get(pos);
     if (key.kind != Kind::string)
       return 0;
-    pos = skip_frames(b, pos);
+    if (b[pos] == FRAME) [[unlikely]]
+      pos = skip_frames(b, pos);
     if (pos + kOpcodeRoom > size)  // the value's opcode and arguments, at most
       return 0;
-    const std::size_t value_at = scan.values + 1;
+    const std::size_t value_at = values + 1;
     Value value;
     switch (b[pos]) {
       case BININT1:
@@ -223,9 +248,9 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
         pos += 5;
         break;
       case LONG1: {
-        // Little-endian two's complement, as make_long reads up to 8 bytes. kOpcodeRoom leaves 8
-        // bytes after the length to load at once; shifted up and back down arithmetically, the
-        // `length` bytes wanted are sign-extended.
+        // Little-endian two's complement, as make_long reads up to 8 bytes. kOpcodeRoom leaves
+        // 8 bytes after the length to load at once; shifted up and back down arithmetically,
+        // the `length` bytes wanted are sign-extended.
         const std::size_t length = b[pos + 1];
         if (length > 8)
           return 0;
@@ -246,7 +271,7 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
         if (pos + 2 + length > size || length > limits_.max_string)
           return 0;
         value.kind = Kind::string;
-        scan.strings[scan.string_count++] = {value_at, pos, length};
+        scan.strings[string_count++] = {value_at, pos, length};
         pos += 2 + length;
         if (!memoize(pos, value_at))
           return 0;
@@ -255,12 +280,12 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
       case EMPTY_LIST: {
         std::uint32_t stack = 0;
         const std::size_t end =
-            scan_known_frames_list(b, pos + 1, first_slot + scan.memoized_count, stack);
+            scan_known_frames_list(b, pos + 1, first_slot + memoized_count, stack);
         if (end == 0)
           return 0;
         value.kind = Kind::frame_stack;
         value.ref = stack;
-        scan.memoized[scan.memoized_count++] = value_at;
+        scan.memoized[memoized_count++] = value_at;
         pos = end;
         break;
       }
@@ -271,12 +296,15 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
           return 0;
         break;
     }
-    scan.pairs[scan.values] = key;
-    scan.pairs[value_at] = value;
-    scan.values += 2;
+    pairs[values] = key;
+    pairs[value_at] = value;
+    values += 2;
   }
+  scan.values = values;
+  scan.string_count = string_count;
+  scan.memoized_count = memoized_count;
   // memo_put's check on the last slot the entry adds, said by the general path.
-  if (first_slot + scan.memoized_count > source_.offset() + limits_.max_memo_gap)
+  if (first_slot + memoized_count > source_.offset() + limits_.max_memo_gap)
     return 0;
   // The dict must be the batch's next item, to be appended with it: the next opcode starts
   // another item (an entry dict) or ends the batch. Anything else (DUP, POP, a SETITEM into the

@@ -405,6 +405,65 @@ class EntrySink : public pickle::ListSink {
   std::int64_t events_ = 0;
 };
 
+// The pickle with a protocol-4 FRAME opcode (and its 8-byte length, which only hints) before
+// every opcode that starts in [from, to): a pickler may cut its frames before any opcode.
+std::string with_frames(const std::string& bytes, std::size_t from, std::size_t to) {
+  std::string out = bytes.substr(0, 2);  // PROTO 4
+  std::size_t pos = 2;
+  while (pos < bytes.size()) {
+    const auto op = static_cast<std::uint8_t>(bytes[pos]);
+    std::size_t length = 1;
+    if (op == 'h' || op == 'K')
+      length = 2;
+    else if (op == 'M')
+      length = 3;
+    else if (op == 'J' || op == 'j')
+      length = 5;
+    else if (op == 0x8a || op == 0x8c)  // LONG1, SHORT_BINUNICODE
+      length = 2 + static_cast<std::uint8_t>(bytes[pos + 1]);
+    if (pos >= from && pos < to)
+      out += std::string("\x95\x40\0\0\0\0\0\0\0", 9);
+    out += bytes.substr(pos, length);
+    pos += length;
+  }
+  return out;
+}
+
+TEST(TraceEntries, AFrameOpcodeBeforeAnyOpcodeOfAnEntryIsSkippedInPlace) {
+  const Entry plain = {{"action", std::string("alloc")},
+                       {"addr", std::int64_t{0x7f0000000000}},
+                       {"size", std::int64_t{70000}}};
+  const Entry fresh = {{"action", std::string("free")}, {"ctx", Fresh{"N/A"}}, {"n", None{}}};
+  SnapshotPickle pickle;
+  const std::string plain_pickle = pickle.write({{plain, fresh}, {plain, fresh, plain}, {plain}});
+  const std::string framed = with_frames(plain_pickle, pickle.appends[0] + 1, pickle.appends[1]);
+  ASSERT_GT(framed.size(), plain_pickle.size() + 9 * 20);
+  EntrySink sink;
+  ByteSource source(std::span(reinterpret_cast<const std::uint8_t*>(framed.data()), framed.size()),
+                    "framed.pickle", std::uint64_t{1} << 30);
+  Machine vm(source, ReadLimits{}, &sink);
+  vm.run();
+  using Pairs = std::vector<std::vector<std::string>>;
+  const std::vector<std::string> plain_pairs = {
+      "action", "alloc", "addr", std::to_string(0x7f0000000000), "size", "70000"};
+  const std::vector<std::string> fresh_pairs = {"action", "free", "ctx", "N/A", "n", "0"};
+  EXPECT_EQ(sink.in_place, (Pairs{plain_pairs, fresh_pairs, plain_pairs, plain_pairs}));
+  EXPECT_EQ(sink.appended, (std::vector<Kind>(2, Kind::dict)));
+}
+
+TEST(TraceEntries, FrameOpcodesChangeNoEvent) {
+  // Every shape, frames lists included (new, known and shared), with a FRAME before each opcode
+  // of the batches after the first.
+  SnapshotPickle pickle;
+  const std::string plain_pickle = pickle.write(std::vector<std::vector<Entry>>(3, every_shape()));
+  const Snapshot plain = read(plain_pickle);
+  const Snapshot framed = read(with_frames(plain_pickle, pickle.appends[0] + 1, pickle.appends[2]));
+  EXPECT_EQ(framed.device_traces, plain.device_traces);
+  EXPECT_EQ(framed.entry_texts, plain.entry_texts);
+  EXPECT_EQ(framed.device_entry_texts, plain.device_entry_texts);
+  EXPECT_EQ(framed.features.trace_entries, plain.features.trace_entries);
+}
+
 TEST(TraceEntries, EntriesAfterTheFirstBatchReachTheSinkAsTheirPairs) {
   const Entry plain = {{"action", std::string("alloc")}, {"size", std::int64_t{70000}}};
   const Entry fresh = {{"action", std::string("free")}, {"ctx", Fresh{"N/A"}}};
