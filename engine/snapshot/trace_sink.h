@@ -411,32 +411,38 @@ class TraceSink : public pickle::ListSink {
     const Value* frames = nullptr;
     const Value* compile_context = nullptr;
     const Value* user_metadata = nullptr;
+    const Value* ignored = nullptr;  // a key the schema does not read
   };
   EntryFields fields_of(std::span<const Value> pairs) const {
     EntryFields f;
     for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
       const Value& k = pairs[i];
-      if (k.kind != Kind::string)
-        continue;
-      const Value* v = &pairs[i + 1];
-      if (k.ref == keys_.action)
-        f.action = v;
-      else if (k.ref == keys_.addr || k.ref == keys_.device_free)
-        f.addr = v;
-      else if (k.ref == keys_.size)
-        f.size = v;
-      else if (k.ref == keys_.stream)
-        f.stream = v;
-      else if (k.ref == keys_.time_us)
-        f.time_us = v;
-      else if (k.ref == keys_.frames)
-        f.frames = v;
-      else if (k.ref == keys_.compile_context)
-        f.compile_context = v;
-      else if (k.ref == keys_.user_metadata)
-        f.user_metadata = v;
+      if (k.kind == Kind::string && k.ref < field_of_key_.size())
+        f.*field_of_key_[k.ref] = &pairs[i + 1];
     }
     return f;
+  }
+  // Where each key's value goes, by the key's string id: the schema's keys were interned first,
+  // so their ids are small, and any other key of those ids is `ignored`.
+  static std::vector<const Value * EntryFields::*> fields_by_key(const Keys& keys) {
+    const std::pair<std::uint32_t, const Value * EntryFields::*> schema[] = {
+        {keys.action, &EntryFields::action},
+        {keys.addr, &EntryFields::addr},
+        {keys.device_free, &EntryFields::addr},
+        {keys.size, &EntryFields::size},
+        {keys.stream, &EntryFields::stream},
+        {keys.time_us, &EntryFields::time_us},
+        {keys.frames, &EntryFields::frames},
+        {keys.compile_context, &EntryFields::compile_context},
+        {keys.user_metadata, &EntryFields::user_metadata},
+    };
+    std::uint32_t largest = 0;
+    for (const auto& [key, field] : schema)
+      largest = std::max(largest, key);
+    std::vector<const Value * EntryFields::*> out(largest + 1, &EntryFields::ignored);
+    for (const auto& [key, field] : schema)
+      out[key] = field;
+    return out;
   }
 
   // What an entry's memo slot and holders read once it is converted: the event, or a skipped
@@ -461,13 +467,35 @@ class TraceSink : public pickle::ListSink {
     return convert_fields(vm, f, interner, events_index);
   }
 
+  std::optional<TraceAction> action_named(std::uint32_t id, std::string_view name) {
+    if (id >= action_of_string_.size()) {
+      if (id >= kMaxActionStrings)
+        return trace_action_from_string(name);
+      action_of_string_.resize(id + 1, kUnparsed);
+    }
+    std::int8_t& action = action_of_string_[id];
+    if (action == kUnparsed) {
+      const std::optional<TraceAction> parsed = trace_action_from_string(name);
+      action = parsed ? static_cast<std::int8_t>(*parsed) : kNoAction;
+    }
+    return action == kNoAction ? std::nullopt
+                               : std::optional<TraceAction>(static_cast<TraceAction>(action));
+  }
+  // Strings ids past this parse each time: a file of many distinct strs keeps the table small.
+  static constexpr std::uint32_t kMaxActionStrings = 1u << 16;
+
+  [[gnu::noinline]] static std::uint64_t checked_u64(Machine& vm, const Value& v,
+                                                     std::string_view action, const char* key) {
+    return as_u64(vm, v, "trace entry '" + std::string(action) + "' '" + key + "'");
+  }
+
   // An entry whose 'action' is a str.
   std::optional<TraceEvent> convert_fields(Machine& vm, const EntryFields& f,
                                            FrameInterner& interner, std::uint32_t events_index) {
     TraceEvent ev;
     ++out_.features.trace_entries;
     std::string_view name = vm.str(*f.action);
-    auto parsed = trace_action_from_string(name);
+    const std::optional<TraceAction> parsed = action_named(f.action->ref, name);
     if (!parsed) {
       // A newer release's action (e.g. "annotate"): not an allocator event; skipped and counted.
       if (unknown_actions_++ == 0)
@@ -482,10 +510,10 @@ class TraceSink : public pickle::ListSink {
               std::string(ev.action == TraceAction::oom ? "device_free" : "addr") + "'");
     if (f.size == nullptr)
       vm.fail(where() + ": missing key 'size'");
-    // Plain non-negative ints are the rule; anything else takes the checked path.
+    // Plain non-negative ints are the rule; anything else takes the checked path, out of line.
     auto u64 = [&](const Value& v, const char* key) {
       return v.kind == Kind::integer && v.i >= 0 ? static_cast<std::uint64_t>(v.i)
-                                                 : as_u64(vm, v, where() + " '" + key + "'");
+                                                 : checked_u64(vm, v, name, key);
     };
     ev.addr = u64(*f.addr, "addr");
     ev.size = u64(*f.size, "size");
@@ -525,6 +553,12 @@ class TraceSink : public pickle::ListSink {
   };
 
   const Keys& keys_;
+  const std::vector<const Value* EntryFields::*> field_of_key_ = fields_by_key(keys_);
+  // The action a str names, by its string id (kUnparsed until asked): an entry's 'action' is a
+  // GET of one of a few strs.
+  static constexpr std::int8_t kUnparsed = -2;
+  static constexpr std::int8_t kNoAction = -1;
+  std::vector<std::int8_t> action_of_string_;
   Snapshot& out_;
   std::vector<std::string>& notes_;
   std::vector<std::vector<TraceEntryText>> texts_;
