@@ -378,8 +378,27 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   // The run is committed; its allocator-state keyframes follow in their own transaction (a
   // cancel here leaves the run without them, replayed from event 0 when asked).
   if (run_has_stats_keyframes(event_count)) {
+    // The run's events are the device's trace as it is: read from the snapshot, a block at a
+    // time, rather than back from the store.
+    const bool spooled =
+        device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty();
+    const snapshot::TraceWindow trace =
+        spooled
+            ? snapshot::TraceWindow(snapshot.device_spools[device])
+            : snapshot::TraceWindow(std::span<const TraceEvent>(snapshot.device_traces[device]));
+    std::size_t next = 0;
+    const RunEventReader read = [&](std::size_t count, std::vector<TraceEvent>& out) {
+      const std::size_t first = next;
+      while (next - first < count && next < trace.size()) {
+        const std::span<const TraceEvent> run = trace.run_from(next);
+        const std::size_t take = std::min(run.size(), count - (next - first));
+        out.insert(out.end(), run.begin(), run.begin() + static_cast<std::ptrdiff_t>(take));
+        next += take;
+      }
+      return next - first;
+    };
     try {
-      store_stats_keyframes(store, result.run, kStatsKeyframeInterval, control.cancel);
+      store_stats_keyframes(store, result.run, read, kStatsKeyframeInterval, control.cancel);
     } catch (const Cancelled&) {
     }
   }

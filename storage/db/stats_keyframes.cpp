@@ -243,8 +243,8 @@ StatsKeyframe decode_stats_keyframe(std::span<const std::uint8_t> blob,
 
 namespace {
 
-std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t interval,
-                                 const CancelToken& cancel) {
+std::size_t store_keyframe_chain(RunStore& store, RunId run, const RunEventReader& events,
+                                 std::uint64_t interval, const CancelToken& cancel) {
   // The config, the release and the start state; the events are read a window at a time, so
   // the chain's memory does not grow with the run.
   const RunTrace trace = load_run_trace(store, run, 0);
@@ -257,7 +257,6 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
   std::uint64_t target = interval;
   // The run's events read once, in order: `part` holds the events from `from` on, and what a
   // window read past its cut starts the next window.
-  RunReader::EventStream stream = store.event_stream(run, 0);
   std::vector<TraceEvent> part;
   std::vector<TraceEvent> ahead;
   while (why.empty()) {
@@ -268,7 +267,7 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
     const std::uint64_t window_end = std::min(count, std::min(target, count) + kCallLookahead);
     if (from + part.size() < window_end) {
       const auto wanted = static_cast<std::size_t>(window_end - from - part.size());
-      if (stream.read(wanted, part) != wanted)
+      if (events(wanted, part) != wanted)
         throw DatabaseError(store.database_path() + ": run " + std::to_string(run.value) +
                             " holds fewer events than its record's " + std::to_string(count));
     }
@@ -347,10 +346,21 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, std::uint64_t inter
 
 std::size_t store_stats_keyframes(RunStore& store, RunId run, std::uint64_t interval,
                                   const CancelToken& cancel) {
+  RunReader::EventStream stream = store.event_stream(run, 0);
+  return store_stats_keyframes(
+      store, run,
+      [&stream](std::size_t count, std::vector<TraceEvent>& out) {
+        return stream.read(count, out);
+      },
+      interval, cancel);
+}
+
+std::size_t store_stats_keyframes(RunStore& store, RunId run, const RunEventReader& events,
+                                  std::uint64_t interval, const CancelToken& cancel) {
   if (interval == 0)
     throw InputError("store_stats_keyframes: the interval must be at least one event");
   try {
-    return store_keyframe_chain(store, run, interval, cancel);
+    return store_keyframe_chain(store, run, events, interval, cancel);
   } catch (const InputError& error) {
     // A trace the model cannot replay imports all the same; its Summary says why when asked.
     Transaction transaction(store.database());

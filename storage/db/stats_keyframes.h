@@ -14,6 +14,7 @@
 // diverges from the recording, and a run replayed under its config whose trace the model does not
 // make (its blocks would not be the trace's: a synthetic trace, say).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,6 +46,16 @@ struct StatsKeyframe {
 // summary["stats_keyframes"] records the interval, or under "none" why the run has none.
 // `cancel` is polled between keyframes (Cancelled: nothing is stored).
 std::size_t store_stats_keyframes(RunStore& store, RunId run,
+                                  std::uint64_t interval = kStatsKeyframeInterval,
+                                  const CancelToken& cancel = {});
+
+// A run's events in order, read forward: appends the next `count` of them (fewer at the end) to
+// `out` and returns how many.
+using RunEventReader = std::function<std::size_t(std::size_t count, std::vector<TraceEvent>& out)>;
+// store_stats_keyframes with the run's events from `events` rather than read back from the store:
+// an import has them at hand (its snapshot's trace, which it has just stored), and reading a
+// stored run back costs more than decoding the trace it came from.
+std::size_t store_stats_keyframes(RunStore& store, RunId run, const RunEventReader& events,
                                   std::uint64_t interval = kStatsKeyframeInterval,
                                   const CancelToken& cancel = {});
 

@@ -101,6 +101,59 @@ TEST(StatsKeyframesStored, ImportStoresThemAndRunsTheChainCannotFollowSayWhy) {
   EXPECT_EQ(state.replayed_from, 0u);
 }
 
+std::vector<std::vector<std::uint8_t>> keyframe_blobs(RunStore& store, RunId run) {
+  std::vector<std::vector<std::uint8_t>> out;
+  auto query = store.database().prepare(
+      "SELECT data FROM stats_keyframes WHERE run_id = ? ORDER BY event_index");
+  query.bind_int(1, run.value);
+  while (query.step()) {
+    const auto blob = query.column_blob(0);
+    out.emplace_back(blob.begin(), blob.end());
+  }
+  return out;
+}
+
+TEST(StatsKeyframesStored, ImportMakesThemFromItsTraceAsTheStoredRunWouldGiveThem) {
+  // Import reads the keyframes' events from the snapshot it stores (in memory, or spooled as the
+  // CLI reads it), not back from the store: the chain must be the one the stored run gives.
+  const std::string path = fixture("gpt_fixedlen_default", ".pickle.gz");
+  for (const bool spooled : {false, true}) {
+    SCOPED_TRACE(spooled ? "spooled" : "in memory");
+    RunStore store(":memory:");
+    const snapshot::Snapshot snap =
+        spooled ? snapshot::read_snapshot_spooled(path) : snapshot::read_snapshot(path);
+    const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+    const auto from_import = keyframe_blobs(store, run);
+    ASSERT_GT(from_import.size(), 2u);
+    const nlohmann::json outcome = store.run(run).summary.at("stats_keyframes");
+    EXPECT_EQ(store_stats_keyframes(store, run), from_import.size());
+    EXPECT_EQ(keyframe_blobs(store, run), from_import);
+    EXPECT_EQ(store.run(run).summary.at("stats_keyframes"), outcome);
+  }
+}
+
+// The run's record says how many events the chain reads: a reader that runs dry before stores
+// no keyframes, and the outcome says why (as a replay that fails does).
+TEST(StatsKeyframesStored, AReaderOfFewerEventsThanTheRunHoldsStoresNone) {
+  RunStore store(":memory:");
+  const RunId run = import_fixture(store, "gpt_fixedlen_default");
+  RunReader::EventStream stream = store.event_stream(run, 0);
+  std::size_t left = 4000;  // within the first window
+  const RunEventReader short_reader = [&](std::size_t count, std::vector<TraceEvent>& out) {
+    const std::size_t read = stream.read(std::min(count, left), out);
+    left -= read;
+    return read;
+  };
+  EXPECT_EQ(store_stats_keyframes(store, run, short_reader), 0u);
+  EXPECT_TRUE(keyframe_blobs(store, run).empty());
+  EXPECT_NE(store.run(run)
+                .summary.at("stats_keyframes")
+                .at("none")
+                .get<std::string>()
+                .find("fewer events than its record's"),
+            std::string::npos);
+}
+
 TEST(StatsKeyframesStored, ARunStoredBeforeThemGetsThemOnItsFirstSummary) {
   test::TempDir dir;
   const std::string path = dir.file("old.db");
