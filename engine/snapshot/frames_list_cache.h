@@ -2,8 +2,12 @@
 // Frames lists the pickle machine read in place, remembered by their bytes. A real trace writes
 // each entry's stack as a fresh list of GETs of the frame dicts memoized long ago: 1.2M lists of
 // ~30-65 GETs that spell a few thousand distinct byte strings. While no memo slot is written over,
-// the same bytes GET the same frames and so name the same stack: a list seen before is a hash and
-// a compare of its bytes instead of a memo read per frame and a lookup of the stack.
+// the same bytes GET the same frames and so name the same stack: a list seen before is a compare
+// of its bytes instead of a memo read per frame and a lookup of the stack.
+//
+// Lists are found by their first kKeyBytes bytes (the bytes after them, for a shorter list), then
+// compared whole: a list's end is not known until its GETs are read one by one, but a candidate's
+// is, and the bytes up to it and an APPENDS right there say the list is that candidate.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "engine/allocator/flat_map.h"
+#include "engine/snapshot/pickle_opcodes.h"
 
 namespace fragscope::snapshot::pickle {
 
@@ -20,33 +25,56 @@ class FramesListCache {
  public:
   // Bytes of list bodies kept at most: the lists seen first are kept, the rest read as before.
   static constexpr std::size_t kMaxBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kKeyBytes = 32;
 
-  // The stack of the list whose GETs are `body` (its bytes between MARK and APPENDS), if seen.
-  std::optional<std::uint32_t> find(std::span<const std::uint8_t> body) const {
-    const std::uint32_t* at = by_hash_.find(hash(body));
-    if (at == nullptr)
+  struct Known {
+    std::uint32_t stack = 0;
+    std::size_t length = 0;  // the body's bytes; APPENDS follows them
+  };
+
+  // The list whose body (its GETs, after its MARK) starts `rest`, if one seen before is there:
+  // its bytes, then APPENDS. The one found moves to the front of the lists sharing its key.
+  std::optional<Known> find(std::span<const std::uint8_t> rest) {
+    if (rest.size() < kKeyBytes)
       return std::nullopt;
-    const Entry& entry = entries_[*at];
-    if (entry.length != body.size() ||
-        !std::equal(body.begin(), body.end(), bytes_.begin() + entry.offset))
-      return std::nullopt;  // another body with the same hash
-    return entry.stack;
+    const std::uint32_t* bucket = by_key_.find(key_of(rest));
+    if (bucket == nullptr)
+      return std::nullopt;
+    std::vector<std::uint32_t>& candidates = buckets_[*bucket];
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const Entry& entry = entries_[candidates[i]];
+      if (entry.length >= rest.size() || rest[entry.length] != opcodes::APPENDS ||
+          std::memcmp(rest.data(), bytes_.data() + entry.offset, entry.length) != 0)
+        continue;
+      // The lists of a key recur in runs: the last one found is the likely next.
+      std::rotate(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i),
+                  candidates.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return Known{entry.stack, entry.length};
+    }
+    return std::nullopt;
   }
 
-  void insert(std::span<const std::uint8_t> body, std::uint32_t stack) {
-    if (bytes_.size() + body.size() > kMaxBytes)
+  // A list read frame by frame: its body is rest[0, length), and APPENDS follows.
+  void insert(std::span<const std::uint8_t> rest, std::size_t length, std::uint32_t stack) {
+    if (rest.size() < kKeyBytes || length >= rest.size() || bytes_.size() + length > kMaxBytes)
       return;
-    const auto index = static_cast<std::uint32_t>(entries_.size());
-    if (!by_hash_.insert_or_assign(hash(body), index))
-      return;  // keeps the first body of a hash (find() compares the bytes)
-    entries_.push_back(Entry{static_cast<std::uint32_t>(bytes_.size()),
-                             static_cast<std::uint32_t>(body.size()), stack});
-    bytes_.insert(bytes_.end(), body.begin(), body.end());
+    const std::uint64_t key = key_of(rest);
+    std::uint32_t* bucket = by_key_.find(key);
+    if (bucket == nullptr) {
+      by_key_.insert_or_assign(key, static_cast<std::uint32_t>(buckets_.size()));
+      bucket = by_key_.find(key);
+      buckets_.emplace_back();
+    }
+    std::vector<std::uint32_t>& candidates = buckets_[*bucket];
+    candidates.insert(candidates.begin(), static_cast<std::uint32_t>(entries_.size()));
+    entries_.push_back(Entry{bytes_.size(), length, stack});
+    bytes_.insert(bytes_.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(length));
   }
 
   // A memo slot was written over: a GET of it may name another frame now.
   void clear() {
-    by_hash_.clear();
+    by_key_.clear();
+    buckets_.clear();
     entries_.clear();
     bytes_.clear();
   }
@@ -56,30 +84,26 @@ class FramesListCache {
 
  private:
   struct Entry {
-    std::uint32_t offset;
-    std::uint32_t length;
+    std::size_t offset;
+    std::size_t length;
     std::uint32_t stack;
   };
 
-  // Eight bytes at a time, each word mixed in by a multiply; never 0 (FlatMap64's empty key).
-  static std::uint64_t hash(std::span<const std::uint8_t> body) {
+  // The first kKeyBytes bytes mixed a word at a time; never 0 (FlatMap64's empty key).
+  static std::uint64_t key_of(std::span<const std::uint8_t> rest) {
     constexpr std::uint64_t kMultiplier = 0x9e3779b97f4a7c15ULL;
-    std::uint64_t h = body.size() * kMultiplier;
-    std::size_t i = 0;
-    for (; i + 8 <= body.size(); i += 8) {
+    std::uint64_t h = 0;
+    for (std::size_t i = 0; i < kKeyBytes; i += 8) {
       std::uint64_t word;
-      std::memcpy(&word, body.data() + i, 8);
+      std::memcpy(&word, rest.data() + i, 8);
       h = (h ^ word) * kMultiplier;
       h ^= h >> 29;
     }
-    std::uint64_t rest = 0;
-    std::memcpy(&rest, body.data() + i, body.size() - i);
-    h = (h ^ rest) * kMultiplier;
-    h ^= h >> 32;
     return h | 1;
   }
 
-  alloc::FlatMap64<std::uint32_t> by_hash_{256};
+  alloc::FlatMap64<std::uint32_t> by_key_{256};
+  std::vector<std::vector<std::uint32_t>> buckets_;  // entry indices, the last found first
   std::vector<Entry> entries_;
   std::vector<std::uint8_t> bytes_;
 };

@@ -110,15 +110,10 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   pos += marked ? 1 : 0;
   const std::size_t body = pos;
   if (marked) {
-    // The GETs up to APPENDS, as bytes: a list seen before names its stack without a memo read.
-    std::size_t end = pos;
-    while (end + 5 <= size && (b[end] == BINGET || b[end] == LONG_BINGET))
-      end += b[end] == BINGET ? 2 : 5;
-    if (end > pos && end < size && b[end] == APPENDS) {
-      if (const std::optional<std::uint32_t> seen = frames_lists_.find(b.subspan(pos, end - pos))) {
-        stack = *seen;
-        return end + 1;
-      }
+    // A list seen before names its stack without a memo read (its bytes, then APPENDS).
+    if (const std::optional<FramesListCache::Known> seen = frames_lists_.find(b.subspan(pos))) {
+      stack = seen->stack;
+      return pos + seen->length + 1;
     }
   }
   if (frames_scratch_.empty())
@@ -154,7 +149,7 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
     return 0;
   stack = *known;
   if (marked && !framed)
-    frames_lists_.insert(b.subspan(body, pos - body), stack);
+    frames_lists_.insert(b.subspan(body), pos - body, stack);
   return pos + 1;
 }
 

@@ -210,14 +210,23 @@ TEST(KnownFramesList, AFullBatchOfThePicklerIsBuiltAsAListForTheBatchesThatMayFo
   EXPECT_EQ(read.read_again.kind, Kind::list);
 }
 
+// The slots of `count` frames defined from `first` on: lists of 20 GETs (40 bytes) are long
+// enough for the cache's key, as a real trace's stacks are.
+std::vector<std::uint32_t> slots_from(std::uint32_t first, std::uint32_t count = 20) {
+  std::vector<std::uint32_t> slots(count);
+  for (std::uint32_t i = 0; i < count; ++i)
+    slots[i] = first + i;
+  return slots;
+}
+
 TEST(KnownFramesList, TheSameBytesAgainNameTheirStackWithoutAskingTheSink) {
   // The first list is built (the sink learns its stack), the second is read in place after
   // asking, and the third, the same bytes, is known from them.
   PickleBuilder p;
-  const std::uint32_t f = p.frame_definitions(3);
+  const std::uint32_t f = p.frame_definitions(20);
   for (int i = 0; i < 2; ++i)
-    p.frames_list({f, f + 1, f + 2});
-  const std::uint32_t third = p.frames_list({f, f + 1, f + 2});
+    p.frames_list(slots_from(f));
+  const std::uint32_t third = p.frames_list(slots_from(f));
   StackSink sink;
   const Read read = run(p.finish(third), sink);
   using Items = decltype(shape(read));
@@ -230,14 +239,14 @@ TEST(KnownFramesList, TheSameBytesAgainNameTheirStackWithoutAskingTheSink) {
 }
 
 TEST(KnownFramesList, AfterAPutOverAFramesSlotTheSameBytesAreReadAfresh) {
-  // Slot f + 1 holds frame 2 after the PUT: the same GETs now spell the frames (0, 2), a stack
-  // the sink does not know, so the list is built.
+  // Slot f + 1 holds frame 20 after the PUT: the same GETs now spell the frames (0, 20, 2, ...),
+  // a stack the sink does not know, so the list is built.
   PickleBuilder p;
-  const std::uint32_t f = p.frame_definitions(3);
-  p.frames_list({f, f + 1});
-  p.frames_list({f, f + 1});
-  p.put_over(f + 1, f + 2);
-  const std::uint32_t after = p.frames_list({f, f + 1});
+  const std::uint32_t f = p.frame_definitions(21);
+  p.frames_list(slots_from(f));
+  p.frames_list(slots_from(f));
+  p.put_over(f + 1, f + 20);
+  const std::uint32_t after = p.frames_list(slots_from(f));
   StackSink sink;
   const Read read = run(p.finish(after), sink);
   using Items = decltype(shape(read));
@@ -246,30 +255,72 @@ TEST(KnownFramesList, AfterAPutOverAFramesSlotTheSameBytesAreReadAfresh) {
   EXPECT_EQ(read.read_again.kind, Kind::list);
 }
 
-TEST(FramesListCache, FindsABodyByItsBytesOnly) {
+// A list's body, APPENDS, and the bytes that follow it in the buffer (here: a SETITEMS and the
+// next entry's start), as the machine hands them to the cache.
+std::vector<std::uint8_t> body_and_rest(std::vector<std::uint8_t> body) {
+  body.push_back('e');
+  const std::vector<std::uint8_t> next_entry = {'u', '}', 0x94, '(', 'h', 0x10, 'h', 0x11};
+  body.insert(body.end(), next_entry.begin(), next_entry.end());
+  body.resize(std::max<std::size_t>(body.size(), pickle::FramesListCache::kKeyBytes + 8), 'N');
+  return body;
+}
+
+TEST(FramesListCache, FindsAListByItsBytesUpToAppends) {
   pickle::FramesListCache cache;
   const std::vector<std::uint8_t> body = {'h', 1, 'h', 2, 'j', 3, 0, 0, 0, 'h', 4};
-  cache.insert(body, 7);
-  EXPECT_EQ(cache.find(body), 7u);
-  std::vector<std::uint8_t> other = body;
-  other.back() = 5;
+  const std::vector<std::uint8_t> rest = body_and_rest(body);
+  cache.insert(rest, body.size(), 7);
+  const auto found = cache.find(rest);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->stack, 7u);
+  EXPECT_EQ(found->length, body.size());
+  // Another last GET; the same bytes without APPENDS after them (a longer list); another start.
+  std::vector<std::uint8_t> other = rest;
+  other[body.size() - 1] = 5;
   EXPECT_EQ(cache.find(other), std::nullopt);
-  EXPECT_EQ(cache.find(std::span(body).first(body.size() - 2)), std::nullopt);
+  std::vector<std::uint8_t> longer = rest;
+  longer[body.size()] = 'h';
+  EXPECT_EQ(cache.find(longer), std::nullopt);
+  std::vector<std::uint8_t> shifted(rest.begin() + 2, rest.end());
+  EXPECT_EQ(cache.find(shifted), std::nullopt);
   cache.clear();
-  EXPECT_EQ(cache.find(body), std::nullopt);
+  EXPECT_EQ(cache.find(rest), std::nullopt);
+}
+
+TEST(FramesListCache, ListsSharingTheirFirstBytesAreToldApartByLength) {
+  // Stacks share their innermost frames: several lists under one key, each found as itself.
+  pickle::FramesListCache cache;
+  std::vector<std::uint8_t> body;
+  for (std::uint8_t frame = 1; frame <= 20; ++frame)
+    body.insert(body.end(), {'h', frame});
+  std::vector<std::vector<std::uint8_t>> bodies;
+  for (std::size_t frames = 17; frames <= 20; ++frames)
+    bodies.emplace_back(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(2 * frames));
+  for (std::size_t i = 0; i < bodies.size(); ++i)
+    cache.insert(body_and_rest(bodies[i]), bodies[i].size(), static_cast<std::uint32_t>(i));
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i : {std::size_t{2}, std::size_t{0}, std::size_t{3}, std::size_t{1}}) {
+      const auto found = cache.find(body_and_rest(bodies[i]));
+      ASSERT_TRUE(found.has_value()) << i;
+      EXPECT_EQ(found->stack, i);
+      EXPECT_EQ(found->length, bodies[i].size());
+    }
+  }
 }
 
 TEST(FramesListCache, KeepsNoMoreThanItsBudgetOfBytes) {
   pickle::FramesListCache cache;
   std::vector<std::uint8_t> body(1000, 'h');
   const std::size_t fit = pickle::FramesListCache::kMaxBytes / body.size();
+  std::vector<std::uint8_t> rest;
   for (std::size_t i = 0; i <= fit; ++i) {
     for (std::size_t b = 0; b < 4; ++b)
       body[2 * b + 1] = static_cast<std::uint8_t>(i >> (8 * b));
-    cache.insert(body, static_cast<std::uint32_t>(i));
+    rest = body_and_rest(body);
+    cache.insert(rest, body.size(), static_cast<std::uint32_t>(i));
   }
   EXPECT_EQ(cache.size(), fit);
-  EXPECT_EQ(cache.find(body), std::nullopt);  // the one past the budget
+  EXPECT_EQ(cache.find(rest), std::nullopt);  // the one past the budget
 }
 
 }  // namespace
