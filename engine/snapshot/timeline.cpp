@@ -102,6 +102,9 @@ struct LiveBlock {
   Bytes requested = 0;
   BlockState state = BlockState::active_allocated;
   FrameStackId frames{};
+  // Walking back: the entry of the block's earliest free seen so far (of a block of unknown
+  // size, once the walk is done, its first free in the trace).
+  std::size_t first_free = 0;
 };
 
 std::string describe_segment_difference(const Segment& a, const Segment& b) {
@@ -161,24 +164,30 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
         walking.insert_or_assign(b.address, LiveBlock{b.size, b.requested_size, b.state, b.frames});
     }
   }
+  // The first allocation the trace makes at each address, gathered walking back (the last one
+  // seen is the first): evidence for the sizes the trace does not give (below).
+  alloc::FlatAddressMap<std::size_t> first_alloc(1024);
   try {
-    events.for_each_backward([&](const TraceEvent& event, std::size_t) {
+    events.for_each_backward([&](const TraceEvent& event, std::size_t i) {
       const TraceEvent* e = &event;
       switch (e->action) {
         case TraceAction::alloc:
           walking.erase(e->addr);
+          first_alloc.insert_or_assign(e->addr, i);
           break;
         case TraceAction::free_requested: {
-          if (LiveBlock* block = walking.find(e->addr))
+          if (LiveBlock* block = walking.find(e->addr)) {
             block->state = BlockState::active_allocated;
-          else
+            block->first_free = i;
+          } else {
             walking.insert_or_assign(e->addr,
-                                     LiveBlock{0, e->size, BlockState::active_allocated, {}});
+                                     LiveBlock{0, e->size, BlockState::active_allocated, {}, i});
+          }
           break;
         }
         case TraceAction::free_completed:
           walking.insert_or_assign(e->addr,
-                                   LiveBlock{0, e->size, BlockState::active_pending_free, {}});
+                                   LiveBlock{0, e->size, BlockState::active_pending_free, {}, i});
           break;
         case TraceAction::segment_alloc:
         case TraceAction::segment_free:
@@ -200,23 +209,14 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
     // Only the first allocation at each address can be the earliest inside a gap, so one per
     // address is kept (the trace's allocations would be a vector as long as the trace).
     std::vector<std::pair<std::uint64_t, std::size_t>> allocs;  // (address, first alloc entry)
-    // The first free entry of each block whose size is unknown (events.size(): none), the only
-    // addresses asked: a table of a few thousand, not of every address the trace frees.
+    // The first free entry of each block whose size is unknown, the only addresses asked: a
+    // table of a few thousand, not of every address the trace frees. (The walk back ends at a
+    // predating block's first free: it is live from the trace's start until then.)
     alloc::FlatAddressMap<std::size_t> first_free(64);
     for (const auto& [address, block] : live)
       if (block.size == 0)
-        first_free.insert_or_assign(address, events.size());
+        first_free.insert_or_assign(address, block.first_free);
     if (first_free.size() != 0) {
-      alloc::FlatAddressMap<std::size_t> first_alloc(1024);
-      events.for_each([&](const TraceEvent& e, std::size_t i) {
-        if (e.action == TraceAction::alloc) {
-          first_alloc.emplace(e.addr, i);
-        } else if (e.action == TraceAction::free_requested ||
-                   e.action == TraceAction::free_completed) {
-          if (std::size_t* first = first_free.find(e.addr); first && *first == events.size())
-            *first = i;
-        }
-      });
       allocs.reserve(first_alloc.size());
       first_alloc.for_each(
           [&allocs](std::uint64_t address, std::size_t i) { allocs.emplace_back(address, i); });

@@ -150,6 +150,15 @@ TEST(TruncatedTrace, OnlyAnAllocationBeforeABlocksFirstFreePinsItsSize) {
                           {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
                           rest}),
             std::make_pair(requested, std::size_t{1}));
+  // Its first free is the free_requested: an allocation between it and the free_completed comes
+  // after it too.
+  EXPECT_EQ(state_before({{TraceAction::free_requested, base, requested},
+                          {TraceAction::alloc, base + 4 * kMiB, kMiB},
+                          {TraceAction::free_completed, base, requested}},
+                         {{base, 4 * kMiB, 0, BlockState::inactive, {}},
+                          {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
+                          rest}),
+            std::make_pair(requested, std::size_t{1}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,
