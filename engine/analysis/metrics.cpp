@@ -54,21 +54,12 @@ MemorySample sample_of(const snapshot::SegmentState& state) {
 
 std::vector<FreeBlock> free_blocks(const snapshot::SegmentState& state) {
   std::vector<FreeBlock> result;
-  const auto& segments = state.segment_map();
-  auto segment = segments.begin();
-  for (const auto& [address, block] : state.block_map()) {
-    if (block.state != snapshot::BlockState::inactive)
-      continue;
-    // Blocks and segments are both in address order: the containing segment is the last one
-    // starting at or below the block.
-    while (segment != segments.end() && std::next(segment) != segments.end() &&
-           std::next(segment)->first <= address)
-      ++segment;
-    if (segment == segments.end() || segment->first > address)
-      continue;  // SegmentState keeps every block inside a segment; nothing to attribute
-    const auto& info = segment->second;
-    result.push_back(FreeBlock{address, block.size, info.stream, info.pool,
-                               !info.expandable && info.block_count > 1});
+  for (const auto& [segment_address, info] : state.segment_map()) {
+    for (const auto& [address, block] : state.blocks_of(segment_address)) {
+      if (block.state == snapshot::BlockState::inactive)
+        result.push_back(FreeBlock{address, block.size, info.stream, info.pool,
+                                   !info.expandable && info.block_count > 1});
+    }
   }
   return result;
 }

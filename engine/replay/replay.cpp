@@ -126,7 +126,6 @@ using AddressTensors = alloc::FlatAddressMap<std::uint64_t>;
 // The seeds for the allocator from the reconstructed start state, one tensor per active block.
 void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, AddressTensors& live,
                AddressTensors& pending, std::uint64_t& next_tensor) {
-  const auto& blocks = initial.block_map();
   for (const auto& [address, segment] : initial.segment_map()) {
     alloc::SeedSegment seed;
     seed.address = address;
@@ -134,14 +133,12 @@ void seed_from(const snapshot::SegmentState& initial, TraceRequests& out, Addres
     seed.stream = segment.stream;
     seed.pool = segment.pool;
     seed.expandable = segment.expandable;
-    const std::uint64_t end = address + segment.size;
-    for (auto it = blocks.lower_bound(address); it != blocks.end() && it->first < end; ++it) {
-      alloc::SeedBlock block{it->first, it->second.size, it->second.requested, it->second.state,
-                             TensorId{}};
+    for (const auto& [block_address, info] : initial.blocks_of(address)) {
+      alloc::SeedBlock block{block_address, info.size, info.requested, info.state, TensorId{}};
       if (block.state != BlockState::inactive) {
         block.tensor = TensorId{next_tensor++};
         (block.state == BlockState::active_allocated ? live : pending)
-            .emplace(it->first, block.tensor.value);
+            .emplace(block_address, block.tensor.value);
       }
       seed.blocks.push_back(block);
     }

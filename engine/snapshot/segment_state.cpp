@@ -1,6 +1,9 @@
 #include "engine/snapshot/segment_state.h"
 
+#include <algorithm>
 #include <bit>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -95,98 +98,227 @@ bool LayoutRules::should_split(Bytes block_size, Bytes rounded) const {
 
 // ---- SegmentState -----------------------------------------------------------------------------
 
-SegmentState::SegmentState(LayoutRules rules) : rules_(rules) {}
+SegmentState::SegmentState(LayoutRules rules) : rules_(rules), block_slots_(64) {}
+
+SegmentState::SegmentState(const SegmentState& other)
+    : rules_(other.rules_),
+      segments_(other.segments_),
+      nodes_(other.nodes_),
+      unused_slots_(other.unused_slots_),
+      block_slots_(other.block_slots_),
+      last_placed_(other.last_placed_),
+      free_size_heap_(other.free_size_heap_),
+      largest_free_gone_(other.largest_free_gone_),
+      totals_(other.totals_) {
+  for (auto seg = segments_.begin(); seg != segments_.end(); ++seg)
+    adopt_blocks(seg);
+}
+
+SegmentState& SegmentState::operator=(const SegmentState& other) {
+  if (this != &other)
+    *this = SegmentState(other);
+  return *this;
+}
 
 void SegmentState::fail(const TraceEvent& e, const std::string& what) const {
   throw InputError(std::string(to_string(e.action)) + " at " + hex_address(e.addr) + " (size " +
                    std::to_string(e.size) + "): " + what);
 }
 
-SegmentState::BlockIt SegmentState::find_block(std::uint64_t address) {
-  if (hint_.has_block && hint_.block_address == address)
-    return hint_.block;
-  return blocks_.find(address);
+std::uint32_t SegmentState::slot_of(std::uint64_t address) const {
+  const std::uint32_t* slot = block_slots_.find(address);
+  return slot == nullptr ? kNoBlock : *slot;
+}
+
+SegmentState::SegmentBlocks SegmentState::blocks_of(std::uint64_t segment_address) const {
+  return {nodes_.data(),
+          segments_.count(segment_address) != 0 ? first_block(segment_address) : kNoBlock};
+}
+
+const SegmentState::BlockInfo* SegmentState::block_at(std::uint64_t address) const {
+  const std::uint32_t slot = slot_of(address);
+  return slot == kNoBlock ? nullptr : &nodes_[slot].info;
+}
+
+std::uint32_t SegmentState::block_holding(SegmentIt seg, std::uint64_t address) const {
+  std::uint32_t at = first_block(seg->first);
+  if (last_placed_ != kNoBlock && nodes_[last_placed_].address >= seg->first &&
+      nodes_[last_placed_].address <= address)
+    at = last_placed_;
+  // The ring wraps to the segment's first block after its last: stop there.
+  for (std::uint32_t next = nodes_[at].next;
+       nodes_[next].address > nodes_[at].address && nodes_[next].address <= address;
+       next = nodes_[at].next)
+    at = next;
+  return at;
 }
 
 SegmentState::SegmentIt SegmentState::segment_containing(std::uint64_t address) {
-  // Segments never overlap: the hinted one, if it holds the address, is the one.
-  if (hint_.has_segment && address - hint_.segment->first < hint_.segment->second.size)
-    return hint_.segment;
   auto it = segments_.upper_bound(address);
   if (it == segments_.begin())
     return segments_.end();
   --it;
   if (address - it->first >= it->second.size)
     return segments_.end();
-  hint_.segment = it;
-  hint_.has_segment = true;
   return it;
+}
+
+std::pair<std::uint32_t, Bytes> SegmentState::adopt_blocks(SegmentIt seg) {
+  std::uint32_t count = 0;
+  Bytes free_bytes = 0;
+  const std::uint32_t first = first_block(seg->first);
+  std::uint32_t slot = first;
+  do {
+    BlockNode& node = nodes_[slot];
+    node.segment = &seg->second;
+    ++count;
+    if (node.info.state == BlockState::inactive)
+      free_bytes += node.info.size;
+    slot = node.next;
+  } while (slot != first);
+  return {count, free_bytes};
 }
 
 Bytes SegmentState::split_contribution(const SegmentInfo& s) const {
   return (!s.expandable && s.block_count > 1) ? s.free_bytes : 0;
 }
 
-void SegmentState::add_free(std::uint64_t address, Bytes size, SegmentInfo& seg) {
-  BlockInfo b;
-  b.size = size;
-  blocks_[address] = b;
-  ++free_sizes_[size];
-  ++seg.block_count;
-  seg.free_bytes += size;
+std::uint32_t SegmentState::new_node(std::uint64_t address, const BlockInfo& info,
+                                     SegmentInfo& seg) {
+  std::uint32_t slot;
+  if (!unused_slots_.empty()) {
+    slot = unused_slots_.back();
+    unused_slots_.pop_back();
+  } else {
+    if (nodes_.size() >= kNoBlock)
+      throw InputError("more than 2^32 - 1 blocks at once");
+    slot = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  nodes_[slot] = BlockNode{address, info, slot, slot, &seg};
+  block_slots_.insert_or_assign(address, slot);
+  return slot;
 }
 
-void SegmentState::remove_free(BlockIt it, SegmentInfo& seg) {
-  forget_free_size(it->second.size);
-  --seg.block_count;
-  seg.free_bytes -= it->second.size;
-  hint_.has_block = false;
-  blocks_.erase(it);
+void SegmentState::release_node(std::uint32_t slot) {
+  block_slots_.erase(nodes_[slot].address);
+  nodes_[slot].segment = nullptr;  // unused (the heaps' rebuild skips it)
+  if (last_placed_ == slot)
+    last_placed_ = kNoBlock;
+  unused_slots_.push_back(slot);
+}
+
+void SegmentState::link_after(std::uint32_t at, std::uint32_t slot) {
+  const std::uint32_t next = nodes_[at].next;
+  nodes_[slot].prev = at;
+  nodes_[slot].next = next;
+  nodes_[next].prev = slot;
+  nodes_[at].next = slot;
+}
+
+void SegmentState::unlink(std::uint32_t slot) {
+  const std::uint32_t prev = nodes_[slot].prev;
+  const std::uint32_t next = nodes_[slot].next;
+  nodes_[prev].next = next;
+  nodes_[next].prev = prev;
+}
+
+void SegmentState::join_rings(std::uint32_t first, std::uint32_t second) {
+  const std::uint32_t first_last = nodes_[first].prev;
+  const std::uint32_t second_last = nodes_[second].prev;
+  nodes_[first_last].next = second;
+  nodes_[second].prev = first_last;
+  nodes_[second_last].next = first;
+  nodes_[first].prev = second_last;
+}
+
+std::uint32_t SegmentState::add_free(std::uint64_t address, Bytes size, SegmentInfo& seg) {
+  BlockInfo b;
+  b.size = size;
+  ++seg.block_count;
+  seg.free_bytes += size;
+  const std::uint32_t slot = new_node(address, b, seg);
+  count_free_block(slot);
+  return slot;
+}
+
+void SegmentState::count_free_block(std::uint32_t slot) {
+  const Bytes size = nodes_[slot].info.size;
+  if (size > totals_.largest_free)
+    totals_.largest_free = size;
+  free_size_heap_.emplace_back(size, slot);
+  std::push_heap(free_size_heap_.begin(), free_size_heap_.end());
 }
 
 void SegmentState::forget_free_size(Bytes size) {
-  auto fs = free_sizes_.find(size);
-  if (--fs->second == 0)
-    free_sizes_.erase(fs);
+  if (size == totals_.largest_free)
+    largest_free_gone_ = true;
 }
 
-SegmentState::BlockIt SegmentState::coalesce(BlockIt it, SegmentIt seg) {
-  std::uint64_t seg_start = seg->first;
-  std::uint64_t seg_end = seg->first + seg->second.size;
-  // The merged block keeps the first node of the run (the free block before `it`, or `it`), so a
-  // merge erases the nodes after it and inserts none: a free is most of a trace's map churn.
-  BlockIt first = it;
-  if (it != blocks_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first >= seg_start && prev->first + prev->second.size == it->first &&
-        prev->second.state == BlockState::inactive)
-      first = prev;
+std::uint32_t SegmentState::coalesce(std::uint32_t slot, SegmentInfo& seg) {
+  // Ring neighbours are in the segment; the prev of its first block (and the next of its last)
+  // wraps around and lies on the wrong side.
+  const std::uint64_t address = nodes_[slot].address;
+  const std::uint32_t prev = nodes_[slot].prev;
+  const std::uint32_t next = nodes_[slot].next;
+  const bool merge_prev =
+      nodes_[prev].address < address && nodes_[prev].info.state == BlockState::inactive;
+  const bool merge_next =
+      nodes_[next].address > address && nodes_[next].info.state == BlockState::inactive;
+  if (!merge_prev && !merge_next) {
+    count_free_block(slot);
+    return slot;
   }
-  BlockIt last = it;
-  auto next = std::next(it);
-  if (next != blocks_.end() && next->first < seg_end &&
-      it->first + it->second.size == next->first && next->second.state == BlockState::inactive)
-    last = next;
-  if (first == last)
-    return it;
+  // The merged block keeps the first node of the run (the free block before `slot`, or `slot`).
+  const std::uint32_t first = merge_prev ? prev : slot;
   Bytes size = 0;
-  const BlockIt end = std::next(last);
-  for (auto merged = first; merged != end; ++merged) {
-    forget_free_size(merged->second.size);
-    --seg->second.block_count;
-    size += merged->second.size;
-  }
-  hint_.has_block = false;
-  blocks_.erase(std::next(first), end);
-  first->second = BlockInfo{};
-  first->second.size = size;
-  ++free_sizes_[size];
-  ++seg->second.block_count;
+  auto absorb = [&](std::uint32_t merged) {
+    if (merged != slot)
+      forget_free_size(nodes_[merged].info.size);
+    --seg.block_count;
+    size += nodes_[merged].info.size;
+    if (merged != first) {
+      unlink(merged);
+      release_node(merged);
+    }
+  };
+  if (merge_prev)
+    absorb(prev);
+  absorb(slot);
+  if (merge_next)
+    absorb(next);
+  nodes_[first].info = BlockInfo{};
+  nodes_[first].info.size = size;
+  count_free_block(first);
+  ++seg.block_count;
   return first;
 }
 
-void SegmentState::refresh_largest_free() {
-  totals_.largest_free = free_sizes_.empty() ? 0 : free_sizes_.rbegin()->first;
+void SegmentState::find_largest_free() {
+  // The rebuild scans the slab; twice its size in pushes pays for it.
+  const auto is_free_block = [&](const std::pair<Bytes, std::uint32_t>& entry) {
+    const BlockNode& node = nodes_[entry.second];
+    return node.segment != nullptr && node.info.state == BlockState::inactive &&
+           node.info.size == entry.first;
+  };
+  if (free_size_heap_.size() > 2 * nodes_.size() + 1024) {
+    free_size_heap_.clear();
+    for (std::uint32_t slot = 0; slot < nodes_.size(); ++slot)
+      if (is_free_block({nodes_[slot].info.size, slot}))
+        free_size_heap_.emplace_back(nodes_[slot].info.size, slot);
+    std::make_heap(free_size_heap_.begin(), free_size_heap_.end());
+    largest_free_gone_ = true;
+  }
+  // count_free_block raised largest_free as blocks came; only a block of the largest size that
+  // went needs the heap.
+  if (!largest_free_gone_)
+    return;
+  largest_free_gone_ = false;
+  while (!free_size_heap_.empty() && !is_free_block(free_size_heap_.front())) {
+    std::pop_heap(free_size_heap_.begin(), free_size_heap_.end());
+    free_size_heap_.pop_back();
+  }
+  totals_.largest_free = free_size_heap_.empty() ? 0 : free_size_heap_.front().first;
 }
 
 void SegmentState::apply(const TraceEvent& e) {
@@ -222,72 +354,62 @@ void SegmentState::apply(const TraceEvent& e) {
 void SegmentState::on_alloc(const TraceEvent& e) {
   if (e.size >= alloc::kOneExbibyte)
     fail(e, "PyTorch refuses allocations of 1 EiB and more");
-  auto it = find_block(e.addr);
-  if (it == blocks_.end() || it->second.state != BlockState::inactive)
+  const std::uint32_t slot = slot_of(e.addr);
+  if (slot == kNoBlock || nodes_[slot].info.state != BlockState::inactive)
     fail(e, "no free block starts at this address");
-  auto seg = segment_containing(e.addr);
-  if (seg == segments_.end())
-    fail(e, "the free block here lies outside every segment");
+  SegmentInfo& seg = *nodes_[slot].segment;
   Bytes rounded = rules_.round_size(e.size);
-  Bytes free_size = it->second.size;
+  Bytes free_size = nodes_[slot].info.size;
   if (free_size < rounded)
     fail(e, "the free block here has only " + std::to_string(free_size) + " bytes for a " +
                 std::to_string(rounded) + "-byte block");
-  Bytes before = split_contribution(seg->second);
+  Bytes before = split_contribution(seg);
   Bytes size = free_size;
-  // The free block's node becomes the allocation (the same key), and a split's rest goes right
-  // after it: no node is erased and at most one is inserted, next to a known position.
+  // The free block's node becomes the allocation, and a split's rest goes right after it.
   forget_free_size(free_size);
-  seg->second.free_bytes -= free_size;
+  seg.free_bytes -= free_size;
   if (rules_.should_split(free_size, rounded)) {
     size = rounded;
-    BlockInfo rest;
-    rest.size = free_size - rounded;
-    hint_block(blocks_.emplace_hint(std::next(it), e.addr + rounded, rest));
-    ++free_sizes_[rest.size];
-    ++seg->second.block_count;
-    seg->second.free_bytes += rest.size;
+    link_after(slot, add_free(e.addr + rounded, free_size - rounded, seg));
   }
-  seg->second.pool = rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
-  it->second = BlockInfo{};
-  it->second.size = size;
-  it->second.requested = e.size;
-  it->second.state = BlockState::active_allocated;
-  it->second.frames = e.frames;
-  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
+  seg.pool = rounded <= kSmallSize ? PoolKind::small : PoolKind::large;
+  BlockInfo& block = nodes_[slot].info;
+  block = BlockInfo{};
+  block.size = size;
+  block.requested = e.size;
+  block.state = BlockState::active_allocated;
+  block.frames = e.frames;
+  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg);
   totals_.allocated += size;
   totals_.active += size;
   totals_.requested += e.size;
 }
 
 void SegmentState::on_free_requested(const TraceEvent& e) {
-  auto it = find_block(e.addr);
-  if (it == blocks_.end() || it->second.state != BlockState::active_allocated)
+  const std::uint32_t slot = slot_of(e.addr);
+  if (slot == kNoBlock || nodes_[slot].info.state != BlockState::active_allocated)
     fail(e, "no allocated block at this address");
-  hint_block(it);
-  it->second.state = BlockState::active_pending_free;
-  totals_.allocated -= it->second.size;
+  nodes_[slot].info.state = BlockState::active_pending_free;
+  totals_.allocated -= nodes_[slot].info.size;
 }
 
 void SegmentState::on_free_completed(const TraceEvent& e) {
-  auto it = find_block(e.addr);
-  if (it == blocks_.end() || it->second.state == BlockState::inactive)
+  const std::uint32_t slot = slot_of(e.addr);
+  if (slot == kNoBlock || nodes_[slot].info.state == BlockState::inactive)
     fail(e, "no active block at this address");
-  if (it->second.state == BlockState::active_allocated)  // free_requested was not recorded
-    totals_.allocated -= it->second.size;
-  auto seg = segment_containing(e.addr);
-  if (seg == segments_.end())
-    fail(e, "the block lies outside every segment");
-  Bytes before = split_contribution(seg->second);
-  Bytes size = it->second.size;
+  BlockInfo& block = nodes_[slot].info;
+  if (block.state == BlockState::active_allocated)  // free_requested was not recorded
+    totals_.allocated -= block.size;
+  SegmentInfo& seg = *nodes_[slot].segment;
+  Bytes before = split_contribution(seg);
+  Bytes size = block.size;
   totals_.active -= size;
-  totals_.requested -= it->second.requested;
-  it->second = BlockInfo{};
-  it->second.size = size;
-  ++free_sizes_[size];
-  seg->second.free_bytes += size;
-  hint_block(coalesce(it, seg));
-  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg->second);
+  totals_.requested -= block.requested;
+  block = BlockInfo{};
+  block.size = size;
+  seg.free_bytes += size;
+  coalesce(slot, seg);
+  totals_.inactive_split = totals_.inactive_split - before + split_contribution(seg);
 }
 
 void SegmentState::on_segment_alloc(const TraceEvent& e) {
@@ -313,26 +435,15 @@ void SegmentState::on_segment_free(const TraceEvent& e) {
   auto seg = segments_.find(e.addr);
   if (seg == segments_.end() || seg->second.size != e.size || seg->second.expandable)
     fail(e, "no cudaMalloc segment of this size starts here");
-  auto it = blocks_.find(e.addr);
-  if (seg->second.block_count != 1 || it == blocks_.end() ||
-      it->second.state != BlockState::inactive)
+  const std::uint32_t slot = first_block(e.addr);
+  if (seg->second.block_count != 1 || slot == kNoBlock ||
+      nodes_[slot].info.state != BlockState::inactive)
     fail(e, "the segment still holds active blocks");
-  remove_free(it, seg->second);
-  hint_.has_segment = false;
+  forget_free_size(nodes_[slot].info.size);
+  release_node(slot);
   segments_.erase(seg);
   totals_.reserved -= e.size;
   --totals_.segments;
-}
-
-void SegmentState::recount(SegmentIt seg) {
-  seg->second.block_count = 0;
-  seg->second.free_bytes = 0;
-  std::uint64_t end = seg->first + seg->second.size;
-  for (auto it = blocks_.lower_bound(seg->first); it != blocks_.end() && it->first < end; ++it) {
-    ++seg->second.block_count;
-    if (it->second.state == BlockState::inactive)
-      seg->second.free_bytes += it->second.size;
-  }
 }
 
 void SegmentState::on_segment_map(const TraceEvent& e) {
@@ -352,7 +463,8 @@ void SegmentState::on_segment_map(const TraceEvent& e) {
         prev->second.stream == e.stream)
       seg = prev;
   }
-  if (seg != segments_.end()) {
+  const bool grows = seg != segments_.end();
+  if (grows) {
     seg->second.size += e.size;
   } else {
     SegmentInfo s;
@@ -362,17 +474,33 @@ void SegmentState::on_segment_map(const TraceEvent& e) {
     seg = segments_.emplace(e.addr, s).first;
     seg->second.size = e.size;
   }
+  std::uint32_t following = kNoBlock;  // the first block of the range the mapping joins
   auto next = std::next(seg);
   if (next != segments_.end() && next->second.expandable &&
       seg->first + seg->second.size == next->first && next->second.stream == e.stream) {
+    following = first_block(next->first);
+    for (std::uint32_t slot = following;;) {
+      nodes_[slot].segment = &seg->second;
+      slot = nodes_[slot].next;
+      if (slot == following)
+        break;
+    }
     seg->second.size += next->second.size;
     seg->second.block_count += next->second.block_count;
     seg->second.free_bytes += next->second.free_bytes;
-    hint_.has_segment = false;
     segments_.erase(next);
   }
-  add_free(e.addr, e.size, seg->second);
-  coalesce(blocks_.find(e.addr), seg);
+  BlockInfo mapped_block;  // counted by coalesce
+  mapped_block.size = e.size;
+  ++seg->second.block_count;
+  seg->second.free_bytes += e.size;
+  const std::uint32_t mapped = new_node(e.addr, mapped_block, seg->second);
+  const std::uint32_t first = grows ? first_block(seg->first) : mapped;
+  if (grows)
+    join_rings(first, mapped);
+  if (following != kNoBlock)
+    join_rings(first, following);
+  coalesce(mapped, seg->second);
   totals_.reserved += e.size;
 }
 
@@ -381,33 +509,58 @@ void SegmentState::on_segment_unmap(const TraceEvent& e) {
   if (seg == segments_.end() || !seg->second.expandable || !fits_address_space(e.addr, e.size) ||
       e.addr + e.size > seg->first + seg->second.size)
     fail(e, "does not lie inside one mapped expandable range");
-  auto it = blocks_.upper_bound(e.addr);
-  --it;  // a block starts at the segment base, so one starts at or below e.addr
-  std::uint64_t block_start = it->first;
-  Bytes block_size = it->second.size;
-  if (it->second.state != BlockState::inactive || e.addr + e.size > block_start + block_size)
+  const std::uint32_t first = first_block(seg->first);
+  const std::uint32_t last = nodes_[first].prev;
+  const std::uint32_t slot = block_holding(seg, e.addr);
+  const std::uint64_t block_start = nodes_[slot].address;
+  const Bytes block_size = nodes_[slot].info.size;
+  if (nodes_[slot].info.state != BlockState::inactive || e.addr + e.size > block_start + block_size)
     fail(e, "unmaps memory that is not one free block");
-  remove_free(it, seg->second);
-  if (e.addr > block_start)
-    add_free(block_start, e.addr - block_start, seg->second);
-  if (block_start + block_size > e.addr + e.size)
-    add_free(e.addr + e.size, block_start + block_size - (e.addr + e.size), seg->second);
-  // The range leaves the segment: cut the segment into the parts before and after it.
+  // The range leaves the segment: its ring is cut into the blocks before the unmapped block (and
+  // the free part of it below the range) and those after it (after the free part above).
+  const std::uint32_t before = slot != first ? nodes_[slot].prev : kNoBlock;
+  const std::uint32_t after = slot != last ? nodes_[slot].next : kNoBlock;
+  forget_free_size(block_size);
+  release_node(slot);
+  std::uint32_t left = kNoBlock;
+  if (before != kNoBlock) {
+    left = first;
+    nodes_[before].next = first;
+    nodes_[first].prev = before;
+  }
+  std::uint32_t right = kNoBlock;
+  if (after != kNoBlock) {
+    right = after;
+    nodes_[last].next = after;
+    nodes_[after].prev = last;
+  }
+  if (e.addr > block_start) {
+    const std::uint32_t piece = add_free(block_start, e.addr - block_start, seg->second);
+    if (left == kNoBlock)
+      left = piece;
+    else
+      join_rings(left, piece);
+  }
+  if (block_start + block_size > e.addr + e.size) {
+    const std::uint32_t piece =
+        add_free(e.addr + e.size, block_start + block_size - (e.addr + e.size), seg->second);
+    if (right != kNoBlock)
+      join_rings(piece, right);
+  }
   std::uint64_t seg_start = seg->first;
   std::uint64_t seg_end = seg->first + seg->second.size;
   SegmentInfo base = seg->second;
-  hint_.has_segment = false;
   segments_.erase(seg);
-  if (e.addr > seg_start) {
-    SegmentInfo left = base;
-    left.size = e.addr - seg_start;
-    recount(segments_.emplace(seg_start, left).first);
-  }
-  if (seg_end > e.addr + e.size) {
-    SegmentInfo right = base;
-    right.size = seg_end - (e.addr + e.size);
-    recount(segments_.emplace(e.addr + e.size, right).first);
-  }
+  auto add_part = [&](std::uint64_t start, Bytes size) {
+    SegmentInfo part = base;
+    part.size = size;
+    auto it = segments_.emplace(start, part).first;
+    std::tie(it->second.block_count, it->second.free_bytes) = adopt_blocks(it);
+  };
+  if (e.addr > seg_start)
+    add_part(seg_start, e.addr - seg_start);
+  if (seg_end > e.addr + e.size)
+    add_part(e.addr + e.size, seg_end - (e.addr + e.size));
   totals_.reserved -= e.size;
 }
 
@@ -438,23 +591,34 @@ void SegmentState::place_block(std::uint64_t address, const BlockInfo& info) {
   if (info.size == 0 || !fits_address_space(address, info.size))
     throw InputError("block at " + hex_address(address) + " of " + std::to_string(info.size) +
                      " bytes is empty or reaches past the end of the 64-bit address space");
-  auto it = blocks_.upper_bound(address);
-  --it;
-  std::uint64_t free_start = it->first;
-  Bytes free_size = it->second.size;
-  if (it->second.state != BlockState::inactive || address + info.size > free_start + free_size)
+  const std::uint32_t free_slot = block_holding(seg, address);
+  const std::uint64_t free_start = nodes_[free_slot].address;
+  const Bytes free_size = nodes_[free_slot].info.size;
+  if (nodes_[free_slot].info.state != BlockState::inactive ||
+      address + info.size > free_start + free_size)
     throw InputError("block at " + hex_address(address) + " of " + std::to_string(info.size) +
                      " bytes overlaps another block");
   Bytes before = split_contribution(seg->second);
-  remove_free(it, seg->second);
-  if (address > free_start)
-    add_free(free_start, address - free_start, seg->second);
+  // The free block's node keeps the free part below the block, or becomes the block.
+  forget_free_size(free_size);
+  seg->second.free_bytes -= free_size;
+  std::uint32_t placed = free_slot;
+  if (address > free_start) {
+    nodes_[free_slot].info.size = address - free_start;
+    count_free_block(free_slot);
+    seg->second.free_bytes += address - free_start;
+    placed = new_node(address, info, seg->second);
+    link_after(free_slot, placed);
+    ++seg->second.block_count;
+  } else {
+    nodes_[free_slot].info = info;
+  }
+  last_placed_ = placed;
   if (free_start + free_size > address + info.size)
-    add_free(address + info.size, free_start + free_size - (address + info.size), seg->second);
-  blocks_.emplace(address, info);
-  ++seg->second.block_count;
+    link_after(placed, add_free(address + info.size, free_start + free_size - (address + info.size),
+                                seg->second));
   if (info.state == BlockState::inactive) {
-    ++free_sizes_[info.size];
+    count_free_block(placed);
     seg->second.free_bytes += info.size;
   } else {
     totals_.active += info.size;
@@ -477,14 +641,13 @@ std::vector<Segment> SegmentState::segments(int device) const {
     s.stream = info.stream;
     s.pool = info.pool;
     s.is_expandable = info.expandable;
-    std::uint64_t end = address + info.size;
-    for (auto it = blocks_.lower_bound(address); it != blocks_.end() && it->first < end; ++it) {
+    for (const auto& [block_address, block] : blocks_of(address)) {
       Block b;
-      b.address = it->first;
-      b.size = it->second.size;
-      b.requested_size = it->second.requested;
-      b.state = it->second.state;
-      b.frames = it->second.frames;
+      b.address = block_address;
+      b.size = block.size;
+      b.requested_size = block.requested;
+      b.state = block.state;
+      b.frames = block.frames;
       if (b.state != BlockState::inactive) {
         s.active_size += b.size;
         s.requested_size += b.requested_size;
@@ -496,6 +659,83 @@ std::vector<Segment> SegmentState::segments(int device) const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+bool operator==(const SegmentState& a, const SegmentState& b) {
+  if (a.segments_ != b.segments_ || !(a.totals_ == b.totals_) || a.block_count() != b.block_count())
+    return false;
+  // Equal segments hold equal block counts: walking both rings in step compares every block.
+  for (const auto& [address, segment] : a.segments_) {
+    const auto a_blocks = a.blocks_of(address);
+    const auto b_blocks = b.blocks_of(address);
+    auto a_it = a_blocks.begin();
+    auto b_it = b_blocks.begin();
+    for (; a_it != a_blocks.end() && b_it != b_blocks.end(); ++a_it, ++b_it) {
+      if ((*a_it).first != (*b_it).first || !((*a_it).second == (*b_it).second))
+        return false;
+    }
+    if (a_it != a_blocks.end() || b_it != b_blocks.end())
+      return false;
+  }
+  return true;
+}
+
+std::string SegmentState::broken_invariant() const {
+  std::size_t blocks = 0;
+  std::map<Bytes, std::uint32_t> free_sizes;
+  for (const auto& [address, segment] : segments_) {
+    const std::string where = "segment " + hex_address(address) + ": ";
+    const std::uint32_t first = first_block(address);
+    if (first == kNoBlock)
+      return where + "no block starts at its base";
+    std::uint64_t cursor = address;
+    std::uint32_t count = 0;
+    Bytes free_bytes = 0;
+    std::uint32_t slot = first;
+    do {
+      const BlockNode& node = nodes_[slot];
+      if (node.address != cursor)
+        return where + "a block at " + hex_address(node.address) + " where one should start at " +
+               hex_address(cursor);
+      if (slot_of(node.address) != slot)
+        return where + "the block at " + hex_address(node.address) + " is not found by address";
+      if (nodes_[node.next].prev != slot)
+        return where + "the block after " + hex_address(node.address) + " does not link back";
+      if (node.info.size == 0 || node.info.size > address + segment.size - cursor)
+        return where + "the block at " + hex_address(node.address) + " has a bad size";
+      if (node.info.state == BlockState::inactive) {
+        free_bytes += node.info.size;
+        ++free_sizes[node.info.size];
+      }
+      cursor += node.info.size;
+      ++count;
+      slot = node.next;
+    } while (slot != first && count <= nodes_.size());
+    if (cursor != address + segment.size)
+      return where + "its blocks end at " + hex_address(cursor);
+    if (count != segment.block_count || free_bytes != segment.free_bytes)
+      return where + "counts " + std::to_string(segment.block_count) + " blocks and " +
+             std::to_string(segment.free_bytes) + " free bytes, holds " + std::to_string(count) +
+             " and " + std::to_string(free_bytes);
+    blocks += count;
+  }
+  if (blocks != block_count() || blocks + unused_slots_.size() != nodes_.size())
+    return "the segments hold " + std::to_string(blocks) + " blocks, the index " +
+           std::to_string(block_count()) + ", the slab " + std::to_string(nodes_.size()) +
+           " slots of which " + std::to_string(unused_slots_.size()) + " unused";
+  const std::set<std::pair<Bytes, std::uint32_t>> heap(free_size_heap_.begin(),
+                                                       free_size_heap_.end());
+  for (std::uint32_t slot = 0; slot < nodes_.size(); ++slot) {
+    const BlockNode& node = nodes_[slot];
+    if (node.segment != nullptr && node.info.state == BlockState::inactive &&
+        heap.count({node.info.size, slot}) == 0)
+      return "the free block at " + hex_address(node.address) + " is not in the size heap";
+  }
+  const Bytes largest = free_sizes.empty() ? 0 : free_sizes.rbegin()->first;
+  if (totals_.largest_free != largest)
+    return "largest_free is " + std::to_string(totals_.largest_free) + ", the largest free block " +
+           std::to_string(largest);
+  return "";
 }
 
 }  // namespace fragscope::snapshot

@@ -298,8 +298,9 @@ Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSink
   tl.initial = state.sample();
   tl.peak = tl.initial;
   tl.predating_segments = state.segment_count();
-  for (const auto& [addr, block] : state.block_map())
-    tl.predating_blocks += block.state != BlockState::inactive ? 1 : 0;
+  for (const auto& [segment_address, segment] : state.segment_map())
+    for (const auto& [address, block] : state.blocks_of(segment_address))
+      tl.predating_blocks += block.state != BlockState::inactive ? 1 : 0;
   tl.truncated = tl.predating_segments > 0;
   if (sinks.on_start)
     sinks.on_start(tl);

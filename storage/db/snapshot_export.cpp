@@ -143,9 +143,9 @@ snapshot::Snapshot export_snapshot(RunStore& store, RunId run) {
       Bytes free_at_base = 0;
       const bool at_base = event.action == TraceAction::alloc &&
                            segment_stacks.count(event.addr) != 0 &&
-                           state.block_map().count(event.addr) != 0;
+                           state.block_at(event.addr) != nullptr;
       if (at_base)
-        free_at_base = state.block_map().at(event.addr).size;
+        free_at_base = state.block_at(event.addr)->size;
       try {
         state.apply(event);
       } catch (const InputError& e) {
@@ -155,7 +155,7 @@ snapshot::Snapshot export_snapshot(RunStore& store, RunId run) {
         segment_stacks[event.addr] = event.frames;
       else if (event.action == TraceAction::segment_free)
         segment_stacks.erase(event.addr);
-      else if (at_base && state.block_map().at(event.addr).size < free_at_base)
+      else if (at_base && state.block_at(event.addr)->size < free_at_base)
         segment_stacks[event.addr] = FrameStackId{};
     }
     out.segments = state.segments(0);

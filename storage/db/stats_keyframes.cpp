@@ -116,7 +116,6 @@ snapshot::SegmentState state_of(const std::vector<alloc::SegmentInfo>& segments,
 void put_state(std::vector<std::uint8_t>& out, const snapshot::SegmentState& state) {
   put_varint(out, state.segment_count());
   std::uint64_t previous_end = 0;
-  const auto& blocks = state.block_map();
   for (const auto& [address, segment] : state.segment_map()) {
     put_varint(out, address - previous_end);
     put_varint(out, segment.size);
@@ -124,21 +123,19 @@ void put_state(std::vector<std::uint8_t>& out, const snapshot::SegmentState& sta
     put_varint(out, (segment.expandable ? 1u : 0u) |
                         (segment.pool == snapshot::PoolKind::small ? 2u : 0u));
     const std::uint64_t end = address + segment.size;
-    const auto first = blocks.lower_bound(address);
-    auto last = first;
     std::uint64_t live = 0;
-    for (; last != blocks.end() && last->first < end; ++last)
-      live += last->second.state != BlockState::inactive ? 1 : 0;
+    for (const auto& [block_address, block] : state.blocks_of(address))
+      live += block.state != BlockState::inactive ? 1 : 0;
     put_varint(out, live);
     std::uint64_t cursor = address;
-    for (auto it = first; it != last; ++it) {
-      if (it->second.state == BlockState::inactive)
+    for (const auto& [block_address, block] : state.blocks_of(address)) {
+      if (block.state == BlockState::inactive)
         continue;
-      put_varint(out, it->first - cursor);
-      put_varint(out, it->second.size);
-      put_varint(out, it->second.requested);
-      put_varint(out, static_cast<std::uint64_t>(it->second.state));
-      cursor = it->first + it->second.size;
+      put_varint(out, block_address - cursor);
+      put_varint(out, block.size);
+      put_varint(out, block.requested);
+      put_varint(out, static_cast<std::uint64_t>(block.state));
+      cursor = block_address + block.size;
     }
     previous_end = end;
   }

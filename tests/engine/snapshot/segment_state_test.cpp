@@ -94,8 +94,8 @@ TEST(SegmentStateHostile, FreeCompletedOutsideEverySegmentIsAnInputError) {
   EXPECT_THROW(state.apply({TraceAction::free_completed, 4096, 512}), InputError);
 }
 
-// The hinted block and segment (the last ones used) go with the nodes erased under them: after
-// a segment_free, an alloc at its base finds no free block there, as it would in the maps.
+// A freed segment's blocks go with it: after a segment_free, an alloc at its base finds no free
+// block there.
 TEST(SegmentStateHostile, AnAllocInAFreedSegmentFindsNoBlock) {
   constexpr std::uint64_t kBase = 1ull << 40;
   SegmentState state;
@@ -115,7 +115,7 @@ TEST(SegmentStateHostile, AnAllocInAFreedSegmentFindsNoBlock) {
               std::string::npos)
         << error.what();
   }
-  // A copy starts without hints into the original's maps.
+  // A copy's blocks belong to the copy's segments.
   state.apply({TraceAction::segment_alloc, kBase, 8 * kMiB});
   state.apply({TraceAction::alloc, kBase, 2 * kMiB});
   SegmentState copy = state;

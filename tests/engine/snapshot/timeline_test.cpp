@@ -128,9 +128,9 @@ TEST(TruncatedTrace, OnlyAnAllocationBeforeABlocksFirstFreePinsItsSize) {
     snap.device_traces.push_back(std::move(trace));
     std::vector<std::uint64_t> guessed;
     const SegmentState state = initial_state(snap, 0, &guessed);
-    const auto block = state.block_map().find(base);
-    EXPECT_NE(block, state.block_map().end());
-    return std::make_pair(block->second.size, guessed.size());
+    const SegmentState::BlockInfo* block = state.block_at(base);
+    EXPECT_NE(block, nullptr);
+    return std::make_pair(block != nullptr ? block->size : 0, guessed.size());
   };
   const Block rest{base + 5 * kMiB, 15 * kMiB, 0, BlockState::inactive, {}};
   // Allocated at its end while it was live: it was 4 MiB, its 0.5 MiB rest not split off.
