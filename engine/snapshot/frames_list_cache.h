@@ -1,9 +1,9 @@
 #pragma once
 // Frames lists the pickle machine read in place, remembered by their bytes. A real trace writes
-// each entry's stack as a fresh list of GETs of the frame dicts memoized long ago: 1.2M lists of
-// ~30-65 GETs that spell a few thousand distinct byte strings. While no memo slot is written over,
-// the same bytes GET the same frames and so name the same stack: a list seen before is a compare
-// of its bytes instead of a memo read per frame and a lookup of the stack.
+// each entry's stack as a fresh list of GETs of the frame dicts memoized long ago (a 1.2M-entry
+// recording: 798k lists of ~40 GETs that spell 156 distinct byte strings). While no memo slot is
+// written over, the same bytes GET the same frames and so name the same stack: a list seen before
+// is a compare of its bytes instead of a memo read per frame and a lookup of the stack.
 //
 // Lists are found by their first kKeyBytes bytes (the bytes after them, for a shorter list), then
 // compared whole: a list's end is not known until its GETs are read one by one, but a candidate's
@@ -26,6 +26,7 @@ class FramesListCache {
   // Bytes of list bodies kept at most: the lists seen first are kept, the rest read as before.
   static constexpr std::size_t kMaxBytes = std::size_t{2} << 20;
   static constexpr std::size_t kKeyBytes = 32;
+  static constexpr std::size_t kMaxCandidates = 64;
 
   struct Known {
     std::uint32_t stack = 0;
@@ -66,6 +67,10 @@ class FramesListCache {
       buckets_.emplace_back();
     }
     std::vector<std::uint32_t>& candidates = buckets_[*bucket];
+    // A bounded scan per lookup: lists sharing their first bytes past this many (a hostile
+    // pickle's, or a trace of many stacks over the same innermost frames) drop the least found.
+    if (candidates.size() == kMaxCandidates)
+      candidates.pop_back();
     candidates.insert(candidates.begin(), static_cast<std::uint32_t>(entries_.size()));
     entries_.push_back(Entry{bytes_.size(), length, stack});
     bytes_.insert(bytes_.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(length));
@@ -73,7 +78,11 @@ class FramesListCache {
 
   // A memo slot was written over: a GET of it may name another frame now.
   void clear() {
-    by_key_.clear();
+    // A hostile pickle may PUT over a slot again and again: an empty cache costs nothing, and a
+    // table grown for many lists is dropped rather than swept (FlatMap64::clear visits every slot).
+    if (entries_.empty())
+      return;
+    by_key_ = alloc::FlatMap64<std::uint32_t>(kInitialKeySlots);
     buckets_.clear();
     entries_.clear();
     bytes_.clear();
@@ -102,7 +111,8 @@ class FramesListCache {
     return h | 1;
   }
 
-  alloc::FlatMap64<std::uint32_t> by_key_{256};
+  static constexpr std::size_t kInitialKeySlots = 256;
+  alloc::FlatMap64<std::uint32_t> by_key_{kInitialKeySlots};
   std::vector<std::vector<std::uint32_t>> buckets_;  // entry indices, the last found first
   std::vector<Entry> entries_;
   std::vector<std::uint8_t> bytes_;

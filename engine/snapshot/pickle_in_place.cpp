@@ -121,7 +121,7 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   std::uint32_t* const frames = frames_scratch_.data();
   std::size_t count = 0;
   const std::uint64_t stored = memo_.size();
-  bool framed = false;  // FRAME opcodes among the GETs: bytes the lookup above never matches
+  bool framed = false;  // FRAME opcodes among the GETs: bytes one in 64 KiB of lists repeats
   for (;;) {
     const std::size_t before = pos;
     pos = skip_frames(b, pos);
@@ -217,13 +217,16 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
     if (values == scan.pairs.size() || pos + 5 > size)  // room for the key's GET
       return 0;
     if (b[pos] == FRAME) [[unlikely]] {
-      pos = skip_frames(b, pos);
+      const std::size_t after = skip_frames(b, pos);
+      if (after == pos)
+        return 0;  // its length runs past the buffer: the general path reads (or refuses) it
+      pos = after;
       continue;  // what is in reach changed: checked again
     }
     const Value key = get(pos);
     if (key.kind != Kind::string)
       return 0;
-    if (b[pos] == FRAME) [[unlikely]]
+    if (pos < size && b[pos] == FRAME) [[unlikely]]  // a LONG_BINGET key may end the buffer
       pos = skip_frames(b, pos);
     if (pos + kOpcodeRoom > size)  // the value's opcode and arguments, at most
       return 0;

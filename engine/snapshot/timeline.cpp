@@ -103,8 +103,9 @@ struct LiveBlock {
   BlockState state = BlockState::active_allocated;
   FrameStackId frames{};
   // Walking back: the entry of the block's earliest free seen so far (of a block of unknown
-  // size, once the walk is done, its first free in the trace).
-  std::size_t first_free = 0;
+  // size, once the walk is done, its first free in the trace); none for a final block the trace
+  // never frees (any allocation inside its gap then comes before it).
+  std::size_t earliest_free = std::numeric_limits<std::size_t>::max();
 };
 
 std::string describe_segment_difference(const Segment& a, const Segment& b) {
@@ -178,7 +179,7 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
         case TraceAction::free_requested: {
           if (LiveBlock* block = walking.find(e->addr)) {
             block->state = BlockState::active_allocated;
-            block->first_free = i;
+            block->earliest_free = i;
           } else {
             walking.insert_or_assign(e->addr,
                                      LiveBlock{0, e->size, BlockState::active_allocated, {}, i});
@@ -215,7 +216,7 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
     alloc::FlatAddressMap<std::size_t> first_free(64);
     for (const auto& [address, block] : live)
       if (block.size == 0)
-        first_free.insert_or_assign(address, block.first_free);
+        first_free.insert_or_assign(address, block.earliest_free);
     if (first_free.size() != 0) {
       allocs.reserve(first_alloc.size());
       first_alloc.for_each(

@@ -266,7 +266,9 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, const RunEventReade
       const auto wanted = static_cast<std::size_t>(window_end - from - part.size());
       if (events(wanted, part) != wanted)
         throw DatabaseError(store.database_path() + ": run " + std::to_string(run.value) +
-                            " holds fewer events than its record's " + std::to_string(count));
+                            ": its events (the store's, or the trace it was imported from) end "
+                            "before the " +
+                            std::to_string(count) + " its record counts");
     }
     std::uint64_t cut = std::min(target, count) - from;
     // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's

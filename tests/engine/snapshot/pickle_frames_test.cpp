@@ -308,6 +308,31 @@ TEST(FramesListCache, ListsSharingTheirFirstBytesAreToldApartByLength) {
   }
 }
 
+TEST(FramesListCache, KeepsABoundedNumberOfListsUnderOneKey) {
+  // Each lookup looks at every list of its key: past kMaxCandidates (a hostile pickle's lists
+  // sharing their first bytes), the list found least recently is dropped.
+  pickle::FramesListCache cache;
+  constexpr std::size_t kLists = pickle::FramesListCache::kMaxCandidates + 8;
+  std::vector<std::uint8_t> body;
+  for (std::size_t frame = 0; frame < 20 + kLists; ++frame)
+    body.insert(body.end(), {'h', static_cast<std::uint8_t>(frame)});
+  auto list = [&](std::size_t i) {
+    return std::vector<std::uint8_t>(body.begin(),
+                                     body.begin() + static_cast<std::ptrdiff_t>(2 * (20 + i)));
+  };
+  for (std::size_t i = 0; i < kLists; ++i)
+    cache.insert(body_and_rest(list(i)), list(i).size(), static_cast<std::uint32_t>(i));
+  for (std::size_t i = 0; i < kLists; ++i) {
+    const auto found = cache.find(body_and_rest(list(i)));
+    if (i < kLists - pickle::FramesListCache::kMaxCandidates) {
+      EXPECT_EQ(found, std::nullopt) << i;
+    } else {
+      ASSERT_TRUE(found.has_value()) << i;
+      EXPECT_EQ(found->stack, i);
+    }
+  }
+}
+
 TEST(FramesListCache, KeepsNoMoreThanItsBudgetOfBytes) {
   pickle::FramesListCache cache;
   std::vector<std::uint8_t> body(1000, 'h');

@@ -159,6 +159,13 @@ TEST(TruncatedTrace, OnlyAnAllocationBeforeABlocksFirstFreePinsItsSize) {
                           {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
                           rest}),
             std::make_pair(requested, std::size_t{1}));
+  // A final block of size 0 (an odd snapshot) that the trace never frees is live from the
+  // trace's start to its end: the allocation inside its gap pins its size (4 MiB, no guess).
+  EXPECT_EQ(state_before({{TraceAction::alloc, base + 4 * kMiB, kMiB}},
+                         {{base, 0, requested, BlockState::active_allocated, {}},
+                          {base + 4 * kMiB, kMiB, kMiB, BlockState::active_allocated, {}},
+                          rest}),
+            std::make_pair(4 * kMiB, std::size_t{0}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,

@@ -485,5 +485,19 @@ TEST(TraceEntries, EntriesAfterTheFirstBatchReachTheSinkAsTheirPairs) {
   EXPECT_EQ(sink.appended, (std::vector<Kind>(4, Kind::dict)));
 }
 
+// A FRAME opcode within the last 5 to 8 bytes of a truncated pickle, where a key of
+// an entry read in place would stand, cannot be skipped (its length runs past the end): the
+// reader must give the general path's truncation error, not loop.
+TEST(TraceEntries, AFrameCutShortWhereAKeyStandsIsATruncationError) {
+  const Entry a = {
+      {"action", std::string("alloc")}, {"addr", std::int64_t{64}}, {"size", std::int64_t{512}}};
+  SnapshotPickle pickle;
+  const std::string whole = pickle.write({{a, a}, {a, a}});
+  // The second batch: its MARK, then the first entry's EMPTY_DICT, MEMOIZE and MARK.
+  const std::string cut =
+      whole.substr(0, pickle.appends[0] + 1 + 4) + std::string("\x95\x01\x02\x03\x04", 5);
+  EXPECT_THAT(error_of(cut), ::testing::HasSubstr("FRAME"));
+}
+
 }  // namespace
 }  // namespace fragscope::snapshot::test
