@@ -28,6 +28,11 @@ TEST(CliInfo, JsonSummaryOfAnOomRun) {
   ASSERT_EQ(d["ooms"].size(), 1u);
   EXPECT_EQ(d["ooms"][0]["requested"], 175509504);
   EXPECT_EQ(d["ooms"][0]["device_free"], 142970322944);
+  // The OOM's entry lies in the timeline's sixth slice of entries; the times are the
+  // first and last entries'.
+  EXPECT_EQ(d["ooms"][0]["entry"], 21262);
+  EXPECT_EQ(d["first_time_us"], 1796232585010934);
+  EXPECT_EQ(d["last_time_us"], 1796232589999061);
   EXPECT_EQ(d["actions"]["segment_alloc"].get<int>() + d["actions"]["segment_free"].get<int>(),
             125 + 46);
 }
