@@ -26,8 +26,12 @@ constexpr std::size_t kEntryReadAhead = 16 * 1024;
 constexpr std::size_t kOpcodeRoom = 10;
 
 // Protocol 4 cuts its output into frames: a FRAME opcode and its 8-byte length may stand between
-// any two opcodes, and mean nothing to what is built.
+// any two opcodes, and mean nothing to what is built. Called wherever the readers read an opcode,
+// so the byte is looked at first: FRAMEs come one in 64 KiB. One whose length runs past the
+// buffer stays, and the opcode check after it sends the shape the general way.
 std::size_t skip_frames(std::span<const std::uint8_t> b, std::size_t pos) {
+  if (pos >= b.size() || b[pos] != FRAME) [[likely]]
+    return pos;
   while (pos + 9 <= b.size() && b[pos] == FRAME)
     pos += 9;
   return pos;
@@ -88,22 +92,16 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   // by APPEND, or several between MARK and APPENDS. A list longer than one batch takes the
   // general path, which sees any batch after the first.
   const std::size_t size = b.size();
+  pos = skip_frames(b, pos);
   if (pos + 8 > size)  // room for a LONG_BINPUT and the opcode after it
     return 0;
-  if (b[pos] == FRAME) [[unlikely]] {
-    pos = skip_frames(b, pos);
-    if (pos + 8 > size)
-      return 0;
-  }
   if (read_memoize(b, pos, slot) != Memoized::stored)
     return 0;
   if (slot > source_.offset() + limits_.max_memo_gap)
     return 0;  // memo_put's check, said by the general path
-  if (b[pos] == FRAME) [[unlikely]] {
-    pos = skip_frames(b, pos);
-    if (pos >= size)
-      return 0;
-  }
+  pos = skip_frames(b, pos);
+  if (pos >= size)
+    return 0;
   const bool marked = b[pos] == MARK;
   if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
     return 0;  // an empty list (a trace entry's 'frames' of a recording without stacks)
@@ -179,17 +177,11 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   std::size_t memoized_count = 0;
   const std::size_t size = b.size();
   const std::uint64_t first_slot = memo_.size();
-  // FRAME opcodes come one in 64 KiB: each place an opcode is read looks for one only when the
-  // byte there is FRAME, before or instead of reading it.
   // An optional MEMOIZE, or a PUT of the next slot, after an object; false for a PUT elsewhere.
   auto memoize = [&](std::size_t& p, std::size_t what) {
+    p = skip_frames(b, p);
     if (p + 5 > size)
       return false;
-    if (b[p] == FRAME) [[unlikely]] {
-      p = skip_frames(b, p);
-      if (p + 5 > size)
-        return false;
-    }
     const Memoized memoized = read_memoize(b, p, first_slot + memoized_count);
     if (memoized == Memoized::stored)
       scan.memoized[memoized_count++] = what;
@@ -204,30 +196,22 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
 
   if (!memoize(pos, EntryScan::kEntry))
     return 0;
-  if (pos < size && b[pos] == FRAME) [[unlikely]]
-    pos = skip_frames(b, pos);
+  pos = skip_frames(b, pos);
   if (pos >= size || b[pos] != MARK)
     return 0;
   ++pos;
   for (;;) {
+    pos = skip_frames(b, pos);
     if (pos >= size)
       return 0;
     if (b[pos] == SETITEMS)
       break;
     if (values == scan.pairs.size() || pos + 5 > size)  // room for the key's GET
       return 0;
-    if (b[pos] == FRAME) [[unlikely]] {
-      const std::size_t after = skip_frames(b, pos);
-      if (after == pos)
-        return 0;  // its length runs past the buffer: the general path reads (or refuses) it
-      pos = after;
-      continue;  // what is in reach changed: checked again
-    }
     const Value key = get(pos);
     if (key.kind != Kind::string)
       return 0;
-    if (pos < size && b[pos] == FRAME) [[unlikely]]  // a LONG_BINGET key may end the buffer
-      pos = skip_frames(b, pos);
+    pos = skip_frames(b, pos);
     if (pos + kOpcodeRoom > size)  // the value's opcode and arguments, at most
       return 0;
     const std::size_t value_at = values + 1;

@@ -484,9 +484,13 @@ class TraceSink : public pickle::ListSink {
   // Strings ids past this parse each time: a file of many distinct strs keeps the table small.
   static constexpr std::uint32_t kMaxActionStrings = 1u << 16;
 
+  // How an entry's errors name it.
+  static std::string entry_named(std::string_view action) {
+    return "trace entry '" + std::string(action) + "'";
+  }
   [[gnu::noinline]] static std::uint64_t checked_u64(Machine& vm, const Value& v,
                                                      std::string_view action, const char* key) {
-    return as_u64(vm, v, "trace entry '" + std::string(action) + "' '" + key + "'");
+    return as_u64(vm, v, entry_named(action) + " '" + key + "'");
   }
 
   // An entry whose 'action' is a str.
@@ -504,7 +508,7 @@ class TraceSink : public pickle::ListSink {
       return std::nullopt;
     }
     ev.action = *parsed;
-    auto where = [&] { return "trace entry '" + std::string(name) + "'"; };
+    auto where = [&] { return entry_named(name); };
     if (f.addr == nullptr)
       vm.fail(where() + ": missing key '" +
               std::string(ev.action == TraceAction::oom ? "device_free" : "addr") + "'");
