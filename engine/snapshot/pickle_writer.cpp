@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "engine/core/error.h"
@@ -198,9 +199,13 @@ class PickleWriter {
   std::unordered_map<std::string, std::uint32_t> string_memo_;
 };
 
+bool is_segment_change(TraceAction action) {
+  return action == TraceAction::segment_alloc || action == TraceAction::segment_free;
+}
+
 class SnapshotWriter {
  public:
-  explicit SnapshotWriter(const Snapshot& s) : s_(s) {}
+  SnapshotWriter(const Snapshot& s, const WriteOptions& options) : s_(s), options_(options) {}
 
   std::string run() {
     w_.empty_dict();
@@ -210,6 +215,7 @@ class SnapshotWriter {
     w_.string("device_traces");
     w_.list(s_.device_traces.size(), [&](std::size_t d) {
       const auto& trace = s_.device_traces[d];
+      calls_ = {};
       w_.list(trace.size(), [&](std::size_t i) { entry(trace[i], d, i); });
     });
     w_.string("allocator_settings");
@@ -226,15 +232,62 @@ class SnapshotWriter {
     w_.unsigned_integer(v);
   }
 
-  // Frames lists are shared per stack, frame dicts per frame, as in PyTorch's own output.
+  // A list written once, and the stack it holds.
+  struct WrittenList {
+    std::uint32_t memo = 0;
+    FrameStackId stack;
+  };
+
+  // The frames list of a block or a segment: shared per stack, or (per_call) one of its own.
   void frames(FrameStackId id) {
+    if (options_.frames_lists == FramesLists::per_call && !s_.frames.stack(id).empty())
+      fresh_frames(id);
+    else
+      shared_frames(id);
+  }
+
+  void shared_frames(FrameStackId id) {
     auto it = stack_memo_.find(id.value);
     if (it != stack_memo_.end()) {
       w_.get(it->second);
       return;
     }
+    stack_memo_.emplace(id.value, fresh_frames(id));
+  }
+
+  // Frame dicts are shared per frame in every layout, as in PyTorch's own output.
+  std::uint32_t fresh_frames(FrameStackId id) {
     auto items = s_.frames.stack(id);
-    stack_memo_.emplace(id.value, w_.list(items.size(), [&](std::size_t i) { frame(items[i]); }));
+    return w_.list(items.size(), [&](std::size_t i) { frame(items[i]); });
+  }
+
+  // A trace entry's frames list. per_call: the list of an earlier entry of its allocator call
+  // when that one has the same stack, else a fresh one. A call's segment entries come just
+  // before its alloc (a malloc that frees cached segments, maps a new one, then allocates; an
+  // empty_cache's run of segment_free), and a free's free_requested before its free_completed.
+  void entry_frames(const TraceEvent& e) {
+    if (options_.frames_lists == FramesLists::per_stack || s_.frames.stack(e.frames).empty()) {
+      shared_frames(e.frames);
+      return;
+    }
+    std::optional<WrittenList> call;
+    if (e.action == TraceAction::alloc || is_segment_change(e.action))
+      call = calls_.segment_change;
+    if (e.action == TraceAction::free_completed) {
+      if (auto it = calls_.free_requested.find(e.addr); it != calls_.free_requested.end()) {
+        call = it->second;
+        calls_.free_requested.erase(it);
+      }
+    }
+    if (call && call->stack == e.frames) {
+      w_.get(call->memo);
+      return;
+    }
+    const WrittenList written{fresh_frames(e.frames), e.frames};
+    if (is_segment_change(e.action))
+      calls_.segment_change = written;
+    if (e.action == TraceAction::free_requested)
+      calls_.free_requested[e.addr] = written;
   }
 
   void frame(std::uint32_t index) {
@@ -269,8 +322,10 @@ class SnapshotWriter {
     }
     if (e.frames.value != 0) {
       w_.string("frames");
-      frames(e.frames);
+      entry_frames(e);
     }
+    if (!is_segment_change(e.action))
+      calls_.segment_change.reset();
     if (device < s_.device_entry_texts.size() && index < s_.device_entry_texts[device].size()) {
       const TraceEntryText& text = s_.device_entry_texts[device][index];
       if (text.compile_context != 0) {
@@ -324,19 +379,28 @@ class SnapshotWriter {
   }
 
   const Snapshot& s_;
+  const WriteOptions options_;
   PickleWriter w_;
+  // The lists of the allocator calls still open in the device trace being written (per_call):
+  // the segment entry just written, and each address's free_requested until its free_completed.
+  struct OpenCalls {
+    std::optional<WrittenList> segment_change;
+    std::unordered_map<std::uint64_t, WrittenList> free_requested;
+  };
+  OpenCalls calls_;
   std::unordered_map<std::uint32_t, std::uint32_t> stack_memo_;
   std::unordered_map<std::uint32_t, std::uint32_t> frame_memo_;
 };
 
 }  // namespace
 
-std::string write_snapshot_pickle(const Snapshot& snapshot) {
-  return SnapshotWriter(snapshot).run();
+std::string write_snapshot_pickle(const Snapshot& snapshot, const WriteOptions& options) {
+  return SnapshotWriter(snapshot, options).run();
 }
 
-void write_snapshot(const Snapshot& snapshot, const std::filesystem::path& path) {
-  std::string bytes = write_snapshot_pickle(snapshot);
+void write_snapshot(const Snapshot& snapshot, const std::filesystem::path& path,
+                    const WriteOptions& options) {
+  std::string bytes = write_snapshot_pickle(snapshot, options);
   std::filesystem::path tmp = path;
   tmp += ".tmp";
   bool gz = path.extension() == ".gz";

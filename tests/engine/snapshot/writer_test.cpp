@@ -45,6 +45,15 @@ TEST_P(WriterRoundTrip, ReadOfWriteIsIdentity) {
   EXPECT_EQ(again.segments, original.segments);
   EXPECT_EQ(again.device_traces, original.device_traces);
   EXPECT_EQ(again.allocator_settings, original.allocator_settings);
+
+  // PyTorch's layout of frames lists holds the same stacks.
+  WriteOptions per_call;
+  per_call.frames_lists = FramesLists::per_call;
+  bytes = write_snapshot_pickle(original, per_call);
+  again = read_snapshot_from_memory(
+      std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), "per_call");
+  EXPECT_TRUE(again == original);
+  EXPECT_EQ(again.device_traces, original.device_traces);
 }
 
 // Stacks, expandable segments, an OOM and two streams: every part of the format.
@@ -95,6 +104,52 @@ TEST(Writer, PythonPickleLoadReadsIt) {
                          original.frames.stack_frames(original.device_traces[0][0].frames)[0].name +
                          " False " + std::to_string(allocs) + "\n";
   EXPECT_EQ(out, expected);
+}
+
+// Which trace entries share one frames list object, as pickle.load sees them: per device, each
+// entry with a non-empty list names the first entry holding that same object. The per_call
+// layout must give what PyTorch gave for a recording made with the default settings (stacks and
+// context "all", as users record): one list per allocator call.
+std::string frames_list_sharing(const std::filesystem::path& pickle) {
+  const std::string script =
+      "import gzip,pickle,sys\n"
+      "p=sys.argv[1]\n"
+      "d=pickle.load(gzip.open(p) if p.endswith('.gz') else open(p,'rb'))\n"
+      "for t in d['device_traces']:\n"
+      "  first={}\n"
+      "  print(' '.join(str(first.setdefault(id(e['frames']),i)) if e.get('frames') else '-'"
+      " for i,e in enumerate(t)))\n";
+  { std::ofstream(temp_dir() / "sharing.py") << script; }
+  int status = 0;
+  std::string out = run_command(
+      "python3 " + (temp_dir() / "sharing.py").string() + " " + pickle.string(), status);
+  EXPECT_EQ(status, 0) << out;
+  return out;
+}
+
+TEST(Writer, PerCallFramesListsAreSharedAsPyTorchSharesThem) {
+  if (!have_python())
+    GTEST_SKIP() << "python3 not available";
+  // Recorded by fragscope-record with PyTorch's default history settings: an OOM, an
+  // empty_cache's run of segment_free, frees and mallocs that free cached segments.
+  const auto recorded = std::filesystem::path(FRAGSCOPE_SOURCE_DIR) /
+                        "tests/fixtures/fragscope-record/oom_fraction.pickle.gz";
+  const Snapshot original = read_snapshot(recorded);
+  const std::string pytorch = frames_list_sharing(recorded);
+  ASSERT_FALSE(pytorch.empty());
+
+  WriteOptions per_call;
+  per_call.frames_lists = FramesLists::per_call;
+  const auto written = temp_dir() / "per_call.pickle";
+  write_snapshot(original, written, per_call);
+  EXPECT_EQ(frames_list_sharing(written), pytorch);
+  EXPECT_TRUE(read_snapshot(written) == original);
+
+  // The default layout shares one list per stack: not PyTorch's, and smaller.
+  const auto compact = temp_dir() / "per_stack.pickle";
+  write_snapshot(original, compact);
+  EXPECT_NE(frames_list_sharing(compact), pytorch);
+  EXPECT_LT(std::filesystem::file_size(compact), std::filesystem::file_size(written));
 }
 
 TEST(Writer, PythonWrittenPicklesOfEveryProtocolRead) {
