@@ -26,11 +26,15 @@ constexpr std::size_t kEntryReadAhead = 16 * 1024;
 constexpr std::size_t kOpcodeRoom = 10;
 
 // Protocol 4 cuts its output into frames: a FRAME opcode and its 8-byte length may stand between
-// any two opcodes, and mean nothing to what is built. Called wherever the readers read an opcode,
-// so the byte is looked at first: FRAMEs come one in 64 KiB. One whose length runs past the
-// buffer stays, and the opcode check after it sends the shape the general way.
+// any two opcodes, and mean nothing to what is built. Called wherever the readers read an opcode.
+// A shape is first scanned with kFramed false, as if no FRAME stood in it: each place an opcode
+// is read accepts only the opcodes it names, so a FRAME there stops the scan at that byte
+// (stop_scan), and the caller scans that shape again with kFramed true (FRAMEs come one in
+// 64 KiB: most shapes hold none, and the check would otherwise run before every opcode). One whose
+// length runs past the buffer stays, and the opcode check after it sends the shape the general way.
+template <bool kFramed>
 std::size_t skip_frames(std::span<const std::uint8_t> b, std::size_t pos) {
-  if (pos >= b.size() || b[pos] != FRAME) [[likely]]
+  if (!kFramed || pos >= b.size() || b[pos] != FRAME) [[likely]]
     return pos;
   while (pos + 9 <= b.size() && b[pos] == FRAME)
     pos += 9;
@@ -82,29 +86,35 @@ Memoized read_memoize(std::span<const std::uint8_t> b, std::size_t& pos, std::ui
 
 }  // namespace
 
+bool Machine::stopped_at_frame(std::span<const std::uint8_t> b) const {
+  return scan_stopped_at_ < b.size() && b[scan_stopped_at_] == FRAME;
+}
+
 std::optional<Value> ListSink::convert_entry(Machine&, Value, std::span<const Value>) {
   return std::nullopt;
 }
 
+template <bool kFramed>
 std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std::size_t pos,
                                             std::uint64_t slot, std::uint32_t& stack) {
   // The list is memoized (MEMOIZE, or a PUT of the next slot), then filled by GETs: one followed
   // by APPEND, or several between MARK and APPENDS. A list longer than one batch takes the
   // general path, which sees any batch after the first.
   const std::size_t size = b.size();
-  pos = skip_frames(b, pos);
+  pos = skip_frames<kFramed>(b, pos);
   if (pos + 8 > size)  // room for a LONG_BINPUT and the opcode after it
-    return 0;
+    return stop_scan(pos);
   if (read_memoize(b, pos, slot) != Memoized::stored)
-    return 0;
+    return stop_scan(pos);
   if (slot > source_.offset() + limits_.max_memo_gap)
-    return 0;  // memo_put's check, said by the general path
-  pos = skip_frames(b, pos);
+    return stop_scan(pos);  // memo_put's check, said by the general path
+  pos = skip_frames<kFramed>(b, pos);
   if (pos >= size)
-    return 0;
+    return stop_scan(pos);
   const bool marked = b[pos] == MARK;
+  // An empty list (a trace entry's 'frames' of a recording without stacks), or anything else.
   if (!marked && b[pos] != BINGET && b[pos] != LONG_BINGET)
-    return 0;  // an empty list (a trace entry's 'frames' of a recording without stacks)
+    return stop_scan(pos);
   pos += marked ? 1 : 0;
   const std::size_t body = pos;
   if (marked) {
@@ -122,7 +132,7 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
   bool framed = false;  // FRAME opcodes among the GETs: bytes one in 64 KiB of lists repeats
   for (;;) {
     const std::size_t before = pos;
-    pos = skip_frames(b, pos);
+    pos = skip_frames<kFramed>(b, pos);
     framed |= pos != before;
     if (pos + 5 > size)
       break;
@@ -132,19 +142,19 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
     // Slots at or past the list's own are unset or the list itself, and so are the slots of the
     // entry the list is read in (stored is then below slot).
     if (index >= stored || index >= slot || count == kPicklerBatch)
-      return 0;
+      return stop_scan(pos);
     const std::uint32_t frame = memo_.frame_at(index);
     if (frame == Memo::kNotAFrame)
-      return 0;
+      return stop_scan(pos);
     frames[count++] = frame;
   }
   if (pos >= size || b[pos] != (marked ? APPENDS : APPEND) || count == 0 ||
       (!marked && count != 1) || count == kPicklerBatch)
-    return 0;
+    return stop_scan(pos);
   const std::optional<std::uint32_t> known =
       sink_->known_frame_stack(std::span<const std::uint32_t>(frames, count));
   if (!known)
-    return 0;
+    return stop_scan(pos);
   stack = *known;
   if (marked && !framed)
     frames_lists_.insert(b.subspan(body), pos - body, stack);
@@ -154,7 +164,9 @@ std::size_t Machine::scan_known_frames_list(std::span<const std::uint8_t> b, std
 bool Machine::read_known_frames_list() {
   const std::span<const std::uint8_t> b = source_.buffered();
   std::uint32_t stack = 0;
-  const std::size_t end = scan_known_frames_list(b, 0, memo_.size(), stack);
+  std::size_t end = scan_known_frames_list<false>(b, 0, memo_.size(), stack);
+  if (end == 0 && stopped_at_frame(b))
+    end = scan_known_frames_list<true>(b, 0, memo_.size(), stack);
   if (end == 0)
     return false;
   op_offset_ = source_.offset() + end - 1;  // the APPEND(S), the last opcode read here
@@ -167,6 +179,7 @@ bool Machine::read_known_frames_list() {
   return true;
 }
 
+template <bool kFramed>
 std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size_t pos) {
   // The counts live in locals until the end: a Value holds a 64-bit word, so each store into
   // `pairs` would otherwise make the compiler reload a count kept in the scan.
@@ -179,7 +192,7 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   const std::uint64_t first_slot = memo_.size();
   // An optional MEMOIZE, or a PUT of the next slot, after an object; false for a PUT elsewhere.
   auto memoize = [&](std::size_t& p, std::size_t what) {
-    p = skip_frames(b, p);
+    p = skip_frames<kFramed>(b, p);
     if (p + 5 > size)
       return false;
     const Memoized memoized = read_memoize(b, p, first_slot + memoized_count);
@@ -195,25 +208,25 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   };
 
   if (!memoize(pos, EntryScan::kEntry))
-    return 0;
-  pos = skip_frames(b, pos);
+    return stop_scan(pos);
+  pos = skip_frames<kFramed>(b, pos);
   if (pos >= size || b[pos] != MARK)
-    return 0;
+    return stop_scan(pos);
   ++pos;
   for (;;) {
-    pos = skip_frames(b, pos);
+    pos = skip_frames<kFramed>(b, pos);
     if (pos >= size)
-      return 0;
+      return stop_scan(pos);
     if (b[pos] == SETITEMS)
       break;
     if (values == scan.pairs.size() || pos + 5 > size)  // room for the key's GET
-      return 0;
+      return stop_scan(pos);
     const Value key = get(pos);
     if (key.kind != Kind::string)
-      return 0;
-    pos = skip_frames(b, pos);
+      return stop_scan(pos);
+    pos = skip_frames<kFramed>(b, pos);
     if (pos + kOpcodeRoom > size)  // the value's opcode and arguments, at most
-      return 0;
+      return stop_scan(pos);
     const std::size_t value_at = values + 1;
     Value value;
     switch (b[pos]) {
@@ -235,7 +248,7 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
         // the `length` bytes wanted are sign-extended.
         const std::size_t length = b[pos + 1];
         if (length > 8)
-          return 0;
+          return stop_scan(pos);
         const unsigned unused_bits = 64 - 8 * static_cast<unsigned>(length);
         const std::uint64_t u = load_le<std::uint64_t>(&b[pos + 2]);
         value =
@@ -251,18 +264,18 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
       case SHORT_BINUNICODE: {
         const std::size_t length = b[pos + 1];
         if (pos + 2 + length > size || length > limits_.max_string)
-          return 0;
+          return stop_scan(pos);
         value.kind = Kind::string;
         scan.strings[string_count++] = {value_at, pos, length};
         pos += 2 + length;
         if (!memoize(pos, value_at))
-          return 0;
+          return stop_scan(pos);
         break;
       }
       case EMPTY_LIST: {
         std::uint32_t stack = 0;
         const std::size_t end =
-            scan_known_frames_list(b, pos + 1, first_slot + memoized_count, stack);
+            scan_known_frames_list<kFramed>(b, pos + 1, first_slot + memoized_count, stack);
         if (end == 0)
           return 0;
         value.kind = Kind::frame_stack;
@@ -275,7 +288,7 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
         value = get(pos);
         if (value.kind != Kind::string && value.kind != Kind::integer &&
             value.kind != Kind::frame_stack && value.kind != Kind::none)
-          return 0;
+          return stop_scan(pos);
         break;
     }
     pairs[values] = key;
@@ -287,13 +300,13 @@ std::size_t Machine::scan_trace_entry(std::span<const std::uint8_t> b, std::size
   scan.memoized_count = memoized_count;
   // memo_put's check on the last slot the entry adds, said by the general path.
   if (first_slot + memoized_count > source_.offset() + limits_.max_memo_gap)
-    return 0;
+    return stop_scan(pos);
   // The dict must be the batch's next item, to be appended with it: the next opcode starts
   // another item (an entry dict) or ends the batch. Anything else (DUP, POP, a SETITEM into the
   // dict, ...) does something to the dict first, which the general path does.
-  const std::size_t next = skip_frames(b, pos + 1);
+  const std::size_t next = skip_frames<kFramed>(b, pos + 1);
   if (next >= size || (b[next] != EMPTY_DICT && b[next] != APPENDS))
-    return 0;
+    return stop_scan(next);
   return pos + 1;
 }
 
@@ -312,7 +325,9 @@ bool Machine::read_trace_entries() {
   std::size_t start = 0;  // the entry's first byte after its EMPTY_DICT
   for (;;) {
     const std::span<const std::uint8_t> b = source_.buffered(kEntryReadAhead);
-    const std::size_t end = scan_trace_entry(b, start);
+    std::size_t end = scan_trace_entry<false>(b, start);
+    if (end == 0 && stopped_at_frame(b))
+      end = scan_trace_entry<true>(b, start);
     if (end == 0)
       break;
     EntryScan& scan = entry_scan_;
@@ -333,7 +348,7 @@ bool Machine::read_trace_entries() {
     in_place_batch_ = marks_.size();
     // The next item, if it is an entry dict: its EMPTY_DICT is consumed only along with it.
     const std::span<const std::uint8_t> next = source_.buffered(kEntryReadAhead);
-    const std::size_t at = skip_frames(next, 0);
+    const std::size_t at = skip_frames<true>(next, 0);
     if (at >= next.size() || next[at] != EMPTY_DICT)
       break;
     start = at + 1;

@@ -339,6 +339,8 @@ class Machine {
   bool read_known_frames_list();
   // The frames list after an EMPTY_LIST at b[pos - 1], memoized as `slot`: the position after its
   // APPEND(S) with `stack` set, or 0 when read_known_frames_list's conditions do not hold.
+  // kFramed: whether FRAME opcodes between its opcodes are skipped (pickle_in_place.cpp).
+  template <bool kFramed>
   std::size_t scan_known_frames_list(std::span<const std::uint8_t> b, std::size_t pos,
                                      std::uint64_t slot, std::uint32_t& stack);
   // After EMPTY_DICT, directly inside a batch of APPENDS to a list the sink consumed as a trace
@@ -352,7 +354,15 @@ class Machine {
   bool read_trace_entries();
   // The entry dict after an EMPTY_DICT at b[pos - 1] into entry_scan_: the position after its
   // SETITEMS, or 0 when it is not of that shape.
+  template <bool kFramed>
   std::size_t scan_trace_entry(std::span<const std::uint8_t> b, std::size_t pos);
+  // A failed scan returns stop_scan(the position it stopped at); stopped_at_frame says whether a
+  // FRAME opcode stands there, which a scan with kFramed true would skip.
+  std::size_t stop_scan(std::size_t at) {
+    scan_stopped_at_ = at;
+    return 0;
+  }
+  bool stopped_at_frame(std::span<const std::uint8_t> b) const;
 
   ByteSource& source_;
   ReadLimits limits_;
@@ -388,6 +398,7 @@ class Machine {
   std::vector<ShortString> short_strings_;  // kShortStrings once a short string is interned
   std::vector<std::vector<TraceEvent>> event_lists_;
   std::string scratch_;
+  std::size_t scan_stopped_at_ = 0;            // where the last failed scan stopped
   std::vector<std::uint32_t> frames_scratch_;  // read_known_frames_list's frame indices
   // Frames lists read in place before, by their bytes; emptied when a PUT writes over a slot.
   FramesListCache frames_lists_;
