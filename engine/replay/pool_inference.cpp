@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include "engine/core/packed_requests.h"
 
@@ -77,10 +78,10 @@ void PoolRouter::seed(const snapshot::TraceWindow& trace, std::vector<alloc::See
     for (const alloc::SeedBlock& block : seed.blocks) {
       const std::uint64_t address = addresses[at++];
       if (block.state == BlockState::active_allocated) {
-        address_of_[block.tensor.value] = address;
+        address_of_.insert_or_assign(block.tensor.value + 1, address);
         ++active;
       } else if (block.state == BlockState::active_pending_free) {
-        pending_[block.tensor.value] = address;
+        pending_.insert_or_assign(block.tensor.value + 1, address);
       }
     }
     if (!seed.pool_id.is_default() && !owned_.contains(seed.pool_id)) {
@@ -91,9 +92,8 @@ void PoolRouter::seed(const snapshot::TraceWindow& trace, std::vector<alloc::See
     }
     if (seed.expandable)
       continue;
-    live_segments_[seed.address] =
-        LiveSegment{seed.size, seed.pool_id, kSeededIndex + k, seed.stream.value};
-    live_allocs_[seed.address] = active;
+    live_segments_.assign(seed.address, LiveSegment{seed.size, seed.pool_id, kSeededIndex + k,
+                                                    seed.stream.value, active});
   }
 }
 
@@ -146,11 +146,61 @@ void PoolRouter::learn_no_split(MempoolId pool) {
 }
 
 std::uint64_t PoolRouter::segment_base(std::uint64_t address) const {
-  auto it = live_segments_.upper_bound(address);
-  if (it == live_segments_.begin() ||
-      !inside(address, std::prev(it)->first, std::prev(it)->second.size))
-    return 0;
-  return std::prev(it)->first;
+  std::uint64_t base = 0;
+  live_segments_.holding(address, base);
+  return base;
+}
+
+PoolRouter::LiveSegment* PoolRouter::LiveSegments::find(std::uint64_t base) {
+  const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
+  if (it == bases_.end() || *it != base)
+    return nullptr;
+  return &segments_[static_cast<std::size_t>(it - bases_.begin())];
+}
+
+PoolRouter::LiveSegment& PoolRouter::LiveSegments::at(std::uint64_t base) {
+  if (LiveSegment* segment = find(base))
+    return *segment;
+  throw std::out_of_range("PoolRouter: no live segment at the base");
+}
+
+void PoolRouter::LiveSegments::assign(std::uint64_t base, const LiveSegment& segment) {
+  const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
+  const auto at = it - bases_.begin();
+  if (it != bases_.end() && *it == base) {
+    segments_[static_cast<std::size_t>(at)] = segment;
+    return;
+  }
+  bases_.insert(it, base);
+  segments_.insert(segments_.begin() + at, segment);
+}
+
+void PoolRouter::LiveSegments::erase(std::uint64_t base) {
+  const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
+  if (it == bases_.end() || *it != base)
+    return;
+  segments_.erase(segments_.begin() + (it - bases_.begin()));
+  bases_.erase(it);
+}
+
+const PoolRouter::LiveSegment* PoolRouter::LiveSegments::holding(std::uint64_t address,
+                                                                 std::uint64_t& base) const {
+  base = 0;
+  if (bases_.empty())
+    return nullptr;
+  // The last segment whose base is not above the address: a binary search without branches
+  // on the bases (a branch a step was mispredicted half the time).
+  const std::uint64_t* first = bases_.data();
+  for (std::size_t count = bases_.size(); count > 1;) {
+    const std::size_t half = count / 2;
+    first = first[half] <= address ? first + half : first;
+    count -= half;
+  }
+  const auto at = static_cast<std::size_t>(first - bases_.data());
+  if (bases_[at] == 0 || !inside(address, bases_[at], segments_[at].size))
+    return nullptr;
+  base = bases_[at];
+  return &segments_[at];
 }
 
 // --- requests -----------------------------------------------------------------------------------
@@ -271,22 +321,53 @@ bool PoolRouter::is_oom_path(const snapshot::TraceWindow& trace, std::size_t fir
       trace, first_free, settings_.capacity.has_value() || settings_.allowed_memory.has_value());
 }
 
+namespace {
+
+// The final snapshot's pools belong to the segments alive at the end: the last segment_alloc
+// at each address, with no segment_free after it. Appends the segment_alloc entries to
+// `recorded` when given.
+std::map<std::size_t, MempoolId> final_pools_of(
+    const snapshot::TraceWindow& trace, const std::vector<SegmentPool>& final_segments,
+    std::vector<alloc::RecordedAddressDevice::RecordedSegment>* recorded) {
+  struct Opened {
+    std::size_t index;
+    Bytes size;
+  };
+  std::map<std::uint64_t, Opened> last_alloc;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const TraceEvent& e = trace[i];
+    if (e.action == TraceAction::segment_alloc) {
+      last_alloc[e.addr] = Opened{i, e.size};
+      if (recorded)
+        recorded->push_back({e.addr, e.size});
+    } else if (e.action == TraceAction::segment_free) {
+      last_alloc.erase(e.addr);
+    }
+  }
+  std::map<std::size_t, MempoolId> pools;
+  for (const SegmentPool& segment : final_segments) {
+    auto it = last_alloc.find(segment.address);
+    if (it != last_alloc.end() && it->second.size == segment.size)
+      pools[it->second.index] = segment.pool;
+  }
+  return pools;
+}
+
+}  // namespace
+
+void find_trace_segments(const snapshot::TraceWindow& trace, PoolInferenceSettings& settings) {
+  settings.recorded_segments.clear();
+  settings.final_pools =
+      final_pools_of(trace, settings.final_segments, &settings.recorded_segments);
+}
+
 void PoolRouter::prepare(const snapshot::TraceWindow& trace) {
   trace_ = &trace;
-  // The final snapshot's pools belong to the segments alive at the end: the last segment_alloc
-  // at each address, with no segment_free after it.
-  std::map<std::uint64_t, std::size_t> last_alloc;
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    if (trace[i].action == TraceAction::segment_alloc)
-      last_alloc[trace[i].addr] = i;
-    else if (trace[i].action == TraceAction::segment_free)
-      last_alloc.erase(trace[i].addr);
-  }
-  for (const SegmentPool& segment : settings_.final_segments) {
-    auto it = last_alloc.find(segment.address);
-    if (it != last_alloc.end() && trace[it->second].size == segment.size)
-      final_pool_[it->second] = segment.pool;
-  }
+  const std::map<std::size_t, MempoolId> pools =
+      settings_.final_pools ? *settings_.final_pools
+                            : final_pools_of(trace, settings_.final_segments, nullptr);
+  for (const auto& [index, pool] : pools)
+    final_pool_[index] = pool;
 }
 
 void PoolRouter::before_entry(const snapshot::TraceWindow& trace, std::size_t index,
@@ -299,18 +380,20 @@ void PoolRouter::before_entry(const snapshot::TraceWindow& trace, std::size_t in
   switch (e.action) {
     case TraceAction::alloc: {
       MempoolId pool;
-      std::uint64_t base = segment_base(e.addr);
+      std::uint64_t base = 0;
+      // Stays valid: nothing below opens or returns a segment.
+      LiveSegment* const segment = live_segments_.holding(e.addr, base);
       if (index > 0 && trace[index - 1].action == TraceAction::segment_alloc &&
           trace[index - 1].addr == base) {
         pool = pool_of_new_segment(index - 1, e.size, e.stream.value);
         live_segments_.at(base).pool = pool;
-      } else if (base != 0) {
-        pool = live_segments_.at(base).pool;
-        if (e.addr != base || live_allocs_[base] > 0)
+      } else if (segment != nullptr) {
+        pool = segment->pool;
+        if (e.addr != base || segment->live_allocs > 0)
           split_seen_.insert(pool);
       }
-      if (base != 0)
-        ++live_allocs_[base];
+      if (segment != nullptr)
+        ++segment->live_allocs;
       route(e.stream.value, pool, out);
       if (!pool.is_default())
         ++summary_.private_allocations;
@@ -318,8 +401,10 @@ void PoolRouter::before_entry(const snapshot::TraceWindow& trace, std::size_t in
       break;
     }
     case TraceAction::free_requested:
-      if (const std::uint64_t base = segment_base(e.addr); base != 0 && live_allocs_[base] > 0)
-        --live_allocs_[base];
+      if (std::uint64_t base = 0; LiveSegment* segment = live_segments_.holding(e.addr, base)) {
+        if (segment->live_allocs > 0)
+          --segment->live_allocs;
+      }
       break;
     case TraceAction::free_completed:
       // A free completed by a malloc's event processing: no capture was underway then.
@@ -342,17 +427,15 @@ void PoolRouter::before_entry(const snapshot::TraceWindow& trace, std::size_t in
       break;
     }
     case TraceAction::segment_alloc:
-      live_segments_[e.addr] = LiveSegment{e.size, MempoolId{}, index, e.stream.value};
-      live_allocs_[e.addr] = 0;
+      live_segments_.assign(e.addr, LiveSegment{e.size, MempoolId{}, index, e.stream.value, 0});
       break;
     case TraceAction::segment_free: {
       const bool burst_start = index == 0 || trace[index - 1].action != TraceAction::segment_free;
       if (burst_start && !is_oom_path(trace, index))
         infer_empty_cache(trace, index, out);
-      if (auto it = live_segments_.find(e.addr); it != live_segments_.end())
-        freed_segments_[e.addr] = it->second;
+      if (const LiveSegment* segment = live_segments_.find(e.addr))
+        freed_segments_[e.addr] = *segment;
       live_segments_.erase(e.addr);
-      live_allocs_.erase(e.addr);
       break;
     }
     default:
@@ -372,8 +455,8 @@ void PoolRouter::infer_empty_cache(const snapshot::TraceWindow& trace, std::size
        ++i) {
     burst_.insert(trace[i].addr);
     burst_order_.push_back(trace[i].addr);
-    auto it = live_segments_.find(trace[i].addr);
-    const MempoolId pool = it == live_segments_.end() ? MempoolId{} : it->second.pool;
+    const LiveSegment* segment = live_segments_.find(trace[i].addr);
+    const MempoolId pool = segment == nullptr ? MempoolId{} : segment->pool;
     if (pool.is_default())
       releases_default = true;
     else if (std::find(released.begin(), released.end(), pool) == released.end())
@@ -440,8 +523,8 @@ void PoolRouter::check_empty_cache() {
       !extra && returned.size() == burst_order_.size() && returned != burst_order_;
   if (extra || reordered) {
     for (std::uint64_t address : burst_) {
-      if (auto it = live_segments_.find(address); it != live_segments_.end())
-        learn_private(it->second.index, it->second.stream);
+      if (const LiveSegment* segment = live_segments_.find(address))
+        learn_private(segment->index, segment->stream);
     }
     return;
   }
@@ -450,8 +533,8 @@ void PoolRouter::check_empty_cache() {
   bool after_private = false;
   for (std::uint64_t address : burst_order_) {
     const LiveSegment* segment = nullptr;
-    if (auto it = live_segments_.find(address); it != live_segments_.end())
-      segment = &it->second;
+    if (const LiveSegment* live = live_segments_.find(address))
+      segment = live;
     else if (auto freed = freed_segments_.find(address); freed != freed_segments_.end())
       segment = &freed->second;
     if (!segment)
@@ -489,34 +572,37 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
   const std::uint64_t tensor = r.tensor.value;
   switch (r.op) {
     case RequestOp::malloc: {
-      alloc::MallocResult got = model_.malloc(r.size, r.stream);
-      if (got.ok() && got.address != 0)
-        address_of_[tensor] = got.address;
-      if (got.ok() && expected_address_ && got.address != *expected_address_)
-        check_malloc(got.address);
+      const std::uint64_t address = model_.malloc(r.size, r.stream, oom_);
+      const bool ok = !oom_.has_value();
+      oom_.reset();
+      if (ok && address != 0)
+        address_of_.insert_or_assign(tensor + 1, address);
+      if (ok && expected_address_ && address != *expected_address_)
+        check_malloc(address);
       expected_address_.reset();
       break;
     }
     case RequestOp::free: {
-      auto it = address_of_.find(tensor);
-      if (it == address_of_.end())
+      const std::uint64_t* found = address_of_.find(tensor + 1);
+      if (found == nullptr)
         break;
-      const std::uint64_t address = it->second;
-      address_of_.erase(it);
+      const std::uint64_t address = *found;
+      address_of_.erase(tensor + 1);
       model_.free(address);
       if (model_.block_state(address) == BlockState::active_pending_free)
-        pending_[tensor] = address;
+        pending_.insert_or_assign(tensor + 1, address);
       break;
     }
     case RequestOp::record_stream:
-      if (auto it = address_of_.find(tensor); it != address_of_.end())
-        model_.record_stream(it->second, r.stream);
+      if (const std::uint64_t* address = address_of_.find(tensor + 1))
+        model_.record_stream(*address, r.stream);
       break;
     case RequestOp::events_ready:
-      if (auto it = pending_.find(tensor); it != pending_.end()) {
-        if (model_.block_state(it->second) == BlockState::active_pending_free)
-          model_.mark_events_ready(it->second);
-        pending_.erase(it);
+      if (const std::uint64_t* found = pending_.find(tensor + 1)) {
+        const std::uint64_t address = *found;
+        if (model_.block_state(address) == BlockState::active_pending_free)
+          model_.mark_events_ready(address);
+        pending_.erase(tensor + 1);
       }
       break;
     case RequestOp::empty_cache: {

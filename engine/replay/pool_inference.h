@@ -12,12 +12,13 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/allocator/caching_allocator.h"
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
+#include "engine/allocator/flat_map.h"
 #include "engine/core/mempool_id.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
@@ -53,6 +54,11 @@ struct PoolInferenceSettings {
   std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments;
   std::vector<SegmentPool> final_segments;
   PoolHints hints;
+  // The pools of final_segments by the trace index of the segment_alloc that opened each (the
+  // last at its address, with no segment_free after): find_trace_segments finds them with
+  // recorded_segments in one walk of the trace, for every pass; unset, each router walks the
+  // trace for them.
+  std::optional<std::map<std::size_t, MempoolId>> final_pools;
   // The state before the first entry of a trace that starts mid-run: its segments' addresses
   // lead the lockstep model's device (PoolRouter::seed seeds the model).
   std::vector<alloc::SeedSegment> initial_segments;
@@ -101,6 +107,27 @@ class PoolRouter {
     MempoolId pool;
     std::size_t index = 0;  // trace index of its segment_alloc (seeded: kSeededIndex + k)
     std::uint64_t stream = 0;
+    std::size_t live_allocs = 0;  // recorded allocations alive in it
+  };
+  // The recorded segments alive now, by base: a sorted array, searched at every alloc and free
+  // entry (a trace keeps a few hundred alive and opens one every few hundred entries; a
+  // std::map's walk and node loads were a fifth of the inference).
+  class LiveSegments {
+   public:
+    LiveSegment* find(std::uint64_t base);
+    LiveSegment& at(std::uint64_t base);  // std::out_of_range when not alive
+    void assign(std::uint64_t base, const LiveSegment& segment);
+    void erase(std::uint64_t base);
+    // The segment holding `address` and its `base`; null (base 0) when none does, or only one
+    // at base 0 (segment_base's "none").
+    const LiveSegment* holding(std::uint64_t address, std::uint64_t& base) const;
+    LiveSegment* holding(std::uint64_t address, std::uint64_t& base) {
+      return const_cast<LiveSegment*>(std::as_const(*this).holding(address, base));
+    }
+
+   private:
+    std::vector<std::uint64_t> bases_;  // ascending
+    std::vector<LiveSegment> segments_;
   };
 
   void prepare(const snapshot::TraceWindow& trace);
@@ -139,10 +166,11 @@ class PoolRouter {
   EmptyCacheEvents recorder_;
   alloc::CachingAllocator model_;
   std::size_t applied_ = 0;  // requests of the stream already run through the model
-  std::unordered_map<std::uint64_t, std::uint64_t> address_of_;  // tensor -> model address
-  std::unordered_map<std::uint64_t, std::uint64_t> pending_;     // tensor -> address (events)
-  std::map<std::uint64_t, LiveSegment> live_segments_;   // recorded segments alive now, by base
-  std::map<std::uint64_t, std::size_t> live_allocs_;     // recorded live allocations per segment
+  // Keyed by tensor id + 1 (key 0 is the maps' empty marker).
+  alloc::FlatMap64<std::uint64_t> address_of_{4096};  // tensor -> model address
+  alloc::FlatMap64<std::uint64_t> pending_{1024};     // tensor -> address (events)
+  std::optional<alloc::OutOfMemory> oom_;             // the lockstep malloc's, reset after each
+  LiveSegments live_segments_;
   std::map<std::uint64_t, LiveSegment> freed_segments_;  // the latest freed segment at a base
   std::map<std::size_t, MempoolId> final_pool_;    // by segment_alloc index, segments alive at end
   std::set<MempoolId> split_seen_;                 // pools the recording shows splitting a block
@@ -155,6 +183,10 @@ class PoolRouter {
   std::map<MempoolId, bool> owned_;    // pools created here; false once released
   PoolInferenceSummary summary_;
 };
+
+// settings.recorded_segments (the segment_alloc addresses in order) and settings.final_pools,
+// from one walk of `trace`; settings.final_segments must be set.
+void find_trace_segments(const snapshot::TraceWindow& trace, PoolInferenceSettings& settings);
 
 // Whether the segment_free burst starting at `first_free` happened inside a malloc (returning
 // cached memory before an OOM retry) rather than in an empty_cache call.

@@ -452,17 +452,6 @@ PackedTrace extract_routed(const TraceSource& source, const snapshot::SegmentSta
   return out;
 }
 
-// The segment_alloc addresses of a trace in either form, in order.
-std::vector<alloc::RecordedAddressDevice::RecordedSegment> recorded_segments_of(
-    const TraceSource& source) {
-  const snapshot::TraceWindow trace = source.window();
-  std::vector<alloc::RecordedAddressDevice::RecordedSegment> out;
-  for (std::size_t i = 0; i < trace.size(); ++i)
-    if (trace[i].action == TraceAction::segment_alloc)
-      out.push_back({trace[i].addr, trace[i].size});
-  return out;
-}
-
 // replay_trace, with the requests already `extracted` (for a trace that needs no pool
 // inference) or extracted here; `infer_pools` is needs_inference of the trace.
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
@@ -572,8 +561,8 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
     settings.total_memory = options.total_memory;
     settings.capacity = options.capacity;
     settings.allowed_memory = options.allowed_memory;
-    settings.recorded_segments = recorded_segments_of(trace);
     settings.final_segments = options.final_segments;
+    find_trace_segments(trace.window(), settings);  // one walk for every pass
     settings.profile = profile;
     if (initial)
       settings.initial_segments = requests_from_trace({}, initial).initial_segments;
