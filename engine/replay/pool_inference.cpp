@@ -33,6 +33,7 @@ PoolRouter::PoolRouter(PoolInferenceSettings settings)
     : settings_(std::move(settings)),
       gpu_(device_addresses(settings_), settings_.capacity.value_or(alloc::kUnlimited),
            settings_.total_memory),
+      calls_at_start_(gpu_.device().calls()),
       model_(settings_.config, gpu_.device(), &recorder_) {
   model_.set_profile(settings_.profile);
   if (settings_.allowed_memory)
@@ -570,13 +571,24 @@ void PoolRouter::record_empty_cache(EmptyCache&& empty_cache) {
 
 void PoolRouter::apply(const Request& r, const RequestStream& stream) {
   const std::uint64_t tensor = r.tensor.value;
+  ++requests_run_;
+  // A request of a tensor whose malloc gave no block: run_requests skips it and counts it.
+  auto skip = [&] {
+    if (without_block_.size() != 0 && without_block_.contains(tensor + 1))
+      ++skipped_requests_;
+  };
   switch (r.op) {
     case RequestOp::malloc: {
       const std::uint64_t address = model_.malloc(r.size, r.stream, oom_);
       const bool ok = !oom_.has_value();
       oom_.reset();
+      malloc_failed_ = malloc_failed_ || !ok;
+      if (ok)
+        ++allocs_;
       if (ok && address != 0)
         address_of_.insert_or_assign(tensor + 1, address);
+      else if (ok)
+        without_block_.insert_or_assign(tensor + 1, true);
       if (ok && expected_address_ && address != *expected_address_)
         check_malloc(address);
       expected_address_.reset();
@@ -584,8 +596,10 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
     }
     case RequestOp::free: {
       const std::uint64_t* found = address_of_.find(tensor + 1);
-      if (found == nullptr)
+      if (found == nullptr) {
+        skip();
         break;
+      }
       const std::uint64_t address = *found;
       address_of_.erase(tensor + 1);
       model_.free(address);
@@ -596,6 +610,8 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
     case RequestOp::record_stream:
       if (const std::uint64_t* address = address_of_.find(tensor + 1))
         model_.record_stream(*address, r.stream);
+      else
+        skip();
       break;
     case RequestOp::events_ready:
       if (const std::uint64_t* found = pending_.find(tensor + 1)) {
@@ -603,6 +619,8 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
         if (model_.block_state(address) == BlockState::active_pending_free)
           model_.mark_events_ready(address);
         pending_.erase(tensor + 1);
+      } else {
+        skip();
       }
       break;
     case RequestOp::empty_cache: {
@@ -635,6 +653,36 @@ void PoolRouter::apply(const Request& r, const RequestStream& stream) {
     case RequestOp::reset_peak:
       break;
   }
+}
+
+std::optional<alloc::RunResult> PoolRouter::run_result(bool keep_final_segments) const {
+  if (malloc_failed_)
+    return std::nullopt;
+  alloc::RunResult result;
+  result.requests_run = requests_run_;
+  result.allocs = allocs_;
+  result.skipped_requests = skipped_requests_;
+  result.stats = model_.stats();
+  result.allowed_memory = model_.allowed_memory();
+  result.gc_check_peak = model_.gc_check_peak();
+  if (keep_final_segments)
+    result.final_segments = model_.snapshot();
+  result.peak_allocated =
+      static_cast<Bytes>(result.stats.allocated_bytes[alloc::StatType::aggregate].peak);
+  result.peak_reserved =
+      static_cast<Bytes>(result.stats.reserved_bytes[alloc::StatType::aggregate].peak);
+  const alloc::DeviceCallCounts& after = gpu_.device().calls();
+  const alloc::DeviceCallCounts& before = calls_at_start_;
+  result.device_calls =
+      alloc::DeviceCallCounts{after.segment_allocs - before.segment_allocs,
+                              after.segment_alloc_failures - before.segment_alloc_failures,
+                              after.segment_frees - before.segment_frees,
+                              after.reserves - before.reserves,
+                              after.releases - before.releases,
+                              after.maps - before.maps,
+                              after.map_failures - before.map_failures,
+                              after.unmaps - before.unmaps};
+  return result;
 }
 
 bool segment_frees_inside_malloc(const snapshot::TraceWindow& trace, std::size_t first_free,

@@ -19,6 +19,7 @@
 #include "engine/allocator/config.h"
 #include "engine/allocator/device.h"
 #include "engine/allocator/flat_map.h"
+#include "engine/allocator/run.h"
 #include "engine/core/mempool_id.h"
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
@@ -94,6 +95,14 @@ class PoolRouter {
   // lockstep model (after_entry): the router reads back only the requests appended after.
   void move_applied(RequestStream& out, PackedRequests& into);
   const PoolInferenceSummary& summary() const { return summary_; }
+  // The events the lockstep model emits also go to `sink` (null: nowhere), as they would in the
+  // replay's own run of the requests.
+  void forward_events(alloc::EventSink* sink) { recorder_.next = sink; }
+  // What alloc::run_requests (stop_on_oom false, this router's config, device and seeds, no
+  // invariant checks or initial stats) returns for the requests the router appended, once they
+  // are all applied: the lockstep model ran each of them as that run does, in the same order.
+  // nullopt when a malloc failed: an OOM's report needs the replay's own device.
+  std::optional<alloc::RunResult> run_result(bool keep_final_segments) const;
   // Set when this pass met a recorded decision its pool assignment cannot explain and learned
   // something: run again with these hints.
   const std::optional<PoolHints>& revised_hints() const { return revised_; }
@@ -153,15 +162,19 @@ class PoolRouter {
 
   PoolInferenceSettings settings_;
   alloc::ReplayDevice gpu_;
+  alloc::DeviceCallCounts calls_at_start_;  // the device's, before the model's first call
   // The lockstep model's events while it runs an empty_cache, for check_empty_cache (recording
   // all of them held 40 bytes an entry of the trace).
   struct EmptyCacheEvents final : alloc::EventSink {
     void on_event(const TraceEvent& event) override {
       if (recording)
         events.push_back(event);
+      if (next != nullptr)
+        next->on_event(event);
     }
     bool recording = false;
     std::vector<TraceEvent> events;
+    alloc::EventSink* next = nullptr;  // forward_events
   };
   EmptyCacheEvents recorder_;
   alloc::CachingAllocator model_;
@@ -170,6 +183,13 @@ class PoolRouter {
   alloc::FlatMap64<std::uint64_t> address_of_{4096};  // tensor -> model address
   alloc::FlatMap64<std::uint64_t> pending_{1024};     // tensor -> address (events)
   std::optional<alloc::OutOfMemory> oom_;             // the lockstep malloc's, reset after each
+  // As alloc::run_requests counts them (run_result): requests applied, mallocs that succeeded,
+  // requests of tensors whose malloc returned no block (size 0), whether a malloc failed.
+  std::size_t requests_run_ = 0;
+  std::size_t allocs_ = 0;
+  std::size_t skipped_requests_ = 0;
+  bool malloc_failed_ = false;
+  alloc::FlatMap64<bool> without_block_{64};  // tensor + 1 of a malloc that returned address 0
   LiveSegments live_segments_;
   std::map<std::uint64_t, LiveSegment> freed_segments_;  // the latest freed segment at a base
   std::map<std::size_t, MempoolId> final_pool_;    // by segment_alloc index, segments alive at end

@@ -279,10 +279,12 @@ struct RoutedRequests {
 // requests_from_trace into `out`, its requests into `requests` (out.requests.requests, a
 // PackedRequests beside it, or RoutedRequests with a router), gathering `evidence` when given
 // (without `initial` or a router).
+// `cancel`, when given, is polled as often as alloc::run_requests polls it (the router's lockstep
+// model runs the requests as they are extracted).
 template <typename Requests>
 void extract_into(const TraceSource& source, const snapshot::SegmentState* initial,
                   PoolRouter* router, StartEvidence* evidence, TraceRequests& out,
-                  Requests& requests) {
+                  Requests& requests, const CancelToken* cancel = nullptr) {
   const snapshot::TraceWindow trace = source.window();
   out.entries = trace.size();
   // A trace gives about a request an entry: sized once, the buffer is not copied as it grows,
@@ -334,6 +336,8 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
     router->seed(trace, out.initial_segments, *routed);
   std::size_t completes_prior_free = trace.size();  // the free_completed right after its free
   for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (cancel != nullptr && i % alloc::kCancelPollRequests == 0)
+      cancel->throw_if_cancelled();
     if (router)
       router->before_entry(trace, i, *routed);
     // After the router, which may have read entries of other blocks.
@@ -444,10 +448,10 @@ PackedTrace extract_packed(const TraceSource& source, const snapshot::SegmentSta
 
 // The same through the pool inference's `router`.
 PackedTrace extract_routed(const TraceSource& source, const snapshot::SegmentState* initial,
-                           PoolRouter& router) {
+                           PoolRouter& router, const CancelToken* cancel = nullptr) {
   PackedTrace out;
   RoutedRequests requests;
-  extract_into(source, initial, &router, nullptr, out.trace, requests);
+  extract_into(source, initial, &router, nullptr, out.trace, requests, cancel);
   out.requests = std::move(requests.packed);
   return out;
 }
@@ -547,6 +551,18 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
       alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
   std::unique_ptr<PoolRouter> router;
   std::size_t passes = 0;
+  // The last pass's lockstep model runs the requests the replay runs, in the same order, from
+  // the same seeds, on a device that hands out the same addresses: unless the replay's run
+  // differs from it (another config, other addresses, a dry run, invariant checks, keyframe
+  // stats, or an OOM, whose report needs the replay's own device), its run is the replay's, and
+  // its events are compared as they come; the extraction then polls the cancel token. A pass
+  // that learns something wastes its comparison. Not with a progress sink: the passes would
+  // report the model's run as "pools", not as the "requests" stage.
+  const bool lockstep_is_the_run = recorded_config && !options.progress &&
+                                   !options.segment_addresses &&
+                                   !options.recorded_sync_all_streams &&
+                                   options.check_invariants_every == 0 && !options.initial_stats;
+  std::unique_ptr<ComparingSink> lockstep_recorder;
   TraceRequests requests;  // its `requests` stay empty: they are packed
   PackedRequests packed;
   if (!extracted && !infer_pools)
@@ -572,8 +588,15 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
       options.progress.report("pools", pass - 1, kMaxPoolPasses);
       options.cancel.throw_if_cancelled();
       router = std::make_unique<PoolRouter>(settings);
+      if (lockstep_is_the_run) {
+        lockstep_recorder =
+            std::make_unique<ComparingSink>(trace, true, !settings.config.expandable_segments,
+                                            options.keep_events, trace.window().size());
+        router->forward_events(lockstep_recorder.get());
+      }
       packed = PackedRequests();
-      PackedTrace routed = extract_routed(trace, initial, *router);
+      PackedTrace routed =
+          extract_routed(trace, initial, *router, lockstep_is_the_run ? &options.cancel : nullptr);
       requests = std::move(routed.trace);
       packed = std::move(routed.requests);
       passes = pass;
@@ -603,8 +626,14 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
   if (recorded_config)
     gpu.device().set_free_memory_at_ooms(std::move(free_at_ooms));
 
-  ComparingSink recorder(trace, recorded_config, !config.expandable_segments, options.keep_events,
-                         requests.expected_events);
+  std::optional<alloc::RunResult> lockstep_run;
+  if (lockstep_recorder)
+    lockstep_run = router->run_result(options.keep_final_segments);
+  std::unique_ptr<ComparingSink> recorder =
+      lockstep_run
+          ? std::move(lockstep_recorder)
+          : std::make_unique<ComparingSink>(trace, recorded_config, !config.expandable_segments,
+                                            options.keep_events, requests.expected_events);
   alloc::RunOptions run_options;
   run_options.stop_on_oom = false;  // the recording goes on after an OOM: the script caught it
   run_options.allowed_memory = options.allowed_memory;
@@ -649,10 +678,15 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
       result.silent_empty_caches = static_cast<std::size_t>(missing);
     }
   }
-  result.run = run(gpu.device(), &recorder, run_options);
-  result.emitted_events = recorder.emitted();
-  result.segment_events = recorder.take_segment_events();
-  result.events = recorder.take_events();
+  if (lockstep_run) {
+    options.progress.report(alloc::kRunStages[0].name, packed.size(), packed.size());
+    result.run = std::move(*lockstep_run);
+  } else {
+    result.run = run(gpu.device(), recorder.get(), run_options);
+  }
+  result.emitted_events = recorder->emitted();
+  result.segment_events = recorder->take_segment_events();
+  result.events = recorder->take_events();
   result.entries = requests.entries;
   result.allocs = requests.allocs + requests.ooms.size();
   result.recorded_ooms = requests.ooms;
@@ -680,7 +714,7 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
   result.compared = true;
   // Addresses inside expandable reservations are the simulated device's, not the driver's: the
   // sink compared them only without expandable segments.
-  result.first_divergence = recorder.first_divergence();
+  result.first_divergence = recorder->first_divergence();
   // The trace's snapshot entries are no segment events: the trace itself is the expectation.
   // Without a divergence every event matched its entry's action and size, these among them.
   result.segment_events_match =

@@ -1,9 +1,14 @@
-// The pool inference's view of the trace's segments: the walk that finds them for every pass
-// (find_trace_segments) and the router's lookup of the segment an allocation landed in.
+// The pool inference's view of the trace's segments (the walk that finds them for every pass,
+// find_trace_segments; the router's lookup of the segment an allocation landed in) and its
+// lockstep model's run, which a replay takes as its own (PoolRouter::run_result).
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "engine/allocator/stats.h"
 #include "engine/replay/pool_inference.h"
 #include "engine/replay/replay.h"
+#include "engine/snapshot/snapshot.h"
 
 namespace fragscope::replay {
 namespace {
@@ -71,6 +76,90 @@ TEST(PoolRouter, RoutesEachAllocationByTheSegmentHoldingIt) {
   for (const Request& r : requests.requests.requests)
     pool_creates += r.op == RequestOp::pool_create ? 1 : 0;
   EXPECT_EQ(pool_creates, 1u);
+}
+
+// The routed requests run again by alloc::run_requests as the replay ran them before it took the
+// lockstep model's run instead: every count, stat, device call and final block must agree.
+void expect_lockstep_run_is_the_run(const std::vector<TraceEvent>& trace,
+                                    PoolInferenceSettings settings) {
+  find_trace_segments(snapshot::TraceWindow(trace), settings);
+  PoolRouter router(settings);
+  const TraceRequests requests = requests_from_trace(trace, nullptr, &router);
+  const std::optional<alloc::RunResult> lockstep = router.run_result(true);
+  ASSERT_TRUE(lockstep.has_value());
+
+  alloc::ReplayDevice gpu(requests.segments, alloc::kUnlimited, settings.total_memory);
+  alloc::RunOptions options;
+  options.stop_on_oom = false;
+  options.profile = settings.profile;
+  options.keep_final_segments = true;
+  const alloc::RunResult run =
+      alloc::run_requests(requests.requests, settings.config, gpu.device(), nullptr, options);
+  EXPECT_EQ(lockstep->requests_run, run.requests_run);
+  EXPECT_EQ(lockstep->allocs, run.allocs);
+  EXPECT_EQ(lockstep->skipped_requests, run.skipped_requests);
+  EXPECT_EQ(alloc::to_memory_stats(lockstep->stats), alloc::to_memory_stats(run.stats));
+  EXPECT_EQ(lockstep->peak_allocated, run.peak_allocated);
+  EXPECT_EQ(lockstep->peak_reserved, run.peak_reserved);
+  EXPECT_EQ(lockstep->device_calls, run.device_calls);
+  EXPECT_EQ(lockstep->gc_check_peak, run.gc_check_peak);
+  EXPECT_EQ(lockstep->allowed_memory, run.allowed_memory);
+  ASSERT_EQ(lockstep->final_segments.size(), run.final_segments.size());
+  for (std::size_t k = 0; k < run.final_segments.size(); ++k) {
+    EXPECT_EQ(lockstep->final_segments[k].address, run.final_segments[k].address);
+    EXPECT_EQ(lockstep->final_segments[k].total_size, run.final_segments[k].total_size);
+    EXPECT_EQ(lockstep->final_segments[k].blocks.size(), run.final_segments[k].blocks.size());
+  }
+}
+
+TEST(PoolRouter, ItsLockstepRunIsTheRunOfARecordingWithGraphs) {
+  const snapshot::Snapshot snap =
+      snapshot::read_snapshot(std::string(FRAGSCOPE_FIXTURES) +
+                              "/../torch-2.11-h200-graphs/gpt_compile_reduce_overhead.pickle.gz");
+  PoolInferenceSettings settings;
+  settings.config = config_from_settings(snap.allocator_settings);
+  settings.total_memory = kH200TotalMemory;
+  for (const snapshot::Segment& segment : snap.segments)
+    if (segment.device == 0 && !segment.is_expandable)
+      settings.final_segments.push_back(
+          SegmentPool{segment.address, segment.total_size,
+                      MempoolId{static_cast<std::uint64_t>(segment.pool_id.first),
+                                static_cast<std::uint64_t>(segment.pool_id.second)}});
+  expect_lockstep_run_is_the_run(snap.device_traces.at(0), settings);
+}
+
+// A malloc of 0 bytes gets no block: the free and the stream use that follow are skipped, and
+// counted as run_requests counts them.
+TEST(PoolRouter, ItsLockstepRunCountsTheRequestsOfTensorsWithoutABlock) {
+  const std::uint64_t seg = 0x7f0000000000;
+  const std::vector<TraceEvent> trace = {
+      ev(TraceAction::segment_alloc, seg, 2_MiB), ev(TraceAction::alloc, seg, 512),
+      ev(TraceAction::alloc, seg + 512, 0),       ev(TraceAction::free_requested, seg + 512, 0),
+      ev(TraceAction::free_requested, seg, 512),  ev(TraceAction::free_completed, seg, 512),
+      ev(TraceAction::alloc, seg, 1024),
+  };
+  PoolInferenceSettings settings;
+  settings.total_memory = 80_GiB;
+  expect_lockstep_run_is_the_run(trace, settings);
+}
+
+// A recording with CUDA graphs replayed as the CLI replays it (the lockstep model's run taken as
+// the replay's) and with invariant checks (the replay runs the requests again itself).
+TEST(PoolRouter, AReplayGivesTheSameWithItsOwnRun) {
+  const snapshot::Snapshot snap = snapshot::read_snapshot(
+      std::string(FRAGSCOPE_FIXTURES) + "/../torch-2.11-h200-graphs/graph_manual.pickle.gz");
+  const ReplayResult taken = replay_snapshot(snap);
+  ReplayOptions checked;
+  checked.check_invariants_every = 1000;
+  const ReplayResult own = replay_snapshot(snap, checked);
+  ASSERT_TRUE(taken.pools.has_value());
+  EXPECT_FALSE(taken.first_divergence.has_value());
+  EXPECT_EQ(taken.emitted_events, own.emitted_events);
+  EXPECT_EQ(taken.segment_events, own.segment_events);
+  EXPECT_EQ(taken.segment_events_match, own.segment_events_match);
+  EXPECT_EQ(alloc::to_memory_stats(taken.run.stats), alloc::to_memory_stats(own.run.stats));
+  EXPECT_EQ(taken.run.requests_run, own.run.requests_run);
+  EXPECT_EQ(taken.run.device_calls, own.run.device_calls);
 }
 
 }  // namespace
