@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -448,19 +449,31 @@ PackedTrace extract_packed(const TraceSource& source, const snapshot::SegmentSta
 
 // The same through the pool inference's `router`.
 PackedTrace extract_routed(const TraceSource& source, const snapshot::SegmentState* initial,
-                           PoolRouter& router, const CancelToken* cancel = nullptr) {
+                           PoolRouter& router, StartEvidence* evidence = nullptr,
+                           const CancelToken* cancel = nullptr) {
   PackedTrace out;
   RoutedRequests requests;
-  extract_into(source, initial, &router, nullptr, out.trace, requests, cancel);
+  extract_into(source, initial, &router, evidence, out.trace, requests, cancel);
   out.requests = std::move(requests.packed);
   return out;
 }
 
+// A start state the first pass of the pool inference may prove empty (replay_snapshot): that
+// pass extracts the requests without one, gathering `evidence`; when `proves` does not accept
+// it, `rebuild` gives the state (null when it cannot be rebuilt) and the pass is made again.
+struct StartProof {
+  StartEvidence* evidence = nullptr;
+  std::function<bool(const StartEvidence&)> proves;
+  std::function<const snapshot::SegmentState*()> rebuild;
+};
+
 // replay_trace, with the requests already `extracted` (for a trace that needs no pool
-// inference) or extracted here; `infer_pools` is needs_inference of the trace.
+// inference) or extracted here; `infer_pools` is needs_inference of the trace; `proof` (with
+// `infer_pools`, no `initial`): the start state is to be proven empty or rebuilt.
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               bool infer_pools, std::optional<PackedTrace> extracted);
+                               bool infer_pools, std::optional<PackedTrace> extracted,
+                               StartProof* proof = nullptr);
 
 }  // namespace
 
@@ -545,7 +558,8 @@ namespace {
 
 ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& allocator_settings,
                                const ReplayOptions& options, const snapshot::SegmentState* initial,
-                               bool infer_pools, std::optional<PackedTrace> extracted) {
+                               bool infer_pools, std::optional<PackedTrace> extracted,
+                               StartProof* proof) {
   const bool recorded_config = !options.config.has_value();
   const alloc::AllocatorProfile profile =
       alloc::allocator_profile(options.torch_version.value_or(kLatestTorch));
@@ -595,10 +609,31 @@ ReplayResult replay_trace_from(const TraceSource& trace, const nlohmann::json& a
         router->forward_events(lockstep_recorder.get());
       }
       packed = PackedRequests();
-      PackedTrace routed =
-          extract_routed(trace, initial, *router, lockstep_is_the_run ? &options.cancel : nullptr);
-      requests = std::move(routed.trace);
-      packed = std::move(routed.requests);
+      StartEvidence* const evidence = proof != nullptr ? proof->evidence : nullptr;
+      std::optional<PackedTrace> routed;
+      try {
+        routed = extract_routed(trace, initial, *router, evidence,
+                                lockstep_is_the_run ? &options.cancel : nullptr);
+      } catch (const InputError&) {
+        if (evidence == nullptr)
+          throw;
+        evidence->frees_older_block = true;  // the pass below reports it, or not, seeded
+      }
+      if (evidence != nullptr) {
+        const bool empty_start = routed && proof->proves(*evidence);
+        if (!empty_start) {
+          // The first pass again, from the state rebuilt for the trace's start.
+          initial = proof->rebuild();
+          if (initial)
+            settings.initial_segments = requests_from_trace({}, initial).initial_segments;
+          proof = nullptr;
+          --pass;
+          continue;
+        }
+        proof = nullptr;
+      }
+      requests = std::move(routed->trace);
+      packed = std::move(routed->requests);
       passes = pass;
       const auto& revised = router->revised_hints();
       if (std::getenv("FRAGSCOPE_DEBUG_POOLS") && revised) {
@@ -771,22 +806,26 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
   // A trace recorded from the process's start touches no block or segment from before it: its
   // start state is empty, which extracting its requests proves, without initial_state's walk
   // back through every entry (a tenth of a replay). Otherwise, and where the extraction fails,
-  // the replay below does it all again, seeded as initial_state says.
+  // the replay below does it all again, seeded as initial_state says; with the pool inference,
+  // its first pass does so.
+  StartEvidence evidence;
+  for (const snapshot::Segment& segment : snapshot.segments)
+    if (segment.device == static_cast<int>(device))
+      for (const snapshot::Block& block : segment.blocks)
+        if (block.state != BlockState::inactive)
+          evidence.active_at_end.push_back(block.address);
+  auto proves_empty_start = [&](const StartEvidence& found) {
+    return !found.frees_older_block && found.allocates_every_final_block &&
+           snapshot::no_segments_before(snapshot, static_cast<int>(device), found.segment_events);
+  };
   if (!infer_pools) {
-    StartEvidence evidence;
-    for (const snapshot::Segment& segment : snapshot.segments)
-      if (segment.device == static_cast<int>(device))
-        for (const snapshot::Block& block : segment.blocks)
-          if (block.state != BlockState::inactive)
-            evidence.active_at_end.push_back(block.address);
     std::optional<PackedTrace> requests;
     try {
       requests = extract_packed(trace, nullptr, &evidence);
     } catch (const InputError&) {
       requests.reset();  // the replay below reports it, or not, with the start state seeded
     }
-    if (requests && !evidence.frees_older_block && evidence.allocates_every_final_block &&
-        snapshot::no_segments_before(snapshot, static_cast<int>(device), evidence.segment_events))
+    if (requests && proves_empty_start(evidence))
       return replay_trace_from(trace, snapshot.allocator_settings, options, nullptr, infer_pools,
                                std::move(requests));
   }
@@ -794,13 +833,19 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
   std::size_t inferred = 0;
   std::optional<snapshot::SegmentState> initial;
   std::string rebuild_error;
-  try {
-    initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed, &inferred);
-  } catch (const InputError& error) {
-    rebuild_error = error.what();
-  }
-  ReplayResult result = replay_trace_from(trace, snapshot.allocator_settings, options,
-                                          initial ? &*initial : nullptr, infer_pools, std::nullopt);
+  auto rebuild = [&]() -> const snapshot::SegmentState* {
+    try {
+      initial = snapshot::initial_state(snapshot, static_cast<int>(device), &guessed, &inferred);
+    } catch (const InputError& error) {
+      rebuild_error = error.what();
+    }
+    return initial ? &*initial : nullptr;
+  };
+  StartProof proof{&evidence, proves_empty_start, rebuild};
+  ReplayResult result = infer_pools ? replay_trace_from(trace, snapshot.allocator_settings, options,
+                                                        nullptr, infer_pools, std::nullopt, &proof)
+                                    : replay_trace_from(trace, snapshot.allocator_settings, options,
+                                                        rebuild(), infer_pools, std::nullopt);
   if (!rebuild_error.empty())
     result.warnings.push_back(
         "the state at the trace's start could not be rebuilt from the "
