@@ -29,6 +29,13 @@ enum Column : std::size_t {
   kColumnCount
 };
 
+// The most bytes a varint of a label (32 bits) or of the step between two 32-bit stack ids takes;
+// a 64-bit value's is kMaxVarintBytes.
+constexpr std::size_t kMaxVarint33Bytes = 5;
+// Events packed a column at a time: room for this many is made in each column at once, and the
+// room a batch may need stays small (40 KiB a column).
+constexpr std::size_t kEventsPerBatch = 4096;
+
 }  // namespace
 
 std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start) {
@@ -40,14 +47,6 @@ std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, Serie
     series.push_back(current);
   }
   return series;
-}
-
-void ChunkEncoder::Column::grow(std::size_t needed) {
-  const std::size_t capacity = std::max({needed, 2 * capacity_, std::size_t{4096}});
-  auto data = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
-  std::copy(data_.get(), data_.get() + size_, data.get());
-  data_ = std::move(data);
-  capacity_ = capacity;
 }
 
 std::vector<std::uint8_t> encode_chunk(const EventChunk& chunk, BlobCodec codec) {
@@ -80,45 +79,96 @@ void ChunkEncoder::append(std::span<const TraceEvent> events, std::span<const Se
   static_assert(kColumns == kColumnCount);
   auto& out = columns_;
   if (!labels.empty() && !has_labels_) {
-    for (std::size_t i = 0; i < count_; ++i)
-      out[kLabel].byte(0);  // varint 0: the chunk's events before its first labelled part
+    // varint 0: the chunk's events before its first labelled part
+    std::uint8_t* at = out[kLabel].room(count_);
+    std::fill_n(at, count_, std::uint8_t{0});
+    out[kLabel].commit(at + count_);
     has_labels_ = true;
   }
-  std::uint64_t previous_addr = previous_addr_;
-  std::uint64_t previous_stream = previous_stream_;
-  std::int64_t previous_time = previous_time_;
-  std::uint32_t previous_frames = previous_frames_;
-  SeriesPoint previous = previous_;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const TraceEvent& event = events[i];
-    out[kAction].byte(static_cast<std::uint8_t>(event.action));
-    out[kAddress].signed_varint(static_cast<std::int64_t>(event.addr - previous_addr));
-    out[kSize].varint(event.size);
-    out[kStream].signed_varint(static_cast<std::int64_t>(event.stream.value - previous_stream));
-    out[kTime].signed_varint(wrapping_sub(event.time_us, previous_time));
-    out[kFrames].signed_varint(static_cast<std::int64_t>(event.frames.value) -
-                               static_cast<std::int64_t>(previous_frames));
-    if (has_labels_)
-      out[kLabel].varint(labels.empty() ? 0 : labels[i].value);
-    // Only what the trace alone cannot predict is stored: zero for trace-derived series.
-    const SeriesPoint predicted = plus(previous, trace_delta(event));
-    const SeriesPoint& actual = series[i];
-    out[kResidualAllocated].signed_varint(wrapping_sub(actual.allocated, predicted.allocated));
-    out[kResidualReserved].signed_varint(wrapping_sub(actual.reserved, predicted.reserved));
-    out[kResidualActive].signed_varint(wrapping_sub(actual.active, predicted.active));
-    out[kResidualRequested].signed_varint(wrapping_sub(actual.requested, predicted.requested));
-    previous_addr = event.addr;
-    previous_stream = event.stream.value;
-    previous_time = event.time_us;
-    previous_frames = event.frames.value;
-    previous = actual;
+  for (std::size_t first = 0; first < events.size(); first += kEventsPerBatch) {
+    const std::size_t n = std::min(kEventsPerBatch, events.size() - first);
+    append_batch(events.subspan(first, n), series.subspan(first, n),
+                 labels.empty() ? labels : labels.subspan(first, n));
   }
-  previous_addr_ = previous_addr;
-  previous_stream_ = previous_stream;
-  previous_time_ = previous_time;
-  previous_frames_ = previous_frames;
-  previous_ = previous;
   count_ += events.size();
+}
+
+void ChunkEncoder::append_batch(std::span<const TraceEvent> events,
+                                std::span<const SeriesPoint> series,
+                                std::span<const LabelId> labels) {
+  // A column at a time: each loop keeps its output and the previous value in registers.
+  auto& out = columns_;
+  const std::size_t n = events.size();
+  {
+    std::uint8_t* at = out[kAction].room(n);
+    for (const TraceEvent& event : events)
+      *at++ = static_cast<std::uint8_t>(event.action);
+    out[kAction].commit(at);
+  }
+  // The column of field(event) as signed steps from the previous event's.
+  const auto steps = [&](ByteColumn& column, auto previous, auto field, std::size_t max_bytes) {
+    std::uint8_t* at = column.room(n * max_bytes);
+    for (const TraceEvent& event : events) {
+      const auto value = field(event);
+      at = put_signed(at, static_cast<std::int64_t>(value - previous));
+      previous = value;
+    }
+    column.commit(at);
+  };
+  steps(
+      out[kAddress], previous_addr_, [](const TraceEvent& e) { return e.addr; }, kMaxVarintBytes);
+  {
+    std::uint8_t* at = out[kSize].room(n * kMaxVarintBytes);
+    for (const TraceEvent& event : events)
+      at = put_varint(at, event.size);
+    out[kSize].commit(at);
+  }
+  steps(
+      out[kStream], previous_stream_, [](const TraceEvent& e) { return e.stream.value; },
+      kMaxVarintBytes);
+  // Wrapping like every stored delta: unsigned.
+  steps(
+      out[kTime], static_cast<std::uint64_t>(previous_time_),
+      [](const TraceEvent& e) { return static_cast<std::uint64_t>(e.time_us); }, kMaxVarintBytes);
+  steps(
+      out[kFrames], static_cast<std::int64_t>(previous_frames_),
+      [](const TraceEvent& e) { return static_cast<std::int64_t>(e.frames.value); },
+      kMaxVarint33Bytes);
+  if (has_labels_) {
+    std::uint8_t* at = out[kLabel].room(n * kMaxVarint33Bytes);
+    for (std::size_t i = 0; i < n; ++i)
+      at = put_varint(at, labels.empty() ? 0 : labels[i].value);
+    out[kLabel].commit(at);
+  }
+  {
+    // Only what the trace alone cannot predict is stored: zero for trace-derived series.
+    std::uint8_t* allocated = out[kResidualAllocated].room(n * kMaxVarintBytes);
+    std::uint8_t* reserved = out[kResidualReserved].room(n * kMaxVarintBytes);
+    std::uint8_t* active = out[kResidualActive].room(n * kMaxVarintBytes);
+    std::uint8_t* requested = out[kResidualRequested].room(n * kMaxVarintBytes);
+    SeriesPoint previous = previous_;
+    for (std::size_t i = 0; i < n; ++i) {
+      const SeriesPoint predicted = plus(previous, trace_delta(events[i]));
+      const SeriesPoint actual = series[i];  // a copy: the stores below may alias series[i]
+      allocated = put_signed(allocated, wrapping_sub(actual.allocated, predicted.allocated));
+      reserved = put_signed(reserved, wrapping_sub(actual.reserved, predicted.reserved));
+      active = put_signed(active, wrapping_sub(actual.active, predicted.active));
+      requested = put_signed(requested, wrapping_sub(actual.requested, predicted.requested));
+      previous = actual;
+    }
+    out[kResidualAllocated].commit(allocated);
+    out[kResidualReserved].commit(reserved);
+    out[kResidualActive].commit(active);
+    out[kResidualRequested].commit(requested);
+  }
+  if (n != 0) {
+    const TraceEvent& last = events.back();
+    previous_addr_ = last.addr;
+    previous_stream_ = last.stream.value;
+    previous_time_ = last.time_us;
+    previous_frames_ = last.frames.value;
+    previous_ = series.back();
+  }
 }
 
 std::span<const std::uint8_t> ChunkEncoder::finish(BlobCodec codec) {

@@ -114,36 +114,12 @@ class ChunkEncoder {
   std::span<const std::uint8_t> finish(BlobCodec codec = BlobCodec::zstd);
 
  private:
-  // One packed column: varints written through a pointer, room made once per value (the
-  // push_back per byte it replaces checked the capacity at every byte).
-  class Column {
-   public:
-    void clear() { size_ = 0; }
-    void byte(std::uint8_t value) {
-      reserve(1);
-      data_[size_++] = value;
-    }
-    void varint(std::uint64_t value) {
-      reserve(kMaxVarintBytes);
-      size_ = static_cast<std::size_t>(put_varint(data_.get() + size_, value) - data_.get());
-    }
-    void signed_varint(std::int64_t value) { varint(zigzag(value)); }
-    std::span<const std::uint8_t> bytes() const { return {data_.get(), size_}; }
-
-   private:
-    void reserve(std::size_t more) {
-      if (size_ + more > capacity_)
-        grow(size_ + more);
-    }
-    void grow(std::size_t needed);
-
-    std::unique_ptr<std::uint8_t[]> data_;
-    std::size_t size_ = 0;
-    std::size_t capacity_ = 0;
-  };
+  // append() of up to event_chunk.cpp's kEventsPerBatch events.
+  void append_batch(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
+                    std::span<const LabelId> labels);
 
   static constexpr std::size_t kColumns = 11;
-  std::array<Column, kColumns> columns_;
+  std::array<ByteColumn, kColumns> columns_;  // written a column at a time (append_batch)
   // The chunk being encoded: its start, events so far and the last event's fields (columns hold
   // deltas from them).
   SeriesPoint start_;

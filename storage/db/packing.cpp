@@ -1,11 +1,21 @@
 #include "storage/db/packing.h"
 
+#include <algorithm>
+
 #include <zlib.h>
 #include <zstd.h>
 
 #include "storage/db/database.h"
 
 namespace fragscope::storage {
+
+void ByteColumn::grow(std::size_t needed) {
+  const std::size_t capacity = std::max({needed, 2 * capacity_, std::size_t{4096}});
+  auto data = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
+  std::copy(data_.get(), data_.get() + size_, data.get());
+  data_ = std::move(data);
+  capacity_ = capacity;
+}
 
 void ByteReader::fail(const std::string& problem) const {
   throw DatabaseError(what_ + ": corrupt data (" + problem + " at byte " + std::to_string(pos_) +

@@ -4,6 +4,7 @@
 // import's event spool writes too), and zstd (or, in older databases, zlib) around a whole
 // payload. Readers never trust a blob: a truncated or overlong value is a DatabaseError naming
 // the blob.
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +30,41 @@ inline std::int64_t wrapping_neg(std::int64_t a) {
 inline void put_signed(std::vector<std::uint8_t>& out, std::int64_t value) {
   put_varint(out, zigzag(value));
 }
+// Writes `value` at `at`, which has room for kMaxVarintBytes; returns the byte after it.
+inline std::uint8_t* put_signed(std::uint8_t* at, std::int64_t value) {
+  return put_varint(at, zigzag(value));
+}
+
+// A growing byte buffer written through raw pointers: room() for as many bytes as a batch of
+// values may take, the values written through the pointer it returns (put_varint, put_signed),
+// commit() with where they ended. A check of the capacity and an update of the size per value
+// (or per byte, as std::vector::push_back does) were most of the cost of packing a column: stores
+// through a byte pointer may alias anything, so the buffer's members were reloaded after every
+// byte.
+class ByteColumn {
+ public:
+  void clear() { size_ = 0; }
+  // Where the next `bytes` bytes go, valid until the next room() or clear().
+  std::uint8_t* room(std::size_t bytes) {
+    if (bytes > capacity_ - size_)
+      grow(size_ + bytes);
+    return data_.get() + size_;
+  }
+  // The bytes written since room() end at `end`.
+  void commit(const std::uint8_t* end) {
+    assert(end >= data_.get() + size_ && end <= data_.get() + capacity_);
+    size_ = static_cast<std::size_t>(end - data_.get());
+  }
+  std::span<const std::uint8_t> bytes() const { return {data_.get(), size_}; }
+  std::size_t size() const { return size_; }
+
+ private:
+  void grow(std::size_t needed);
+
+  std::unique_ptr<std::uint8_t[]> data_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
 
 // Reads values from a blob, remembering what the blob is for error messages.
 class ByteReader {

@@ -106,6 +106,46 @@ TEST(EventChunk, AReusedEncoderWritesWhatAFreshOneWrites) {
   }
 }
 
+// The encoder makes room in each column for a batch of events at once: values of the longest
+// encoding in every column (10-byte deltas, sizes and residuals, 5-byte stack steps and labels),
+// over several batches and in parts as ingest appends them, must fit that room and read back.
+TEST(EventChunk, ValuesOfTheLongestEncodingInEveryColumnFitAndReadBack) {
+  EventChunk chunk;
+  chunk.start = {INT64_MIN, 0, INT64_MAX, -1};
+  for (std::size_t i = 0; i < 10'000; ++i) {
+    const bool odd = i % 2 == 1;
+    chunk.events.push_back({static_cast<TraceAction>(i % kTraceActionCount),
+                            odd ? std::uint64_t{1} << 63 : 0, UINT64_MAX,
+                            StreamId{odd ? std::uint64_t{1} << 63 : 0}, odd ? INT64_MIN : 0,
+                            FrameStackId{odd ? UINT32_MAX : 0}});
+    chunk.series.push_back(odd ? SeriesPoint{INT64_MIN, INT64_MAX, INT64_MIN, INT64_MAX}
+                               : SeriesPoint{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN});
+    chunk.labels.push_back(LabelId{UINT32_MAX - static_cast<std::uint32_t>(i % 2)});
+  }
+  const auto blob = encode_chunk(chunk);
+  const EventChunk decoded = decode_chunk(blob, "longest");
+  EXPECT_EQ(decoded.start, chunk.start);
+  EXPECT_EQ(decoded.events, chunk.events);
+  EXPECT_EQ(decoded.series, chunk.series);
+  EXPECT_EQ(decoded.labels, chunk.labels);
+
+  // In parts of uneven lengths, the first unlabelled: the same blob, labels 0 before the first
+  // labelled part.
+  EventChunk unlabelled_start = chunk;
+  std::fill_n(unlabelled_start.labels.begin(), 3001, LabelId{});
+  ChunkEncoder encoder;
+  encoder.begin(chunk.start);
+  const std::span<const TraceEvent> events(chunk.events);
+  const std::span<const SeriesPoint> series(chunk.series);
+  const std::span<const LabelId> labels(chunk.labels);
+  encoder.append(events.first(3001), series.first(3001), {});
+  encoder.append(events.subspan(3001, 5000), series.subspan(3001, 5000),
+                 labels.subspan(3001, 5000));
+  encoder.append(events.subspan(8001), series.subspan(8001), labels.subspan(8001));
+  const auto parts = encoder.finish();
+  EXPECT_EQ(std::vector<std::uint8_t>(parts.begin(), parts.end()), encode_chunk(unlabelled_start));
+}
+
 TEST(EventChunk, CorruptBlobsAreErrorsNotCrashes) {
   EventChunk chunk;
   chunk.events = synthetic_trace(3000, 2);
