@@ -55,12 +55,16 @@ struct BlockChange {
 };
 using BlockChanges = alloc::FlatAddressMap<BlockChange>;
 
-const LiveBlock* block_now(const BlockChanges& changes,
-                           const std::map<std::uint64_t, LiveBlock>& blocks, std::uint64_t addr) {
-  if (const BlockChange* change = changes.find(addr))
-    return change->live ? &change->block : nullptr;
+// The change of the block at `addr`, made from the ordered map's entry (live or gone) where the
+// events so far have not touched it: one probe when they have, as they have for most blocks.
+BlockChange& change_of(BlockChanges& changes, const std::map<std::uint64_t, LiveBlock>& blocks,
+                       std::uint64_t addr) {
+  if (BlockChange* change = changes.find(addr))
+    return *change;
   const auto it = blocks.find(addr);
-  return it == blocks.end() ? nullptr : &it->second;
+  changes.insert_or_assign(addr,
+                           it == blocks.end() ? BlockChange{} : BlockChange{true, it->second});
+  return *changes.find(addr);
 }
 
 void commit_changes(BlockChanges& changes, std::map<std::uint64_t, LiveBlock>& blocks) {
@@ -88,21 +92,22 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
             event.addr, BlockChange{true, LiveBlock{event.addr, event.size, event.stream,
                                                     BlockState::active_allocated, event.frames}});
         break;
-      case TraceAction::free_requested:
-        if (const LiveBlock* block = block_now(changes, blocks_, event.addr)) {
-          BlockChange pending{true, *block};
-          pending.block.state = BlockState::active_pending_free;
-          changes.insert_or_assign(event.addr, pending);
-        } else {
-          ++unmatched_;
-        }
-        break;
-      case TraceAction::free_completed:
-        if (block_now(changes, blocks_, event.addr))
-          changes.insert_or_assign(event.addr, BlockChange{});
+      case TraceAction::free_requested: {
+        BlockChange& change = change_of(changes, blocks_, event.addr);
+        if (change.live)
+          change.block.state = BlockState::active_pending_free;
         else
           ++unmatched_;
         break;
+      }
+      case TraceAction::free_completed: {
+        BlockChange& change = change_of(changes, blocks_, event.addr);
+        if (change.live)
+          change.live = false;
+        else
+          ++unmatched_;
+        break;
+      }
       default:
         apply(event);  // segments: not blocks
         break;
@@ -123,20 +128,16 @@ void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
       case TraceAction::alloc:
         changes.insert_or_assign(event.addr, BlockChange{});
         break;
-      case TraceAction::free_requested:
-        if (const LiveBlock* block = block_now(changes, blocks_, event.addr)) {
-          BlockChange allocated{true, *block};
-          allocated.block.state = BlockState::active_allocated;
-          changes.insert_or_assign(event.addr, allocated);
-        } else {
-          changes.insert_or_assign(
-              event.addr,
-              BlockChange{
-                  true,
-                  LiveBlock{
-                      event.addr, event.size, event.stream, BlockState::active_allocated, {}}});
-        }
+      case TraceAction::free_requested: {
+        BlockChange& change = change_of(changes, blocks_, event.addr);
+        if (change.live)
+          change.block.state = BlockState::active_allocated;
+        else
+          change = BlockChange{
+              true,
+              LiveBlock{event.addr, event.size, event.stream, BlockState::active_allocated, {}}};
         break;
+      }
       case TraceAction::free_completed:
         // The stack of a free event is the free's, not the allocation's: unknown here.
         changes.insert_or_assign(
