@@ -32,6 +32,13 @@ bool have_python() {
   return status == 0;
 }
 
+// Runs a Python `script` (saved as `name` in the temporary directory) on `pickle`: its output.
+std::string run_python_on(const std::string& script, const std::string& name,
+                          const std::filesystem::path& pickle, int& status) {
+  { std::ofstream(temp_dir() / name) << script; }
+  return run_command("python3 " + (temp_dir() / name).string() + " " + pickle.string(), status);
+}
+
 class WriterRoundTrip : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(WriterRoundTrip, ReadOfWriteIsIdentity) {
@@ -85,10 +92,8 @@ TEST(Writer, PythonPickleLoadReadsIt) {
       " sum(b['size'] for s in d['segments'] for b in s['blocks']),"
       " t[0]['frames'][0]['name'], d['allocator_settings']['expandable_segments'],"
       " sum(1 for e in t if e['action']=='alloc'))\n";
-  { std::ofstream(temp_dir() / "check.py") << script; }
   int status = 0;
-  std::string out =
-      run_command("python3 " + (temp_dir() / "check.py").string() + " " + path.string(), status);
+  std::string out = run_python_on(script, "check.py", path, status);
   ASSERT_EQ(status, 0) << out;
   Bytes total = 0, blocks = 0, allocs = 0;
   for (const auto& e : original.device_traces[0]) {
@@ -119,10 +124,8 @@ std::string frames_list_sharing(const std::filesystem::path& pickle) {
       "  first={}\n"
       "  print(' '.join(str(first.setdefault(id(e['frames']),i)) if e.get('frames') else '-'"
       " for i,e in enumerate(t)))\n";
-  { std::ofstream(temp_dir() / "sharing.py") << script; }
   int status = 0;
-  std::string out = run_command(
-      "python3 " + (temp_dir() / "sharing.py").string() + " " + pickle.string(), status);
+  std::string out = run_python_on(script, "sharing.py", pickle, status);
   EXPECT_EQ(status, 0) << out;
   return out;
 }
