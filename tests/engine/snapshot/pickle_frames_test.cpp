@@ -81,6 +81,20 @@ class PickleBuilder {
     bytes_.push_back(append ? 'a' : 'e');
     return list_slot;
   }
+  // A list of GETs of these slots between MARK and APPENDS, with a FRAME opcode (protocol 4's
+  // framing, meaning nothing to what is built) before the GET at `frame_before`.
+  std::uint32_t framed_frames_list(const std::vector<std::uint32_t>& slots,
+                                   std::size_t frame_before) {
+    const std::uint32_t list_slot = list_start();
+    bytes_.push_back('(');
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (i == frame_before)
+        bytes_.insert(bytes_.end(), {0x95, 0x40, 0, 0, 0, 0, 0, 0, 0});
+      get(slots[i]);
+    }
+    bytes_.push_back('e');
+    return list_slot;
+  }
   // Writes over memo slot `slot` with what slot `from` holds (GET, BINPUT, POP): a PUT reusing
   // an index, which Python's pickler never writes.
   void put_over(std::uint32_t slot, std::uint32_t from) {
@@ -236,6 +250,22 @@ TEST(KnownFramesList, TheSameBytesAgainNameTheirStackWithoutAskingTheSink) {
           {Kind::list, 0}, {Kind::list, 0}, {Kind::frame_stack, 100}, {Kind::frame_stack, 100}}));
   EXPECT_EQ(read.read_again.ref, 100u);
   EXPECT_EQ(sink.asked, 2);
+}
+
+TEST(KnownFramesList, AFrameOpcodeAmongItsGetsIsSkippedAndTheListReadAsItsStack) {
+  // The list is scanned first as if no FRAME stood in it, stops at the FRAME, and is scanned
+  // again skipping it (pickle_in_place.cpp): read in place as the stack the sink knows, not
+  // built as a list the general way.
+  PickleBuilder p;
+  const std::uint32_t f = p.frame_definitions(3);
+  p.frames_list({f, f + 1, f + 2});
+  const std::uint32_t framed = p.framed_frames_list({f, f + 1, f + 2}, 1);
+  StackSink sink;
+  const Read read = run(p.finish(framed), sink);
+  using Items = decltype(shape(read));
+  EXPECT_EQ(shape(read), (Items{{Kind::list, 0}, {Kind::list, 0}, {Kind::frame_stack, 100}}));
+  EXPECT_EQ(read.read_again.kind, Kind::frame_stack);
+  EXPECT_EQ(read.read_again.ref, 100u);
 }
 
 TEST(KnownFramesList, AfterAPutOverAFramesSlotTheSameBytesAreReadAfresh) {
