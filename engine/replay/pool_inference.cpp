@@ -153,6 +153,10 @@ std::uint64_t PoolRouter::segment_base(std::uint64_t address) const {
 }
 
 PoolRouter::LiveSegment* PoolRouter::LiveSegments::find(std::uint64_t base) {
+  if (in_map_) {
+    const auto found = many_.find(base);
+    return found == many_.end() ? nullptr : &found->second;
+  }
   const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
   if (it == bases_.end() || *it != base)
     return nullptr;
@@ -166,6 +170,17 @@ PoolRouter::LiveSegment& PoolRouter::LiveSegments::at(std::uint64_t base) {
 }
 
 void PoolRouter::LiveSegments::assign(std::uint64_t base, const LiveSegment& segment) {
+  if (!in_map_ && bases_.size() == kMaxSorted && find(base) == nullptr) {
+    for (std::size_t k = 0; k < bases_.size(); ++k)
+      many_.emplace_hint(many_.end(), bases_[k], segments_[k]);
+    bases_ = {};
+    segments_ = {};
+    in_map_ = true;
+  }
+  if (in_map_) {
+    many_.insert_or_assign(base, segment);
+    return;
+  }
   const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
   const auto at = it - bases_.begin();
   if (it != bases_.end() && *it == base) {
@@ -177,6 +192,10 @@ void PoolRouter::LiveSegments::assign(std::uint64_t base, const LiveSegment& seg
 }
 
 void PoolRouter::LiveSegments::erase(std::uint64_t base) {
+  if (in_map_) {
+    many_.erase(base);
+    return;
+  }
   const auto it = std::lower_bound(bases_.begin(), bases_.end(), base);
   if (it == bases_.end() || *it != base)
     return;
@@ -187,6 +206,16 @@ void PoolRouter::LiveSegments::erase(std::uint64_t base) {
 const PoolRouter::LiveSegment* PoolRouter::LiveSegments::holding(std::uint64_t address,
                                                                  std::uint64_t& base) const {
   base = 0;
+  if (in_map_) {
+    auto it = many_.upper_bound(address);
+    if (it == many_.begin())
+      return nullptr;
+    --it;
+    if (it->first == 0 || !inside(address, it->first, it->second.size))
+      return nullptr;
+    base = it->first;
+    return &it->second;
+  }
   if (bases_.empty())
     return nullptr;
   // The last segment whose base is not above the address: a binary search without branches

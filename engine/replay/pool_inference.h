@@ -120,7 +120,9 @@ class PoolRouter {
   };
   // The recorded segments alive now, by base: a sorted array, searched at every alloc and free
   // entry (a trace keeps a few hundred alive and opens one every few hundred entries; a
-  // std::map's walk and node loads were a fifth of the inference).
+  // std::map's walk and node loads were a fifth of the inference). Past kMaxSorted alive they
+  // move to a std::map: each segment opened or returned shifts the arrays' entries after it, so
+  // a trace of many thousands alive (a hostile file) would take time quadratic in them.
   class LiveSegments {
    public:
     LiveSegment* find(std::uint64_t base);
@@ -135,8 +137,11 @@ class PoolRouter {
     }
 
    private:
+    static constexpr std::size_t kMaxSorted = 1024;
     std::vector<std::uint64_t> bases_;  // ascending
     std::vector<LiveSegment> segments_;
+    std::map<std::uint64_t, LiveSegment> many_;  // every one, once kMaxSorted were alive at once
+    bool in_map_ = false;
   };
 
   void prepare(const snapshot::TraceWindow& trace);

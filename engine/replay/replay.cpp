@@ -279,7 +279,7 @@ struct RoutedRequests {
 
 // requests_from_trace into `out`, its requests into `requests` (out.requests.requests, a
 // PackedRequests beside it, or RoutedRequests with a router), gathering `evidence` when given
-// (without `initial` or a router).
+// (without `initial`; a routed extraction's first pass gathers it too).
 // `cancel`, when given, is polled as often as alloc::run_requests polls it (the router's lockstep
 // model runs the requests as they are extracted).
 template <typename Requests>

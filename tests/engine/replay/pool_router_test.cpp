@@ -143,6 +143,47 @@ TEST(PoolRouter, ItsLockstepRunCountsTheRequestsOfTensorsWithoutABlock) {
   expect_lockstep_run_is_the_run(trace, settings);
 }
 
+// RoutesEachAllocationByTheSegmentHoldingIt with more segments alive than the router keeps in
+// sorted arrays (it moves them to a map): 1,100 full ones opened first at descending addresses
+// above the three, so that every lookup after them is the map's.
+TEST(PoolRouter, RoutesByTheHoldingSegmentWithThousandsAlive) {
+  constexpr std::size_t kFull = 1100;
+  const std::uint64_t low = 0x7f0000000000;  // the private pool's
+  const std::uint64_t mid = 0x7f0000200000;
+  const std::uint64_t high = 0x7f0000400000;
+  PoolInferenceSettings settings;
+  settings.total_memory = 80_GiB;
+  std::vector<TraceEvent> trace;
+  for (std::size_t k = kFull; k > 0; --k) {
+    const std::uint64_t full = high + k * 20_MiB;
+    trace.push_back(ev(TraceAction::segment_alloc, full, 20_MiB));
+    trace.push_back(ev(TraceAction::alloc, full, 20_MiB));
+    settings.final_segments.push_back(SegmentPool{full, 20_MiB, MempoolId{}});
+  }
+  trace.insert(trace.end(), {
+                                ev(TraceAction::segment_alloc, high, 2_MiB),
+                                ev(TraceAction::alloc, high, 512),
+                                ev(TraceAction::segment_alloc, low, 2_MiB),
+                                ev(TraceAction::alloc, low, 512),
+                                ev(TraceAction::segment_alloc, mid, 2_MiB, 1),
+                                ev(TraceAction::alloc, mid, 512, 1),
+                                ev(TraceAction::alloc, low + 512, 512),
+                                ev(TraceAction::alloc, high + 512, 512),
+                                ev(TraceAction::alloc, mid + 512, 512, 1),
+                                ev(TraceAction::alloc, low + 1024, 512),
+                            });
+  settings.final_segments.push_back(SegmentPool{low, 2_MiB, MempoolId{1, 0}});
+  settings.final_segments.push_back(SegmentPool{mid, 2_MiB, MempoolId{}});
+  settings.final_segments.push_back(SegmentPool{high, 2_MiB, MempoolId{}});
+  expect_lockstep_run_is_the_run(trace, settings);
+
+  find_trace_segments(snapshot::TraceWindow(trace), settings);
+  PoolRouter router(settings);
+  const TraceRequests requests = requests_from_trace(trace, nullptr, &router);
+  EXPECT_EQ(router.summary().private_allocations, 3u);  // the three in `low`
+  EXPECT_FALSE(router.revised_hints().has_value());
+}
+
 // A recording with CUDA graphs replayed as the CLI replays it (the lockstep model's run taken as
 // the replay's) and with invariant checks (the replay runs the requests again itself).
 TEST(PoolRouter, AReplayGivesTheSameWithItsOwnRun) {
