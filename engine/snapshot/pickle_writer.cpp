@@ -238,9 +238,15 @@ class SnapshotWriter {
     FrameStackId stack;
   };
 
+  // Whether a list of `id` is written per allocator call (per_call; empty stacks stay shared,
+  // as PyTorch shares its one empty list).
+  bool per_call(FrameStackId id) const {
+    return options_.frames_lists == FramesLists::per_call && !s_.frames.stack(id).empty();
+  }
+
   // The frames list of a block or a segment: shared per stack, or (per_call) one of its own.
   void frames(FrameStackId id) {
-    if (options_.frames_lists == FramesLists::per_call && !s_.frames.stack(id).empty())
+    if (per_call(id))
       fresh_frames(id);
     else
       shared_frames(id);
@@ -266,7 +272,7 @@ class SnapshotWriter {
   // before its alloc (a malloc that frees cached segments, maps a new one, then allocates; an
   // empty_cache's run of segment_free), and a free's free_requested before its free_completed.
   void entry_frames(const TraceEvent& e) {
-    if (options_.frames_lists == FramesLists::per_stack || s_.frames.stack(e.frames).empty()) {
+    if (!per_call(e.frames)) {
       shared_frames(e.frames);
       return;
     }
