@@ -129,15 +129,6 @@ void PackedCategoryChunk::clear(const CategoryBytes& bytes_before) {
   previous_time_ = 0;
 }
 
-void PackedCategoryChunk::push_back(std::int64_t time_us, std::uint8_t category,
-                                    std::int64_t delta) {
-  categories_.push_back(category);
-  if (category != CategoryChunk::kNoChange)
-    put_signed(deltas_, delta);
-  put_signed(times_, wrapping_sub(time_us, previous_time_));
-  previous_time_ = time_us;
-}
-
 std::vector<std::uint8_t> PackedCategoryChunk::encode() const {
   std::vector<std::uint8_t> raw;
   raw.reserve(categories_.size() + deltas_.size() + times_.size() + 128);
@@ -145,9 +136,8 @@ std::vector<std::uint8_t> PackedCategoryChunk::encode() const {
   put_bytes(raw, start_, CategoryBytes{});
   // Columns: categories (one byte each), then the deltas of the events that changed memory, then
   // time deltas; like values together compress best.
-  raw.insert(raw.end(), categories_.begin(), categories_.end());
-  raw.insert(raw.end(), deltas_.begin(), deltas_.end());
-  raw.insert(raw.end(), times_.begin(), times_.end());
+  for (const ByteColumn* column : {&categories_, &deltas_, &times_})
+    raw.insert(raw.end(), column->bytes().begin(), column->bytes().end());
   return with_header(kCategoryChunkFormat, raw);
 }
 

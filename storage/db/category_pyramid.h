@@ -16,6 +16,7 @@
 #include "engine/core/request.h"
 #include "engine/core/trace.h"
 #include "storage/db/level_pyramid.h"
+#include "storage/db/packing.h"
 
 namespace fragscope::storage {
 
@@ -82,16 +83,25 @@ std::vector<std::uint8_t> encode_category_chunk(const CategoryChunk& chunk);
 class PackedCategoryChunk {
  public:
   void clear(const CategoryBytes& bytes_before);
-  void push_back(std::int64_t time_us, std::uint8_t category, std::int64_t delta);
+  // Inline, with room made once per column and value (ByteColumn): ingest calls it per event.
+  void push_back(std::int64_t time_us, std::uint8_t category, std::int64_t delta) {
+    std::uint8_t* at = categories_.room(1);
+    *at = category;
+    categories_.commit(at + 1);
+    if (category != CategoryChunk::kNoChange)
+      deltas_.commit(put_signed(deltas_.room(kMaxVarintBytes), delta));
+    times_.commit(put_signed(times_.room(kMaxVarintBytes), wrapping_sub(time_us, previous_time_)));
+    previous_time_ = time_us;
+  }
   std::size_t size() const { return categories_.size(); }
   // encode_category_chunk of the chunk these events make.
   std::vector<std::uint8_t> encode() const;
 
  private:
   CategoryBytes start_{};
-  std::vector<std::uint8_t> categories_;
-  std::vector<std::uint8_t> deltas_;  // signed varints, of the events that changed memory
-  std::vector<std::uint8_t> times_;   // signed varints, each from the previous event's time
+  ByteColumn categories_;
+  ByteColumn deltas_;  // signed varints, of the events that changed memory
+  ByteColumn times_;   // signed varints, each from the previous event's time
   std::int64_t previous_time_ = 0;
 };
 CategoryChunk decode_category_chunk(std::span<const std::uint8_t> blob, const std::string& what);

@@ -13,7 +13,8 @@ using run_store_detail::category_from_string;
 
 // --- Ingest ---
 
-void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelId label) {
+void RunWriter::track_categories(Ingest& ingest, std::uint64_t index, const TraceEvent& event,
+                                 LabelId label) {
   Category category = Category::unknown;
   if (label.value != 0) {
     ingest.labelled_events = true;
@@ -22,7 +23,6 @@ void RunWriter::track_categories(Ingest& ingest, const TraceEvent& event, LabelI
   }
   const auto change = ingest.categories.apply(event, category);
   ingest.category_buffer.push_back(event.time_us, change.category, change.delta);
-  const std::uint64_t index = ingest.event_count() - 1;  // the event is already buffered
   ingest.category_levels.add(index, event.time_us, ingest.categories);
 }
 

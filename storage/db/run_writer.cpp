@@ -116,33 +116,57 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
   if (!columns.labels.empty() && columns.labels.size() != events.size())
     throw DatabaseError("append_events: " + std::to_string(columns.labels.size()) + " labels for " +
                         std::to_string(events.size()) + " events");
-  for (std::size_t i = 0; i < events.size(); ++i) {
+  // A part's worth of events at a time: copied into the part whole, then walked once for what
+  // ingest derives on this thread.
+  for (std::size_t done = 0; done < events.size();) {
     EventChunk& buffer = ingest.buffer;
-    const TraceEvent& event = events[i];
-    const LabelId label = columns.labels.empty() ? LabelId{} : columns.labels[i];
-    const SeriesPoint after =
-        columns.series.empty() ? plus(ingest.current, trace_delta(event)) : columns.series[i];
-    const std::uint64_t index = ingest.event_count();
+    const std::size_t count =
+        std::min(events.size() - done, Ingest::kEventsPerPart - buffer.events.size());
+    const auto part = events.subspan(done, count);
+    const std::uint64_t first_index = ingest.event_count();
     // A part carries a label column once any of its events is labelled; the events before
     // that one are unlabelled (and so are a labelled chunk's other parts: ChunkEncoder::append).
     // (Testing the column instead of the batch lost the label of a chunk's first event.)
-    if (!columns.labels.empty() && buffer.labels.size() < buffer.events.size())
+    const auto labels =
+        columns.labels.empty() ? columns.labels : columns.labels.subspan(done, count);
+    if (!labels.empty()) {
       buffer.labels.resize(buffer.events.size());
-    if (!columns.labels.empty() || !buffer.labels.empty())
-      buffer.labels.push_back(label);
-    buffer.events.push_back(event);
-    buffer.series.push_back(after);
-    if (event.action == TraceAction::oom)
-      ingest.oom_events.push_back(index);
-    if (event.time_us != 0) {
-      if (ingest.first_time_us == 0)
-        ingest.first_time_us = event.time_us;
-      ingest.last_time_us = event.time_us;
+      buffer.labels.insert(buffer.labels.end(), labels.begin(), labels.end());
+    } else if (!buffer.labels.empty()) {
+      buffer.labels.resize(buffer.labels.size() + count);
     }
-    ingest.current = after;
-    ingest.peak = series_max(ingest.peak, after);
-    ingest.timeline.add(index, event, after);
-    track_categories(ingest, event, label);
+    buffer.events.insert(buffer.events.end(), part.begin(), part.end());
+    const std::size_t series_first = buffer.series.size();
+    if (columns.series.empty()) {
+      SeriesPoint current = ingest.current;
+      for (const TraceEvent& event : part) {
+        current = plus(current, trace_delta(event));
+        buffer.series.push_back(current);
+      }
+    } else {
+      const auto series = columns.series.subspan(done, count);
+      buffer.series.insert(buffer.series.end(), series.begin(), series.end());
+    }
+    const std::span<const SeriesPoint> after(buffer.series.data() + series_first, count);
+    SeriesPoint peak = ingest.peak;
+    for (std::size_t i = 0; i < count; ++i) {
+      const TraceEvent& event = part[i];
+      const std::uint64_t index = first_index + i;
+      if (event.action == TraceAction::oom)
+        ingest.oom_events.push_back(index);
+      if (event.time_us != 0) {
+        if (ingest.first_time_us == 0)
+          ingest.first_time_us = event.time_us;
+        ingest.last_time_us = event.time_us;
+      }
+      peak = series_max(peak, after[i]);
+      ingest.timeline.add(index, event, after[i]);
+      track_categories(ingest, index, event, labels.empty() ? LabelId{} : labels[i]);
+    }
+    ingest.peak = peak;
+    if (count != 0)
+      ingest.current = after.back();
+    done += count;
     if (buffer.events.size() == Ingest::kEventsPerPart)
       flush_part(ingest, ingest.chunk_events() == kEventsPerChunk);
   }

@@ -80,7 +80,9 @@ class RunWriter {
   void write_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks);
   void write_labels(RunId run, std::span<const RequestLabel> labels);
   // Memory by category (run_categories.cpp).
-  void track_categories(Ingest& ingest, const TraceEvent& event, LabelId label);
+  // After event `index` is buffered.
+  void track_categories(Ingest& ingest, std::uint64_t index, const TraceEvent& event,
+                        LabelId label);
   void write_category_rows(RunId run, const std::vector<CategoryPyramidBuilder::Row>& rows);
   // Hands the part being filled to the worker (Ingest::kEventsPerPart); `ends_chunk`: the chunk
   // it ends is written once the worker is done.

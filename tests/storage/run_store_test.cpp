@@ -141,6 +141,66 @@ TEST(RunStore, StoresExactSeriesAndLabelsFromTheProducer) {
   EXPECT_EQ(table[2].label.layer, 3);
 }
 
+// Every row a run stores (event chunks, keyframes, timeline and category levels and chunks) as
+// (table, key, blob) lines, in order.
+std::vector<std::string> stored_rows(RunStore& store, RunId id) {
+  std::vector<std::string> rows;
+  for (const char* query :
+       {"SELECT 'chunk', first_event, data FROM event_chunks WHERE run_id = ? ORDER BY 2",
+        "SELECT 'keyframe', event_index, data FROM segment_keyframes WHERE run_id = ? ORDER BY 2",
+        "SELECT 'timeline', level * 1000000 + first_bucket, data FROM timeline_levels "
+        "WHERE run_id = ? ORDER BY 2",
+        "SELECT 'categories', level * 1000000 + first_bucket, data FROM category_levels "
+        "WHERE run_id = ? ORDER BY 2",
+        "SELECT 'category chunk', first_event, data FROM category_chunks WHERE run_id = ? "
+        "ORDER BY 2"}) {
+    auto select = store.database().prepare(query);
+    select.bind_int(1, id.value);
+    while (select.step()) {
+      const auto blob = select.column_blob(2);
+      rows.push_back(select.column_text(0) + " " + std::to_string(select.column_int(1)) + " " +
+                     std::string(blob.begin(), blob.end()));
+    }
+  }
+  return rows;
+}
+
+// Ingest copies a batch into the part being filled a part's worth at a time: batches of any
+// length, ending anywhere in a part or a chunk, store the same rows as one batch of the whole run,
+// with series and labels from the producer and with series derived from the trace.
+TEST(RunStore, BatchesOfAnyLengthStoreTheSameRows) {
+  const auto events = synthetic_trace(2 * kEventsPerChunk + 4321, 31);
+  auto series = derive_series(events);
+  std::vector<LabelId> labels(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    series[i].active += static_cast<std::int64_t>(i % 97);
+    labels[i] = LabelId{static_cast<std::uint32_t>(i % 3)};
+  }
+  const std::vector<RequestLabel> table = {
+      {}, {Category::parameter, "w", 0}, {Category::activation, "a", 1}};
+  for (const bool exact : {true, false}) {
+    RunStore store(":memory:");
+    std::vector<std::vector<std::string>> runs;
+    for (const std::size_t batch :
+         {events.size(), std::size_t{1} + kEventsPerChunk / 4, std::size_t{4999}, std::size_t{7}}) {
+      const RunId id = store.begin_run(simulated_run("batches"));
+      store.set_labels(id, table);
+      for (std::size_t first = 0; first < events.size(); first += batch) {
+        const std::size_t count = std::min(batch, events.size() - first);
+        store.append_events(id, std::span(events).subspan(first, count),
+                            exact ? EventColumns{std::span(series).subspan(first, count),
+                                                 std::span(labels).subspan(first, count)}
+                                  : EventColumns{});
+      }
+      store.finish_run(id, RunStatus::ok);
+      runs.push_back(stored_rows(store, id));
+      ASSERT_TRUE(runs.back() == runs.front())
+          << "batches of " << batch << (exact ? "" : ", derived");
+    }
+    EXPECT_GT(runs.front().size(), 10u);
+  }
+}
+
 TEST(RunStore, MismatchedColumnsAreRefused) {
   RunStore store(":memory:");
   const auto events = synthetic_trace(10);

@@ -136,6 +136,37 @@ TEST(TimelineBuilder, LevelsCoverEveryEventOnce) {
   EXPECT_EQ(levels.rbegin()->second.size(), 1u) << "the top level is one bucket";
 }
 
+// The builder extends an open level-0 bucket in place: the same rows, level for level, as a
+// bucket per event merged into the levels, including the partial buckets the run ends with.
+TEST(TimelineBuilder, TheOpenBucketGivesTheRowsOfABucketPerEvent) {
+  const auto events = synthetic_trace(70'001, 5);
+  const auto series = derive_series(events);
+  TimelineBuilder builder;
+  LevelBuilder<TimelineBucket> per_event;
+  std::vector<TimelineBuilder::Row> rows;
+  std::vector<TimelineBuilder::Row> expected;
+  const auto take = [](std::vector<TimelineBuilder::Row>& to,
+                       std::vector<TimelineBuilder::Row> more) {
+    to.insert(to.end(), more.begin(), more.end());
+  };
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    builder.add(i, events[i], series[i]);
+    per_event.add(bucket_of(i, events[i], series[i]));
+    if (i % 10'000 == 0) {
+      take(rows, builder.take_full_rows());
+      take(expected, per_event.take_full_rows());
+    }
+  }
+  take(rows, builder.finish());
+  take(expected, per_event.finish());
+  ASSERT_EQ(rows.size(), expected.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r].level, expected[r].level) << "row " << r;
+    EXPECT_EQ(rows[r].first_bucket, expected[r].first_bucket) << "row " << r;
+    EXPECT_EQ(rows[r].buckets, expected[r].buckets) << "row " << r;
+  }
+}
+
 TEST(TimelineBuckets, EncodeDecodeRoundTripAndRejectCorruption) {
   const auto events = synthetic_trace(5000, 4);
   const auto series = derive_series(events);
