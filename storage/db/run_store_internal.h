@@ -18,6 +18,7 @@
 #include "storage/db/event_chunk.h"
 #include "storage/db/run_catalog.h"
 #include "storage/db/run_writer.h"
+#include "storage/db/serial_worker.h"
 
 namespace fragscope::storage::run_store_detail {
 
@@ -86,8 +87,7 @@ struct RunWriter::Ingest {
   SeriesPoint current;      // the series after the last event
   SeriesPoint peak;
   SegmentMap segments;  // after the last flushed part; the worker's while a part is pending
-  // The chunk being built, packed; the worker's while a part is pending. Declared before
-  // `pending`, whose futures (destroyed first) wait for the worker.
+  // The chunk being built, packed; the worker's while a part is pending.
   ChunkEncoder encoder;
   TimelineBuilder timeline;
   Statement insert_chunk;
@@ -138,14 +138,14 @@ struct RunWriter::Ingest {
     std::uint64_t count = 0;        // the chunk's events
     std::int64_t first_time_us = 0;
     std::int64_t last_time_us = 0;
-    std::unique_ptr<PartWork> work;  // before `blob`: the future, destroyed first, waits for it
+    std::unique_ptr<PartWork> work;
     std::future<std::span<const std::uint8_t>> blob;  // in `encoder` when the part ends a chunk
   };
   std::deque<PendingPart> pending;
   std::vector<std::unique_ptr<PartWork>> spare_work;  // written parts, emptied
   // One part in the worker while this thread fills the next keeps both cores of a small machine
-  // busy (a second one gained no time when parts were whole chunks). With one at most, the
-  // worker owns `segments` and `encoder` while it runs: parts reach it in order.
+  // busy (a second one gained no time when parts were whole chunks). The worker owns `segments`
+  // and `encoder` while a part is pending: it runs parts one at a time, in order.
   static constexpr std::size_t kMaxPending = 1;
   // A quarter of a chunk: the events and series held unpacked are two parts (~2.4 MB), not two
   // chunks (~9.4 MB), whatever the trace's length; and the part that ends a chunk, which the
@@ -193,6 +193,10 @@ struct RunWriter::Ingest {
     insert_keyframe.run();
     insert_keyframe.reset();
   }
+
+  // Runs the parts' work. Last: destroyed first, it finishes the part running before the
+  // segments, encoder and parts that part uses go.
+  SerialWorker worker;
 };
 
 }  // namespace fragscope::storage

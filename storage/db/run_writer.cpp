@@ -203,8 +203,7 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
   std::swap(pending.work->part, buffer);
   if (ends_chunk)
     std::swap(pending.work->categories, ingest.category_buffer);
-  pending.blob = std::async(
-      std::launch::async,
+  pending.blob = ingest.worker.submit(
       [work = pending.work.get(), segments = &ingest.segments, encoder = &ingest.encoder,
        start = ingest.chunk_start, starts_chunk, ends_chunk]() -> std::span<const std::uint8_t> {
         if (starts_chunk)
