@@ -24,23 +24,30 @@ namespace fragscope::storage::run_store_detail {
 
 // Stores a level pyramid's rows in `table` (timeline_levels, category_levels: the same columns),
 // each row's buckets encoded by `encode`.
+inline Statement prepare_level_row_insert(Database& db, const char* table) {
+  return db.prepare(std::string("INSERT INTO ") + table +
+                    "(run_id, level, first_bucket, bucket_count, data) VALUES (?, ?, ?, ?, ?)");
+}
+// Stores one row through prepare_level_row_insert's statement, its buckets already encoded.
+template <typename Row>
+void insert_level_row(Statement& insert, RunId run, const Row& row,
+                      std::span<const std::uint8_t> data) {
+  insert.bind_int(1, run.value)
+      .bind_int(2, row.level)
+      .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
+      .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
+      .bind_blob(5, data);
+  insert.run();
+  insert.reset();
+}
 template <typename Rows, typename Encode>
 void insert_level_rows(Database& db, const char* table, RunId run, const Rows& rows,
                        Encode encode) {
   if (rows.empty())
     return;
-  auto insert = db.prepare(std::string("INSERT INTO ") + table +
-                           "(run_id, level, first_bucket, bucket_count, data) "
-                           "VALUES (?, ?, ?, ?, ?)");
-  for (const auto& row : rows) {
-    insert.bind_int(1, run.value)
-        .bind_int(2, row.level)
-        .bind_int(3, static_cast<std::int64_t>(row.first_bucket))
-        .bind_int(4, static_cast<std::int64_t>(row.buckets.size()))
-        .bind_blob(5, encode(row.buckets));
-    insert.run();
-    insert.reset();
-  }
+  auto insert = prepare_level_row_insert(db, table);
+  for (const auto& row : rows)
+    insert_level_row(insert, run, row, encode(row.buckets));
 }
 
 // The chunks of `table` (event_chunks, category_chunks: the same key columns) that hold events
@@ -93,6 +100,8 @@ struct RunWriter::Ingest {
   Statement insert_chunk;
   Statement insert_keyframe;
   Statement insert_category_chunk;
+  Statement insert_timeline_row;
+  Statement insert_category_row;
 
   // Memory by category, built as events come (run_categories.cpp).
   std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
@@ -100,6 +109,11 @@ struct RunWriter::Ingest {
   CategoryTracker categories;
   PackedCategoryChunk category_buffer;  // the categories of the chunk's events so far
   CategoryPyramidBuilder category_levels;
+  // Level rows filled since the last part went to the worker: they go with the next part, whose
+  // worker encodes and compresses them (a fifth of this thread's instructions when it did), and
+  // are written after that part's rows, in the order they filled.
+  std::vector<TimelineBuilder::Row> timeline_rows;
+  std::vector<CategoryPyramidBuilder::Row> category_rows;
 
   // What opening the run needs without decoding its chunks (RunReader::event_overview).
   std::vector<std::uint64_t> oom_events;  // indices of TraceAction::oom events
@@ -116,7 +130,9 @@ struct RunWriter::Ingest {
                         "INSERT OR REPLACE INTO segment_keyframes(run_id, event_index, data) "
                         "VALUES (?, ?, ?)"),
         insert_category_chunk(
-            db, "INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)") {}
+            db, "INSERT INTO category_chunks(run_id, first_event, data) VALUES (?, ?, ?)"),
+        insert_timeline_row(run_store_detail::prepare_level_row_insert(db, "timeline_levels")),
+        insert_category_row(run_store_detail::prepare_level_row_insert(db, "category_levels")) {}
 
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
   std::uint64_t chunk_events() const { return event_count() - chunk_first; }
@@ -130,6 +146,18 @@ struct RunWriter::Ingest {
     PackedCategoryChunk categories;  // of the chunk's events, when the part ends it
     std::vector<std::uint8_t> category_blob;
     std::vector<std::uint8_t> keyframe;  // `segments` after the chunk's events
+    // The level rows that came with the part, and their encoded buckets (encode_level_rows).
+    std::vector<TimelineBuilder::Row> timeline_rows;
+    std::vector<std::vector<std::uint8_t>> timeline_data;
+    std::vector<CategoryPyramidBuilder::Row> category_rows;
+    std::vector<std::vector<std::uint8_t>> category_data;
+
+    void encode_level_rows() {
+      for (const auto& row : timeline_rows)
+        timeline_data.push_back(encode_buckets(row.buckets));
+      for (const auto& row : category_rows)
+        category_data.push_back(encode_category_buckets(row.buckets));
+    }
   };
   // A part in the worker, with the chunk it ends if it does.
   struct PendingPart {
@@ -177,7 +205,17 @@ struct RunWriter::Ingest {
         }
         write_keyframe(oldest.first_event + oldest.count, work->keyframe);
       }
+      for (std::size_t i = 0; i < work->timeline_rows.size(); ++i)
+        run_store_detail::insert_level_row(insert_timeline_row, run, work->timeline_rows[i],
+                                           work->timeline_data[i]);
+      for (std::size_t i = 0; i < work->category_rows.size(); ++i)
+        run_store_detail::insert_level_row(insert_category_row, run, work->category_rows[i],
+                                           work->category_data[i]);
       pending.pop_front();
+      work->timeline_rows.clear();
+      work->timeline_data.clear();
+      work->category_rows.clear();
+      work->category_data.clear();
       work->part.events.clear();
       work->part.series.clear();
       work->part.labels.clear();

@@ -109,7 +109,6 @@ void RunWriter::append_events(RunId run, std::span<const TraceEvent> events, Eve
 
 void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
                           EventColumns columns) {
-  const RunId run = ingest.run;
   if (!columns.series.empty() && columns.series.size() != events.size())
     throw DatabaseError("append_events: " + std::to_string(columns.series.size()) +
                         " series points for " + std::to_string(events.size()) + " events");
@@ -170,8 +169,10 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     if (buffer.events.size() == Ingest::kEventsPerPart)
       flush_part(ingest, ingest.chunk_events() == kEventsPerChunk);
   }
-  write_timeline_rows(run, ingest.timeline.take_full_rows());
-  write_category_rows(run, ingest.category_levels.take_full_rows());
+  for (auto& row : ingest.timeline.take_full_rows())
+    ingest.timeline_rows.push_back(std::move(row));
+  for (auto& row : ingest.category_levels.take_full_rows())
+    ingest.category_rows.push_back(std::move(row));
 }
 
 void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
@@ -203,6 +204,8 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
   std::swap(pending.work->part, buffer);
   if (ends_chunk)
     std::swap(pending.work->categories, ingest.category_buffer);
+  std::swap(pending.work->timeline_rows, ingest.timeline_rows);
+  std::swap(pending.work->category_rows, ingest.category_rows);
   pending.blob = ingest.worker.submit(
       [work = pending.work.get(), segments = &ingest.segments, encoder = &ingest.encoder,
        start = ingest.chunk_start, starts_chunk, ends_chunk]() -> std::span<const std::uint8_t> {
@@ -210,6 +213,7 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
           encoder->begin(start);
         segments->apply_all(work->part.events);
         encoder->append(work->part.events, work->part.series, work->part.labels);
+        work->encode_level_rows();
         if (!ends_chunk)
           return {};
         work->keyframe = segments->serialize();
@@ -342,6 +346,9 @@ void RunWriter::commit_ingest(Ingest& ingest, RunStatus status, const nlohmann::
   const RunId run = ingest.run;
   flush_part(ingest, true);
   ingest.write_pending_chunks(0);
+  // Rows no part took (none was left to flush), then the partial rows of the run's end.
+  write_timeline_rows(run, ingest.timeline_rows);
+  write_category_rows(run, ingest.category_rows);
   write_timeline_rows(run, ingest.timeline.finish());
   write_category_rows(run, ingest.category_levels.finish());
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "fragscope/version.h"
+#include "storage/db/level_pyramid.h"
 #include "storage/db/schema.h"
 #include "storage_test_util.h"
 
@@ -198,6 +199,28 @@ TEST(RunStore, BatchesOfAnyLengthStoreTheSameRows) {
           << "batches of " << batch << (exact ? "" : ", derived");
     }
     EXPECT_GT(runs.front().size(), 10u);
+  }
+}
+
+// Level rows that fill go to the worker with the next part, which encodes them. A run whose rows
+// fill in its last batch, which ends a part, leaves no part to take them: the commit writes them.
+TEST(RunStore, LevelRowsThatFillAtTheLastPartAreStored) {
+  constexpr std::size_t kRowEvents = kBucketsPerRow * kLevel0Events;  // level 0's first row
+  static_assert(kRowEvents % (kEventsPerChunk / 4) == 0, "the row ends where a part does");
+  const auto events = synthetic_trace(kRowEvents, 32);
+  for (const std::size_t batch : {kRowEvents, std::size_t{4999}}) {
+    RunStore store(":memory:");
+    const RunId id = store.begin_run(simulated_run("rows"));
+    for (std::size_t first = 0; first < events.size(); first += batch)
+      store.append_events(id,
+                          std::span(events).subspan(first, std::min(batch, events.size() - first)));
+    store.finish_run(id, RunStatus::ok);
+    for (const char* table : {"timeline_levels", "category_levels"}) {
+      EXPECT_EQ(store.database().query_int(std::string("SELECT sum(bucket_count) FROM ") + table +
+                                           " WHERE level = 0"),
+                static_cast<std::int64_t>(kBucketsPerRow))
+          << table << ", batches of " << batch;
+    }
   }
 }
 
