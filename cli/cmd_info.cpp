@@ -38,6 +38,12 @@ nlohmann::json device_info(const snapshot::Snapshot& snap, int device) {
       last_time_us = event.time_us;
     }
   };
+  // Counted again if the timeline begins again (a start it took to be empty was not).
+  sinks.on_restart = [&] {
+    counts = {};
+    ooms = nlohmann::json::array();
+    first_time_us = last_time_us = 0;
+  };
   const snapshot::Timeline tl = snapshot::build_timeline(snap, device, sinks);
   nlohmann::json actions = nlohmann::json::object();
   for (int a = 0; a < kTraceActionCount; ++a)

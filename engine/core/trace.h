@@ -24,6 +24,12 @@ enum class TraceAction : std::uint8_t {
 };
 inline constexpr int kTraceActionCount = 9;
 
+// The entries of a cudaMalloc, a cudaFree or an expandable segment's map or unmap, not a block's.
+constexpr bool is_segment_action(TraceAction action) {
+  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
+         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
+}
+
 std::string_view to_string(TraceAction action);
 std::optional<TraceAction> trace_action_from_string(std::string_view name);
 

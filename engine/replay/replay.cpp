@@ -20,11 +20,6 @@ namespace {
 
 constexpr std::uint64_t kSyntheticUseStream = std::numeric_limits<std::uint64_t>::max();
 
-bool is_segment_action(TraceAction action) {
-  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
-         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
-}
-
 std::string entry_name(std::size_t index) {
   return "trace entry " + std::to_string(index);
 }

@@ -122,16 +122,29 @@ class EventSpool::File {
 void EventSpool::push_back(const TraceEvent& event) {
   if (tail_.empty())
     tail_.reserve(kBlockEvents);
-  const bool segment_free = event.action == TraceAction::segment_free;
-  if (segment_free && !last_was_segment_free_ && !too_many_bursts_) {
-    if (segment_free_bursts_.size() == kMaxNotedBursts) {
-      too_many_bursts_ = true;
-      segment_free_bursts_ = {};
-    } else {
-      segment_free_bursts_.push_back(size());
+  // Segment entries are a few in a thousand: one test keeps the rest of the trace off their notes.
+  if (is_segment_action(event.action)) [[unlikely]] {
+    const bool segment_free = event.action == TraceAction::segment_free;
+    if (segment_free && !last_was_segment_free_ && !too_many_bursts_) {
+      if (segment_free_bursts_.size() == kMaxNotedBursts) {
+        too_many_bursts_ = true;
+        segment_free_bursts_ = {};
+      } else {
+        segment_free_bursts_.push_back(size());
+      }
     }
+    last_was_segment_free_ = segment_free;
+    if (!too_many_segment_events_) {
+      if (segment_events_.size() == kMaxNotedSegmentEvents) {
+        too_many_segment_events_ = true;
+        segment_events_ = {};
+      } else {
+        segment_events_.push_back(event);
+      }
+    }
+  } else {
+    last_was_segment_free_ = false;
   }
-  last_was_segment_free_ = segment_free;
   if (first_stream_count_ < first_streams_.size()) {
     const auto known = std::span(first_streams_).first(first_stream_count_);
     if (std::find(known.begin(), known.end(), event.stream) == known.end())
@@ -249,7 +262,8 @@ std::size_t EventSpool::memory_bytes() const {
   std::size_t bytes = blocks_.capacity() * sizeof(Block) + tail_.capacity() * sizeof(TraceEvent);
   for (const Block& block : blocks_)
     bytes += block.bytes.capacity();
-  return bytes + segment_free_bursts_.capacity() * sizeof(std::size_t);
+  return bytes + segment_free_bursts_.capacity() * sizeof(std::size_t) +
+         segment_events_.capacity() * sizeof(TraceEvent);
 }
 
 std::vector<TraceEvent> EventSpool::to_vector() const {

@@ -52,6 +52,16 @@ class EventSpool {
       return std::nullopt;
     return std::span<const std::size_t>(segment_free_bursts_);
   }
+  // Segment entries noted at most (~3 MiB of them): a trace with more is walked instead.
+  static constexpr std::size_t kMaxNotedSegmentEvents = std::size_t{1} << 16;
+  // Its segment_alloc, segment_free, segment_map and segment_unmap entries, in order: whether any
+  // segment predates the trace (snapshot::no_segments_before) is known without decoding the
+  // spool. nullopt past kMaxNotedSegmentEvents of them.
+  std::optional<std::span<const TraceEvent>> segment_events() const {
+    if (too_many_segment_events_)
+      return std::nullopt;
+    return std::span<const TraceEvent>(segment_events_);
+  }
   // The first three distinct streams of its entries, in the order they first appear (fewer when
   // the trace has fewer): whether a trace runs on exactly two streams, without decoding it.
   std::span<const StreamId> first_streams() const {
@@ -107,6 +117,8 @@ class EventSpool {
   std::vector<std::size_t> segment_free_bursts_;
   bool last_was_segment_free_ = false;
   bool too_many_bursts_ = false;  // segment_free_bursts_ is cleared and no longer kept
+  std::vector<TraceEvent> segment_events_;
+  bool too_many_segment_events_ = false;  // segment_events_ is cleared and no longer kept
   std::array<StreamId, 3> first_streams_{};
   std::size_t first_stream_count_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/allocator/flat_map.h"
@@ -290,11 +291,39 @@ SegmentState initial_state(const Snapshot& snapshot, int device,
   }
 }
 
-Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSinks& sinks) {
+namespace {
+
+// The device's segment entries in trace order where they are at hand without decoding the trace:
+// noted by its spool as the pickle was read, or filtered from a trace kept as a vector.
+std::optional<std::vector<TraceEvent>> noted_segment_events(const Snapshot& snapshot, int device) {
+  if (device < 0)
+    return std::nullopt;
+  const auto d = static_cast<std::size_t>(device);
+  if (d < snapshot.device_spools.size() && !snapshot.device_spools[d].empty()) {
+    const auto noted = snapshot.device_spools[d].segment_events();
+    if (!noted)
+      return std::nullopt;
+    return std::vector<TraceEvent>(noted->begin(), noted->end());
+  }
+  std::vector<TraceEvent> found;
+  if (d < snapshot.device_traces.size())
+    for (const TraceEvent& event : snapshot.device_traces[d])
+      if (is_segment_action(event.action))
+        found.push_back(event);
+  return found;
+}
+
+// Thrown inside walk_forward's visit when an entry contradicts an assumed empty start.
+struct StartNotEmpty {};
+
+// The walk forward from `state`, the state before the first entry. With `start_assumed_empty`,
+// an entry that state cannot take ends the walk with nullopt instead of an InputError.
+std::optional<Timeline> walk_forward(const Snapshot& snapshot, int device, SegmentState state,
+                                     std::vector<std::uint64_t> guessed, bool start_assumed_empty,
+                                     const TimelineSinks& sinks) {
   Timeline tl;
   tl.device = device;
-  std::vector<std::uint64_t> guessed;
-  SegmentState state = initial_state(snapshot, device, &guessed);
+  tl.start_assumed_empty = start_assumed_empty;
   tl.guessed_blocks = guessed.size();
   tl.initial = state.sample();
   tl.peak = tl.initial;
@@ -312,23 +341,29 @@ Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSink
   tl.exact_from = open_guesses > 0 ? events.size() + 1 : 0;
   // Samples go out in slices of kTimelineSlice entries, so a long trace never has all of them.
   SliceBuffer<MemorySample> slices(sinks.on_samples, events.size());
-  events.for_each([&](const TraceEvent& event, std::size_t i) {
-    if (open_guesses > 0 && event.action == TraceAction::free_completed &&
-        std::binary_search(guessed.begin(), guessed.end(), event.addr)) {
-      guessed.erase(std::lower_bound(guessed.begin(), guessed.end(), event.addr));
-      if (--open_guesses == 0)
-        tl.exact_from = i + 1;
-    }
-    try {
-      state.apply(event);
-    } catch (const InputError& e) {
-      throw InputError("device " + std::to_string(device) + " trace entry " + std::to_string(i) +
-                       ": " + e.what());
-    }
-    const MemorySample sample = state.sample();
-    take_max(tl.peak, sample);
-    slices.push(event, sample);
-  });
+  try {
+    events.for_each([&](const TraceEvent& event, std::size_t i) {
+      if (open_guesses > 0 && event.action == TraceAction::free_completed &&
+          std::binary_search(guessed.begin(), guessed.end(), event.addr)) {
+        guessed.erase(std::lower_bound(guessed.begin(), guessed.end(), event.addr));
+        if (--open_guesses == 0)
+          tl.exact_from = i + 1;
+      }
+      try {
+        state.apply(event);
+      } catch (const InputError& e) {
+        if (start_assumed_empty)
+          throw StartNotEmpty{};
+        throw InputError("device " + std::to_string(device) + " trace entry " + std::to_string(i) +
+                         ": " + e.what());
+      }
+      const MemorySample sample = state.sample();
+      take_max(tl.peak, sample);
+      slices.push(event, sample);
+    });
+  } catch (const StartNotEmpty&) {
+    return std::nullopt;
+  }
   slices.finish();
   std::vector<Segment> expected;
   for (const Segment& s : snapshot.segments)
@@ -355,6 +390,32 @@ Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSink
   return tl;
 }
 
+}  // namespace
+
+Timeline build_timeline(const Snapshot& snapshot, int device, const TimelineSinks& sinks) {
+  // A trace recorded from the process's start (most, and every trace FragScope records) has no
+  // segment before it: walked from an empty state, it needs no walk back through every entry
+  // (a sixth of an info, twice that of an import with its store's own walk back). Whether a
+  // block predates it shows only on the way: a free of a block the walk does not hold, or a
+  // final block the walk never made. Either way the walk begins again from the rebuilt start,
+  // so the timeline is the same as that of the rebuilt start (empty for such a trace).
+  if (sinks.on_restart) {
+    const std::optional<std::vector<TraceEvent>> segment_events =
+        noted_segment_events(snapshot, device);
+    if (segment_events && no_segments_before(snapshot, device, *segment_events)) {
+      SegmentState empty(LayoutRules::from_allocator_settings(snapshot.allocator_settings));
+      std::optional<Timeline> tl =
+          walk_forward(snapshot, device, std::move(empty), {}, true, sinks);
+      if (tl && tl->matches_final_segments)
+        return std::move(*tl);
+      sinks.on_restart();
+    }
+  }
+  std::vector<std::uint64_t> guessed;
+  SegmentState state = initial_state(snapshot, device, &guessed);
+  return *walk_forward(snapshot, device, std::move(state), std::move(guessed), false, sinks);
+}
+
 Timeline build_timeline(const Snapshot& snapshot, int device) {
   std::vector<MemorySample> samples;
   samples.reserve(device < 0 ? 0 : snapshot.trace_size(static_cast<std::size_t>(device)));
@@ -363,6 +424,7 @@ Timeline build_timeline(const Snapshot& snapshot, int device) {
                                 std::size_t) {
     samples.insert(samples.end(), slice.begin(), slice.end());
   };
+  sinks.on_restart = [&samples] { samples.clear(); };
   Timeline tl = build_timeline(snapshot, device, sinks);
   tl.samples = std::move(samples);
   return tl;

@@ -36,6 +36,10 @@ struct Timeline {
   // states). False means the trace and the final state disagree; `mismatch` says where.
   bool matches_final_segments = false;
   std::string mismatch;
+  // No segment predates the trace (its segment entries undo the final segments to none), so it
+  // was walked from an empty state instead of one rebuilt by walking back through every entry;
+  // the walk reaching the final segments exactly showed that no block predates it either.
+  bool start_assumed_empty = false;
 };
 
 // The segment state just before a device's first trace entry: empty when the trace covers the
@@ -67,6 +71,12 @@ struct TimelineSinks {
   std::function<void(std::span<const TraceEvent> events, std::span<const MemorySample> samples,
                      std::size_t first)>
       on_samples;
+  // Given, build_timeline may first walk from an empty start when no segment predates the trace
+  // (Timeline::start_assumed_empty, in on_start's header). If the walk shows otherwise (an entry
+  // the empty state cannot take, or an end that is not the final segments), on_restart is called
+  // and everything is handed over again from the rebuilt start: what came before it is void.
+  // Without it the start is always rebuilt.
+  std::function<void()> on_restart;
 };
 // As many as a spooled trace's block: an import holds a slice three times (its entries and
 // samples here, the series the store takes) beside the store's own two chunks, so slices of 2^16

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 
 #include "engine/analysis/recorded_environment.h"
 #include "engine/core/error.h"
@@ -239,7 +240,19 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
 
   writer.stage("layout", 0, 1);
   const SegmentMap final_state = segment_map_of(snapshot, device);
-  const SegmentMap initial = rewind(final_state, events);
+  // The stored start: the final segments rewound through every entry, walked only when asked.
+  // The timeline's walk from an empty start (a trace without segments before it) needs none
+  // unless that walk fails and begins again from the rebuilt start.
+  std::optional<SegmentMap> rewound;
+  const SegmentMap empty_start;
+  bool start_assumed_empty = false;
+  auto initial = [&]() -> const SegmentMap& {
+    if (start_assumed_empty)
+      return empty_start;
+    if (!rewound)
+      rewound = rewind(final_state, events);
+    return *rewound;
+  };
 
   // Checked before anything is written: a bad fingerprint stores nothing.
   std::optional<analysis::RecordedEnvironment> fingerprint;
@@ -271,8 +284,6 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   ImportResult result;
   result.events = event_count;
   result.segments = final_state.segments().size();
-  // A state-only device (no entries) is not a truncated trace: it has nothing but its state.
-  result.truncated = event_count > 0 && (!initial.segments().empty() || !initial.blocks().empty());
 
   try {
     // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying
@@ -287,7 +298,14 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
       sinks.on_start = [&](const snapshot::Timeline& header) {
         writer.stage("layout", 1, 1);
         storing = true;
-        writer.begin(record, initial, point_of(header.initial));
+        start_assumed_empty = header.start_assumed_empty;
+        writer.begin(record, initial(), point_of(header.initial));
+        storing = false;
+      };
+      sinks.on_restart = [&] {
+        storing = true;
+        writer.cancel();
+        start_assumed_empty = false;
         storing = false;
       };
       sinks.on_samples = [&](std::span<const TraceEvent> slice,
@@ -314,8 +332,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         throw;
       writer.cancel();
       writer.stage("layout", 1, 1);
-      writer.begin(record, initial, series_of(initial));
-      SeriesPoint current = series_of(initial);
+      start_assumed_empty = false;
+      writer.begin(record, initial(), series_of(initial()));
+      SeriesPoint current = series_of(initial());
       snapshot::SliceBuffer<SeriesPoint> slices(
           [&](std::span<const TraceEvent> slice, std::span<const SeriesPoint> series,
               std::size_t first) { writer.append(slice, series, first); },
@@ -329,6 +348,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
       result.warnings.push_back(std::string("the snapshot is inconsistent (") + e.what() +
                                 "): stored with the series the trace alone gives");
     }
+    // A state-only device (no entries) is not a truncated trace: it has nothing but its state.
+    result.truncated =
+        event_count > 0 && (!initial().segments().empty() || !initial().blocks().empty());
     writer.stage("events", event_count, event_count);
     writer.stage("ooms", 0, 1);
     result.ooms = writer.write_oom_reports();

@@ -19,11 +19,6 @@ std::string run_name(RunId run) {
   return "run " + std::to_string(run.value);
 }
 
-bool is_segment_event(TraceAction action) {
-  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
-         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
-}
-
 // How far past a cut the events of one allocator call may reach (its segment events are few).
 constexpr std::uint64_t kCallLookahead = 4096;
 
@@ -37,10 +32,10 @@ std::uint64_t end_of_allocator_call(std::span<const TraceEvent> events, std::uin
     const TraceEvent& next = events[cut];
     return next.action == TraceAction::free_completed && next.addr == last.addr ? cut + 1 : cut;
   }
-  if (!is_segment_event(last.action))
+  if (!is_segment_action(last.action))
     return cut;
   std::uint64_t end = cut;
-  while (end < events.size() && is_segment_event(events[end].action))
+  while (end < events.size() && is_segment_action(events[end].action))
     ++end;
   // Segment events the trace ends on, or that a free follows (torch.cuda.empty_cache()), close
   // no malloc: the cut stays.

@@ -33,11 +33,6 @@ std::string why_no_keyframes(const RunTrace& trace) {
 
 constexpr const char* kPrivatePools = "private pools that the replay infers";
 
-bool is_segment_event(TraceAction action) {
-  return action == TraceAction::segment_alloc || action == TraceAction::segment_free ||
-         action == TraceAction::segment_map || action == TraceAction::segment_unmap;
-}
-
 // Why the chain cannot follow the events between two keyframes (each window starts at the end of
 // an allocator call, so these local tests see what a test of the whole trace would). The
 // empty_cache calls the replay infers from a burst of segment_free entries are no reason: one
@@ -274,8 +269,8 @@ std::size_t store_keyframe_chain(RunStore& store, RunId run, const RunEventReade
     // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
     // segment_free entries, which the replay infers one call from).
     auto inside_segment_events = [&part](std::uint64_t at) {
-      return at > 0 && at < part.size() && is_segment_event(part[at - 1].action) &&
-             is_segment_event(part[at].action);
+      return at > 0 && at < part.size() && is_segment_action(part[at - 1].action) &&
+             is_segment_action(part[at].action);
     };
     while (cut < part.size() &&
            (end_of_allocator_call(part, cut) != cut || inside_segment_events(cut)))

@@ -10,6 +10,7 @@
 
 #include <fstream>
 
+#include "engine/snapshot/timeline.h"
 #include "storage_test_util.h"
 
 namespace fragscope::storage {
@@ -225,6 +226,34 @@ TEST(Import, ASpooledSnapshotStoresTheSameRun) {
     EXPECT_EQ(from_spool.truncated, from_plain.truncated);
     EXPECT_EQ(from_spool.warnings, from_plain.warnings);
     EXPECT_EQ(stored_run(b, from_spool.run), stored_run(a, from_plain.run));
+  }
+}
+
+// A trace without segments before it is walked from an empty start and stored as it goes, without
+// the walks back through every entry. One that contradicts that start half way (an alloc twice)
+// begins again from the rebuilt start: the slices stored before are rolled back and the run is
+// stored once, as the rebuilt start stores it (here with the trace's own series: its layout fails).
+TEST(Import, AnEmptyStartContradictedHalfWayIsStoredOnce) {
+  auto twice = snapshot::read_snapshot(fixture("gpt_oom_cap", ".pickle.gz"));
+  auto& trace = twice.device_traces[0];
+  const auto half = trace.begin() + static_cast<std::ptrdiff_t>(trace.size() / 2);
+  ASSERT_GT(trace.size() / 2, 2 * snapshot::kTimelineSlice);  // slices were stored before
+  trace.insert(half, *std::find_if(half, trace.end(), [](const TraceEvent& e) {
+                 return e.action == TraceAction::alloc;
+               }));
+  for (const bool spool : {false, true}) {
+    SCOPED_TRACE(spool ? "spooled" : "plain");
+    RunStore store(":memory:");
+    const ImportResult result =
+        import_snapshot(store, spool ? spooled(twice) : twice, import_options("twice"));
+    EXPECT_FALSE(result.truncated);
+    EXPECT_EQ(store.run_count(), 1);
+    const RunRecord record = store.run(result.run);
+    EXPECT_EQ(record.summary["series"]["source"], "trace");
+    EXPECT_EQ(record.event_count, trace.size());
+    EXPECT_EQ(store.events(result.run, 0, trace.size()), trace);
+    EXPECT_EQ(store.series(result.run, 0, trace.size()), derive_series(trace));
+    EXPECT_TRUE(store.segment_state(result.run, 0).state.segments().empty());
   }
 }
 

@@ -135,6 +135,35 @@ TEST(EventSpool, NotesSegmentFreeBurstsAndTheFirstStreams) {
   EXPECT_EQ(expect_notes(two_streams, "hand-made"), (std::pair<std::size_t, std::size_t>{1, 2}));
 }
 
+// Its segment entries, noted as they are appended (no block decoded to find them), so that
+// whether a segment predates the trace is known without a walk; past kMaxNotedSegmentEvents none.
+TEST(EventSpool, NotesItsSegmentEntries) {
+  auto expect_noted = [](const std::vector<TraceEvent>& events, const char* what) {
+    std::vector<TraceEvent> segment_events;
+    for (const TraceEvent& e : events)
+      if (is_segment_action(e.action))
+        segment_events.push_back(e);
+    EventSpool spool(EventSpool::kBlockEvents * 4);  // most blocks in the file
+    for (const TraceEvent& e : events)
+      spool.push_back(e);
+    const auto noted = spool.segment_events();
+    if (segment_events.size() <= EventSpool::kMaxNotedSegmentEvents)
+      EXPECT_TRUE(noted && std::ranges::equal(*noted, segment_events)) << what;
+    else
+      EXPECT_FALSE(noted.has_value()) << what;
+    return segment_events.size();
+  };
+  EXPECT_GT(expect_noted(random_events(3 * EventSpool::kBlockEvents + 11, 5), "random"), 0u);
+  // Expandable segments: segment_map and segment_unmap entries.
+  EXPECT_GT(expect_noted(fixture("gpt_varlen_expandable").device_traces[0], "expandable"), 0u);
+  std::vector<TraceEvent> many(EventSpool::kMaxNotedSegmentEvents + 1,
+                               TraceEvent{TraceAction::segment_alloc, 0});
+  many.insert(many.begin() + 5, TraceEvent{TraceAction::alloc, 0});
+  EXPECT_EQ(expect_noted(many, "one too many"), EventSpool::kMaxNotedSegmentEvents + 1);
+  many.pop_back();
+  EXPECT_EQ(expect_noted(many, "as many as are noted"), EventSpool::kMaxNotedSegmentEvents);
+}
+
 // Past its memory limit a spool writes its blocks to a temporary file and reads them back from
 // there; a copy shares the file, and both go on growing on their own.
 TEST(EventSpool, BlocksPastTheMemoryLimitGoToAFile) {
@@ -158,8 +187,11 @@ TEST(EventSpool, BlocksPastTheMemoryLimitGoToAFile) {
   expected.insert(expected.end(), events.begin(), events.begin() + EventSpool::kBlockEvents);
   EXPECT_EQ(copy.to_vector(), expected);
   EXPECT_EQ(spool.to_vector(), events);
-  // What stays in memory is the limit's worth of blocks and the block being filled.
-  EXPECT_LT(spool.memory_bytes(), EventSpool::kBlockEvents * (4 + sizeof(TraceEvent)) + 4096);
+  // What stays in memory is the limit's worth of blocks, the block being filled and the noted
+  // segment entries (a vector's room: at most twice their size; 4 in 9 of these random events).
+  const std::size_t noted = spool.segment_events() ? spool.segment_events()->size() : 0;
+  EXPECT_LT(spool.memory_bytes(), EventSpool::kBlockEvents * (4 + sizeof(TraceEvent)) + 4096 +
+                                      2 * noted * sizeof(TraceEvent));
 }
 
 // A TraceWindow reads a spool, its blocks in the file too, as the vector it holds: forward, looking

@@ -168,6 +168,130 @@ TEST(TruncatedTrace, OnlyAnAllocationBeforeABlocksFirstFreePinsItsSize) {
             std::make_pair(4 * kMiB, std::size_t{0}));
 }
 
+// What build_timeline hands over: with `can_restart`, a caller that can begin again
+// (TimelineSinks::on_restart), so the start may be walked as empty; without, the start is always
+// rebuilt by walking back through every entry.
+struct Handed {
+  Timeline timeline;
+  std::vector<MemorySample> samples;
+  std::vector<Timeline> headers;  // on_start's, in order
+  std::size_t restarts = 0;
+  std::string error;  // the InputError's, if one ended the walk
+};
+
+Handed hand_over(const Snapshot& snap, bool can_restart) {
+  Handed out;
+  TimelineSinks sinks;
+  sinks.on_start = [&](const Timeline& header) { out.headers.push_back(header); };
+  sinks.on_samples = [&](std::span<const TraceEvent>, std::span<const MemorySample> slice,
+                         std::size_t first) {
+    EXPECT_EQ(first, out.samples.size()) << "a slice out of order";
+    out.samples.insert(out.samples.end(), slice.begin(), slice.end());
+  };
+  if (can_restart)
+    sinks.on_restart = [&] {
+      ++out.restarts;
+      out.samples.clear();
+    };
+  try {
+    out.timeline = build_timeline(snap, 0, sinks);
+  } catch (const InputError& error) {
+    out.error = error.what();
+  }
+  return out;
+}
+
+void expect_same_timeline(const Handed& walked, const Handed& rebuilt, const std::string& what) {
+  EXPECT_EQ(walked.error, rebuilt.error) << what;
+  EXPECT_EQ(walked.samples, rebuilt.samples) << what;
+  const Timeline& a = walked.timeline;
+  const Timeline& b = rebuilt.timeline;
+  EXPECT_EQ(a.initial, b.initial) << what;
+  EXPECT_EQ(a.peak, b.peak) << what;
+  EXPECT_EQ(a.truncated, b.truncated) << what;
+  EXPECT_EQ(a.predating_segments, b.predating_segments) << what;
+  EXPECT_EQ(a.predating_blocks, b.predating_blocks) << what;
+  EXPECT_EQ(a.guessed_blocks, b.guessed_blocks) << what;
+  EXPECT_EQ(a.exact_from, b.exact_from) << what;
+  EXPECT_EQ(a.matches_final_segments, b.matches_final_segments) << what;
+  EXPECT_EQ(a.mismatch, b.mismatch) << what;
+}
+
+// A trace recorded from the start has no segment before it: it is walked from an empty state,
+// without the walk back (its spool noted its segment entries as the pickle was read), and the
+// timeline is the one of the rebuilt start.
+TEST_P(FixtureTimeline, AStartWithoutSegmentsIsWalkedFromEmptyToTheSameTimeline) {
+  const std::string& name = GetParam();
+  const Handed rebuilt = hand_over(fixture(name), false);
+  EXPECT_FALSE(rebuilt.timeline.start_assumed_empty);
+  for (const bool spooled : {false, true}) {
+    const Snapshot snap = spooled ? read_snapshot_spooled(fixture_path(name)) : fixture(name);
+    const std::string what = name + (spooled ? " (spooled)" : "");
+    const Handed walked = hand_over(snap, true);
+    EXPECT_TRUE(walked.timeline.start_assumed_empty) << what;
+    ASSERT_EQ(walked.headers.size(), 1u) << what;
+    EXPECT_TRUE(walked.headers[0].start_assumed_empty) << what;
+    EXPECT_EQ(walked.restarts, 0u) << what;
+    expect_same_timeline(walked, rebuilt, what);
+  }
+}
+
+// Segments from before the trace: its start is rebuilt, as without on_restart.
+TEST_P(TruncatedTrace, ItsStartIsRebuiltWhenTheCallerCouldBeginAgain) {
+  Snapshot cut = fixture(GetParam());
+  auto& events = cut.device_traces[0];
+  events.erase(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(events.size() / 2));
+  const Handed walked = hand_over(cut, true);
+  EXPECT_FALSE(walked.timeline.start_assumed_empty);
+  EXPECT_EQ(walked.restarts, 0u);
+  expect_same_timeline(walked, hand_over(cut, false), GetParam());
+}
+
+// A trace that makes its one segment and then contradicts an empty start past the first slices:
+// a free of a block it never allocated (`stray_free`), or a final block it never made. The walk
+// from empty gives up, the caller begins again, and what it gets is what the rebuilt start gives
+// (here the rebuild's own error).
+TEST(TimelineStart, AWalkFromEmptyThatIsContradictedBeginsAgainFromTheRebuiltStart) {
+  const std::uint64_t base = 0x7f0000000000;
+  const auto snapshot_of = [&](bool stray_free) {
+    Snapshot snap;
+    std::vector<TraceEvent> trace = {{TraceAction::segment_alloc, base, 2 * kMiB}};
+    for (std::size_t i = 0; i < 3 * kTimelineSlice; ++i) {
+      trace.emplace_back(TraceAction::alloc, base, 512);
+      trace.emplace_back(TraceAction::free_requested, base, 512);
+      trace.emplace_back(TraceAction::free_completed, base, 512);
+    }
+    Segment segment;
+    segment.address = base;
+    segment.total_size = 2 * kMiB;
+    segment.pool = PoolKind::small;
+    if (stray_free) {
+      trace.emplace_back(TraceAction::free_requested, base + 4096, 512);
+      segment.blocks = {{base, 2 * kMiB, 0, BlockState::inactive, {}}};
+    } else {
+      segment.blocks = {{base, 4096, 0, BlockState::inactive, {}},
+                        {base + 4096, 512, 512, BlockState::active_allocated, {}},
+                        {base + 4608, 2 * kMiB - 4608, 0, BlockState::inactive, {}}};
+    }
+    snap.segments.push_back(segment);
+    snap.device_traces.push_back(std::move(trace));
+    return snap;
+  };
+  for (const bool stray_free : {true, false}) {
+    const Snapshot snap = snapshot_of(stray_free);
+    const std::string what = stray_free ? "a stray free" : "a final block never made";
+    const Handed walked = hand_over(snap, true);
+    const Handed rebuilt = hand_over(snap, false);
+    EXPECT_EQ(walked.restarts, 1u) << what;
+    ASSERT_FALSE(rebuilt.error.empty()) << what;
+    EXPECT_NE(rebuilt.error.find("cannot rebuild the state"), std::string::npos) << rebuilt.error;
+    expect_same_timeline(walked, rebuilt, what);
+    // The walk from empty had begun handing over: its header said so, and the rebuild's none came.
+    ASSERT_EQ(walked.headers.size(), 1u) << what;
+    EXPECT_TRUE(walked.headers[0].start_assumed_empty) << what;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, TruncatedTrace,
                          ::testing::Values("random_default", "streams_default", "gpt_oom_cap",
                                            "gpt_varlen_expandable", "random_split64_round4"));
