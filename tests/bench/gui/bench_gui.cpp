@@ -19,6 +19,7 @@
 #include <ctime>
 #include <random>
 
+#include "bench/bench_run.h"
 #include "gui/application.h"
 #include "gui/band_timeline_page.h"
 #include "gui/main_window.h"
@@ -249,10 +250,5 @@ int main(int argc, char** argv) {
   qputenv("QT_QPA_PLATFORM",
           qgetenv("QT_QPA_PLATFORM").isEmpty() ? "offscreen" : qgetenv("QT_QPA_PLATFORM"));
   TimingApplication app(argc, argv);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv))
-    return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return fragscope::bench::run_benchmarks(argc, argv);
 }
