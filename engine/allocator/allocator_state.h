@@ -48,7 +48,8 @@ struct Block {
   bool events_ready = false;  // mark_events_ready() was called for the pending free
   std::vector<std::uint64_t> stream_uses;
 
-  bool is_split() const { return prev != nullptr || next != nullptr; }
+  // Both compared, no short circuit: a caller that adds it up needs no branch.
+  bool is_split() const { return (prev != nullptr) | (next != nullptr); }
 };
 
 // A cudaMalloc'd segment, or one expandable segment's whole virtual-address reservation.

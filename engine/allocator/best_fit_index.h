@@ -269,11 +269,13 @@ class BestFitIndex {
     }
     return kClasses;
   }
-  // The first stream slot whose stream is not less than `stream`.
+  // The first stream slot whose stream is not less than `stream`: the count of smaller ones,
+  // every slot compared without a branch on the outcome (a search that stops at the stream
+  // mispredicted wherever requests of several streams interleave).
   std::size_t slot_for(std::uint64_t stream) const {
     std::size_t slot = 0;
-    while (slot < streams_.size() && streams_[slot]->stream < stream)
-      ++slot;
+    for (const std::uint64_t id : stream_ids_)
+      slot += id < stream ? 1 : 0;
     return slot;
   }
   // The first entry of class `c` or later of slot `slot`, or of a later slot; end() if none.
@@ -337,6 +339,7 @@ class BestFitIndex {
 
   // By stream, ascending; emptied ones stay. Each on the heap: a stream's runs are large.
   std::vector<std::unique_ptr<StreamRuns>> streams_;
+  std::vector<std::uint64_t> stream_ids_;  // streams_[slot]->stream by slot, read by slot_for
   std::size_t size_ = 0;
 };
 
@@ -346,6 +349,7 @@ inline bool BestFitIndex::insert(const SizeKey& key, Block* block) {
     streams_.insert(streams_.begin() + static_cast<std::ptrdiff_t>(slot),
                     std::make_unique<StreamRuns>());
     streams_[slot]->stream = key.stream;
+    stream_ids_.insert(stream_ids_.begin() + static_cast<std::ptrdiff_t>(slot), key.stream);
   }
   StreamRuns& runs = *streams_[slot];
   const std::size_t c = size_class(key.size);

@@ -35,6 +35,21 @@ inline StatType stat_type(PoolKind pool) {
   stat[stat_type(pool)].decrease(amount);
 }
 
+// stat.increase(amount) when it is positive, stat.decrease(-amount) when it is negative, nothing
+// for 0: without a branch on the sign, for a net change whose sign the data decides.
+[[gnu::always_inline]] inline void change(Stat& stat, std::int64_t amount) {
+  stat.current += amount;
+  const bool rises = (amount > 0) & (stat.current > stat.peak);
+  stat.peak = rises ? stat.current : stat.peak;
+  stat.allocated += amount > 0 ? amount : 0;
+  stat.freed += amount < 0 ? -amount : 0;
+}
+
+[[gnu::always_inline]] inline void change(StatArray& stat, PoolKind pool, std::int64_t amount) {
+  change(stat[StatType::aggregate], amount);
+  change(stat[stat_type(pool)], amount);
+}
+
 inline std::int64_t to_signed(Bytes bytes) {
   return static_cast<std::int64_t>(bytes);
 }
@@ -702,19 +717,14 @@ struct CachingAllocator::Impl : AllocatorState {
     } else {
       pool.insert(block);
     }
-    if (block->is_split()) {
-      net_blocks += 1;
-      net_bytes += to_signed(block->size);
-    }
+    // A block left split is a free block inside a split segment (added without a branch: the
+    // neighbours decide it).
+    const std::int64_t split = block->is_split() ? 1 : 0;
+    net_blocks += split;
+    net_bytes += to_signed(block->size) & -split;
     if (!block->segment->expandable) {
-      if (net_blocks > 0)
-        increase(stats.inactive_split, kind, net_blocks);
-      else if (net_blocks < 0)
-        decrease(stats.inactive_split, kind, -net_blocks);
-      if (net_bytes > 0)
-        increase(stats.inactive_split_bytes, kind, net_bytes);
-      else if (net_bytes < 0)
-        decrease(stats.inactive_split_bytes, kind, -net_bytes);
+      change(stats.inactive_split, kind, net_blocks);
+      change(stats.inactive_split_bytes, kind, net_bytes);
     }
     decrease(stats.active, kind, 1);
     decrease(stats.active_bytes, kind, to_signed(original_size));

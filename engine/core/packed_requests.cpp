@@ -7,14 +7,10 @@
 namespace fragscope {
 
 std::uint64_t PackedRequests::stream_slot(std::uint64_t stream) {
-  for (std::size_t slot = 0; slot < streams_used_; ++slot) {
-    if (streams_[slot] == stream)
-      return last_slot_ = slot;
-  }
   if (streams_used_ == kStreamSlots)
     return kStreamSlots;
   streams_[streams_used_] = stream;
-  return last_slot_ = streams_used_++;
+  return streams_used_++;
 }
 
 void PackedRequests::push_overflow(const Request& request) {
@@ -34,20 +30,35 @@ void PackedRequests::decode(Cursor& cursor, std::span<Request> out) const {
       table[op] = payload_of(static_cast<RequestOp>(op));
     return table;
   }();
+  // Which of next, given and payload a word's op keeps, as all-ones or zero masks: the fields
+  // are selected without a branch, which the ops' mix (malloc, free, ...) would mispredict.
+  struct Masks {
+    std::uint64_t next;
+    std::uint64_t given;
+    std::uint64_t size;
+  };
+  static constexpr std::array<Masks, kOp + 1> kMasksOf = [] {
+    std::array<Masks, kOp + 1> table{};
+    for (std::size_t op = 0; op <= kOp; ++op) {
+      const Payload kind = kPayloadOf[op];
+      table[op] = Masks{kind == Payload::size_of_next_tensor ? ~std::uint64_t{0} : 0,
+                        kind == Payload::tensor ? ~std::uint64_t{0} : 0,
+                        kind == Payload::tensor ? 0 : ~std::uint64_t{0}};
+    }
+    return table;
+  }();
   for (Request& request : out) {
     const std::uint64_t w = *word++;
     if ((w & kOverflow) != 0) [[unlikely]] {
       request = overflow_[overflow++];
     } else {
       const auto op = static_cast<RequestOp>(w & kOp);
-      const Payload kind = kPayloadOf[w & kOp];
+      const Masks& masks = kMasksOf[w & kOp];
       const std::uint64_t payload = w >> kPayloadShift;
       const std::uint64_t next = largest + 1;
       const std::uint64_t given = next + static_cast<std::uint64_t>(unzigzag(payload));
-      const std::uint64_t tensor = kind == Payload::size_of_next_tensor ? next
-                                   : kind == Payload::tensor            ? given
-                                                                        : 0;
-      const Bytes size = kind == Payload::tensor ? 0 : payload;
+      const std::uint64_t tensor = (next & masks.next) | (given & masks.given);
+      const Bytes size = payload & masks.size;
       request = Request{op, TensorId{tensor}, size, StreamId{streams_[(w >> kSlotShift) & kSlot]}};
     }
     largest = std::max(largest, request.tensor.value);

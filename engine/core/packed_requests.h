@@ -17,6 +17,7 @@
 // Every word has the same length and no field depends on a branch, so reading one back is a
 // load, a table lookup and a few selects.
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -52,10 +53,15 @@ class PackedRequests {
         break;
     }
     std::uint64_t slot = kStreamSlots;
-    if (fits && payload < kPayloadLimit) [[likely]]
-      slot = streams_used_ > last_slot_ && streams_[last_slot_] == request.stream.value
-                 ? last_slot_
-                 : stream_slot(request.stream.value);
+    if (fits && payload < kPayloadLimit) [[likely]] {
+      // Every slot taken is compared, without a branch on which one matches: requests of
+      // several streams interleave, and guessing the previous request's slot mispredicted.
+      unsigned matches = 0;  // bit k: slot k holds the stream
+      for (std::size_t k = 0; k < streams_used_; ++k)
+        matches |= static_cast<unsigned>(streams_[k] == request.stream.value) << k;
+      slot = matches != 0 ? static_cast<std::uint64_t>(std::countr_zero(matches))
+                          : stream_slot(request.stream.value);
+    }
     const auto op = static_cast<std::uint64_t>(request.op);
     if (slot < kStreamSlots) [[likely]]
       words_.push_back(op | slot << kSlotShift | payload << kPayloadShift);
@@ -136,7 +142,7 @@ class PackedRequests {
         return Payload::size;
     }
   }
-  // The slot of `stream`, taken if it is new and one is free; kStreamSlots when none is.
+  // A new slot for `stream`, which no slot holds; kStreamSlots when none is free.
   std::uint64_t stream_slot(std::uint64_t stream);
   // Appends `request` whole to the overflow list, its word marked so.
   void push_overflow(const Request& request);
@@ -145,7 +151,6 @@ class PackedRequests {
   std::vector<Request> overflow_;
   std::array<std::uint64_t, kStreamSlots> streams_{};
   std::size_t streams_used_ = 0;
-  std::uint64_t last_slot_ = 0;  // the slot the previous stream_slot found (most repeat it)
   std::uint64_t largest_tensor_ = 0;
 };
 

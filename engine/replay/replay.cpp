@@ -306,9 +306,14 @@ void extract_into(const TraceSource& source, const snapshot::SegmentState* initi
       streams_counted = true;
       const snapshot::TraceWindow walk = source.window();
       for (std::size_t i = 0; i < walk.size(); ++i) {
-        const TraceEvent& e = walk[i];
-        if (std::find(streams.begin(), streams.end(), e.stream.value) == streams.end()) {
-          streams.push_back(e.stream.value);
+        const std::uint64_t stream = walk[i].stream.value;
+        // Every stream known is compared, without a branch on which one matches: a find's
+        // early exit mispredicted wherever two streams' entries interleave.
+        bool known = false;
+        for (const std::uint64_t seen : streams)
+          known |= seen == stream;
+        if (!known) {
+          streams.push_back(stream);
           if (streams.size() > 2)
             break;
         }

@@ -233,6 +233,41 @@ TEST(BestFitIndex, KeepsStdSetOrderAsAClassFillsAndEmpties) {
   }
 }
 
+// Streams first seen in descending order, each before the ones known (a new stream's slot goes in
+// front of theirs), then searched interleaved: every search finds its own stream's blocks, and a
+// search for a stream between or past the known ones finds the next stream's first block.
+TEST(BestFitIndex, StreamsFirstSeenInAnyOrderAreSearchedInStreamOrder) {
+  const std::vector<std::uint64_t> streams{0x9000, 0x7000, 0x5000, 0x3000, 0x8000, 0};
+  std::vector<Block> blocks(streams.size() * 2);
+  BestFitIndex index;
+  std::set<Key> reference;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Block& b = blocks[i];
+    b.stream = streams[i % streams.size()];
+    b.size = (i < streams.size() ? 1 : 3) * 4096;
+    b.ptr = 0x100000 + i * 0x10000;
+    ASSERT_TRUE(index.insert(size_key(&b), &b));
+    reference.insert(tuple_of(size_key(&b)));
+  }
+  expect_same(index, reference);
+  for (int round = 0; round < 3; ++round) {
+    for (std::uint64_t stream = 0; stream <= 0xa000; stream += 0x800) {
+      for (const Bytes size : {Bytes{0}, Bytes{4096}, Bytes{8192}, Bytes{1} << 20}) {
+        const SizeKey key{stream, size, 0};
+        const auto got = index.lower_bound(key);
+        const auto want = reference.lower_bound(tuple_of(key));
+        ASSERT_EQ(got == index.end(), want == reference.end()) << std::hex << stream;
+        if (want != reference.end()) {
+          ASSERT_EQ(tuple_of(got.key()), *want) << std::hex << stream << " " << size;
+        }
+      }
+    }
+  }
+  for (Block& b : blocks)
+    EXPECT_TRUE(index.erase(size_key(&b), &b));
+  EXPECT_TRUE(index.empty());
+}
+
 TEST(BestFitIndex, EraseNeedsTheSameBlockUnderItsKey) {
   Block a;
   a.stream = 0;

@@ -90,6 +90,33 @@ void expect_same(const std::vector<Request>& got, std::span<const Request> want)
         << "request " << i << ": " << describe(got[i]) << ", want " << describe(want[i]);
 }
 
+// Packed words keep each request's stream in one of eight slots, the ninth stream and every
+// later one whole in the overflow list, and select a word's tensor and size by its op: requests
+// of nine streams interleaved, every op with a tensor or a size, decode to themselves.
+TEST(PackedRequests, InterleavedStreamsAndEveryOpDecodeToThemselves) {
+  RequestStream stream;
+  std::uint64_t tensor = 0;
+  for (std::uint64_t k = 0; k < 2000; ++k) {
+    const StreamId on{(k * 5) % 9 == 0 ? 0 : 0x5500 + (k * 5) % 9};
+    ++tensor;
+    stream.requests.push_back(Request{RequestOp::malloc, TensorId{tensor}, 512 * (k % 13 + 1), on});
+    if (k % 3 == 0)
+      stream.requests.push_back(Request{RequestOp::record_stream, TensorId{tensor}, 0, on});
+    if (k >= 4) {
+      const TensorId older{tensor - 3 - k % 2};  // behind the newest, out of order
+      stream.requests.push_back(Request{RequestOp::free, older, 0, on});
+      stream.requests.push_back(Request{RequestOp::events_ready, older, 0, on});
+    }
+    if (k % 250 == 0) {
+      stream.requests.push_back(Request{RequestOp::step_begin, TensorId{}, k / 250, on});
+      stream.requests.push_back(Request{RequestOp::empty_cache, TensorId{}, 0, on});
+    }
+  }
+  const PackedRequests words = packed(stream);
+  expect_same(words.to_vector(), stream.requests);
+  expect_same(yielded(UnpackedBlocks(words)), stream.requests);
+}
+
 // Calls at the start, inside a block, on both sides of packed blocks' edges, twice at one index,
 // and after the last request.
 std::vector<std::vector<std::size_t>> insertion_cases(std::size_t size) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/allocator/caching_allocator_impl.h"
 #include "engine/allocator/stats.h"
 #include "engine/core/error.h"
 
@@ -47,6 +48,30 @@ DeviceStats busy_stats() {
   stats.num_device_free = 6;
   stats.max_split_size = 64 * 1048576;
   return stats;
+}
+
+// The allocator's change(stat, amount) is increase(amount) for a positive amount, decrease(-amount)
+// for a negative one and nothing for 0 (free_block adds up a net change to the inactive-split
+// stats and applies it so), through rises past the peak, falls below it and a reset peak.
+TEST(Stat, ChangeIsIncreaseOrDecreaseBySign) {
+  Stat changed;
+  Stat stepped;
+  const std::int64_t amounts[] = {0, 5, -3, 0, 7, -9, -1, 4, 0, 2, -5, 6, 8, -20, 1};
+  for (std::size_t i = 0; i < std::size(amounts); ++i) {
+    const std::int64_t amount = amounts[i];
+    detail::change(changed, amount);
+    if (amount > 0)
+      stepped.increase(amount);
+    else if (amount < 0)
+      stepped.decrease(-amount);
+    ASSERT_EQ(changed, stepped) << "after amount " << i;
+    if (i == 6) {
+      changed.reset_peak();
+      stepped.reset_peak();
+    }
+  }
+  EXPECT_EQ(changed.peak, 14);
+  EXPECT_EQ(changed.freed, 38);
 }
 
 TEST(DeviceStats, ResetPeakSetsPeakToCurrentEverywhere) {

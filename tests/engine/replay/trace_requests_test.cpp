@@ -98,6 +98,34 @@ TEST(TraceRequests, ASpooledTraceNamesTheOtherOfTwoStreams) {
   }
 }
 
+// The streams that decide a pending free's use stream are those of the whole trace: two streams
+// interleaved entry by entry give the other one; a third anywhere, even after the last pending
+// free, makes it synthetic.
+TEST(TraceRequests, TheUseStreamCountsEveryStreamOfTheTrace) {
+  const std::uint64_t seg = 0x7f0000000000;
+  std::vector<TraceEvent> trace{ev(TraceAction::segment_alloc, seg, 2_MiB, 3)};
+  for (std::uint64_t k = 0; k < 16; ++k) {
+    const std::uint64_t stream = k % 2 == 0 ? 3 : 7;
+    const std::uint64_t addr = seg + 1024 * k;
+    trace.push_back(ev(TraceAction::alloc, addr, 1000, stream));
+    trace.push_back(ev(TraceAction::free_requested, addr, 1000, stream));
+    if (k == 5)
+      continue;  // completes later: a pending free, on stream 7
+    trace.push_back(ev(TraceAction::free_completed, addr, 1000, stream));
+  }
+  trace.push_back(ev(TraceAction::free_completed, seg + 1024 * 5, 1000, 7));
+  auto use_stream = [](const std::vector<TraceEvent>& entries) {
+    const TraceRequests r = requests_from_trace(entries);
+    for (const Request& q : r.requests.requests)
+      if (q.op == RequestOp::record_stream)
+        return q.stream;
+    return StreamId{0};
+  };
+  EXPECT_EQ(use_stream(trace), StreamId{3});
+  trace.push_back(ev(TraceAction::alloc, seg + 1024 * 20, 1000, 5));
+  EXPECT_EQ(use_stream(trace), StreamId{UINT64_MAX});
+}
+
 TEST(TraceRequests, ImmediateFreesReplayExactly) {
   const ReplayResult result = replay_trace(small_trace(), default_settings());
   EXPECT_FALSE(result.first_divergence.has_value()) << describe(*result.first_divergence);
