@@ -67,6 +67,7 @@ void ChunkEncoder::begin(const SeriesPoint& start) {
   start_ = start;
   count_ = 0;
   has_labels_ = false;
+  has_residuals_ = false;
   previous_addr_ = 0;
   previous_stream_ = 0;
   previous_time_ = 0;
@@ -74,28 +75,39 @@ void ChunkEncoder::begin(const SeriesPoint& start) {
   previous_ = start;
 }
 
+namespace {
+// Appends `count` varint zeros to `column`.
+void put_zeros(ByteColumn& column, std::size_t count) {
+  std::uint8_t* at = column.room(count);
+  std::fill_n(at, count, std::uint8_t{0});
+  column.commit(at + count);
+}
+}  // namespace
+
 void ChunkEncoder::append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-                          std::span<const LabelId> labels) {
+                          std::span<const LabelId> labels, Series source) {
   static_assert(kColumns == kColumnCount);
   auto& out = columns_;
   if (!labels.empty() && !has_labels_) {
-    // varint 0: the chunk's events before its first labelled part
-    std::uint8_t* at = out[kLabel].room(count_);
-    std::fill_n(at, count_, std::uint8_t{0});
-    out[kLabel].commit(at + count_);
+    put_zeros(out[kLabel], count_);  // the chunk's events before its first labelled part
     has_labels_ = true;
+  }
+  if (source == Series::producer && !has_residuals_) {
+    for (std::size_t c = kResidualAllocated; c <= kResidualRequested; ++c)
+      put_zeros(out[c], count_);  // the chunk's events before, all derived
+    has_residuals_ = true;
   }
   for (std::size_t first = 0; first < events.size(); first += kEventsPerBatch) {
     const std::size_t n = std::min(kEventsPerBatch, events.size() - first);
     append_batch(events.subspan(first, n), series.subspan(first, n),
-                 labels.empty() ? labels : labels.subspan(first, n));
+                 labels.empty() ? labels : labels.subspan(first, n), source);
   }
   count_ += events.size();
 }
 
 void ChunkEncoder::append_batch(std::span<const TraceEvent> events,
                                 std::span<const SeriesPoint> series,
-                                std::span<const LabelId> labels) {
+                                std::span<const LabelId> labels, Series source) {
   // A column at a time: each loop keeps its output and the previous value in registers.
   auto& out = columns_;
   const std::size_t n = events.size();
@@ -140,7 +152,12 @@ void ChunkEncoder::append_batch(std::span<const TraceEvent> events,
       at = put_varint(at, labels.empty() ? 0 : labels[i].value);
     out[kLabel].commit(at);
   }
-  {
+  if (source == Series::derived) {
+    if (has_residuals_) {
+      for (std::size_t c = kResidualAllocated; c <= kResidualRequested; ++c)
+        put_zeros(out[c], n);
+    }
+  } else {
     // Only what the trace alone cannot predict is stored: zero for trace-derived series.
     std::uint8_t* allocated = out[kResidualAllocated].room(n * kMaxVarintBytes);
     std::uint8_t* reserved = out[kResidualReserved].room(n * kMaxVarintBytes);
@@ -179,6 +196,11 @@ std::span<const std::uint8_t> ChunkEncoder::finish(BlobCodec codec) {
   std::uint64_t zero_columns = 0;
   for (std::size_t c = kAddress; c < kColumnCount; ++c) {
     const auto bytes = columns_[c].bytes();
+    const bool residual = c >= kResidualAllocated && c <= kResidualRequested;
+    if (residual && !has_residuals_) {
+      zero_columns |= std::uint64_t{1} << c;  // every series derived: no residual written
+      continue;
+    }
     if (bytes.size() == count &&
         std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t byte) { return byte == 0; })) {
       zero_columns |= std::uint64_t{1} << c;

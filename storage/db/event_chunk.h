@@ -104,10 +104,13 @@ class ChunkEncoder {
 
   // Starts a chunk whose series before its first event is `start`.
   void begin(const SeriesPoint& start);
+  // Where a part's series come from: `derived` ones are derive_series' (trace_delta from the
+  // series before), so their residuals are zero and are not computed.
+  enum class Series : std::uint8_t { producer, derived };
   // The chunk's next events, the series after each, and their labels (empty: unlabelled). Once
   // any part is labelled the chunk is: the events before it and the unlabelled ones after read 0.
   void append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-              std::span<const LabelId> labels);
+              std::span<const LabelId> labels, Series source = Series::producer);
   std::size_t count() const { return count_; }
   // The blob of the events appended since begin(), valid until the next encode(), begin() or
   // finish().
@@ -116,7 +119,7 @@ class ChunkEncoder {
  private:
   // append() of up to event_chunk.cpp's kEventsPerBatch events.
   void append_batch(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-                    std::span<const LabelId> labels);
+                    std::span<const LabelId> labels, Series source);
 
   static constexpr std::size_t kColumns = 11;
   std::array<ByteColumn, kColumns> columns_;  // written a column at a time (append_batch)
@@ -125,6 +128,9 @@ class ChunkEncoder {
   SeriesPoint start_;
   std::size_t count_ = 0;
   bool has_labels_ = false;
+  // The residual columns hold a value per event once a part with producer series came; until
+  // then every residual is zero and the columns stay empty.
+  bool has_residuals_ = false;
   std::uint64_t previous_addr_ = 0;
   std::uint64_t previous_stream_ = 0;
   std::int64_t previous_time_ = 0;

@@ -78,6 +78,57 @@ TEST(RunMemory, AChunkEncodedInPartsIsTheWholeChunksBlob) {
   EXPECT_EQ(decode_chunk(blob, "test").labels, whole.labels);
 }
 
+// A part whose series ingest derived from the trace (no producer series) has zero residuals, so
+// the encoder writes none for it: the chunk's blob is still the whole chunk's, whichever of its
+// parts came with producer series, and the residual columns are left out when none did.
+TEST(RunMemory, PartsWithDerivedSeriesGiveTheWholeChunksBlob) {
+  const auto events = test::synthetic_trace(50000, 11);
+  const SeriesPoint start{1 << 20, 1 << 22, 1 << 20, 1 << 20};
+  EventChunk chunk;
+  chunk.start = start;
+  chunk.events = events;
+  chunk.series = derive_series(events, start);
+  const std::vector<std::size_t> cuts = {1, 16384, 16385, 40000};
+  const auto encoded = [&](const std::vector<ChunkEncoder::Series>& sources) {
+    ChunkEncoder encoder;
+    encoder.begin(chunk.start);
+    std::size_t first = 0;
+    for (std::size_t part = 0; part <= cuts.size(); ++part) {
+      const std::size_t end = part < cuts.size() ? cuts[part] : chunk.events.size();
+      encoder.append(std::span(chunk.events).subspan(first, end - first),
+                     std::span(chunk.series).subspan(first, end - first), {}, sources[part]);
+      first = end;
+    }
+    const auto blob = encoder.finish();
+    return std::vector<std::uint8_t>(blob.begin(), blob.end());
+  };
+  using enum ChunkEncoder::Series;
+  EXPECT_EQ(encoded({derived, derived, derived, derived, derived}), encode_chunk(chunk));
+
+  // Producer series with residuals in the third and fifth parts (the series after them follow).
+  for (const std::size_t i : {16384, 45000}) {
+    chunk.series[i].allocated += 4096;
+    chunk.series[i].requested -= 512;
+    for (std::size_t j = i + 1; j < chunk.series.size(); ++j)
+      chunk.series[j] = plus(chunk.series[j - 1], trace_delta(chunk.events[j]));
+  }
+  const auto blob = encoded({derived, derived, producer, derived, producer});
+  EXPECT_EQ(blob, encode_chunk(chunk));
+  EXPECT_EQ(decode_chunk(blob, "test").series, chunk.series);
+}
+
+// The encoder takes a part's word that its series are derived: it computes no residual for it.
+TEST(RunMemory, APartDeclaredDerivedStoresNoResiduals) {
+  const auto events = test::synthetic_trace(3000, 12);
+  std::vector<SeriesPoint> series = derive_series(events);
+  for (auto& point : series)
+    point.active += 1000;  // not what the trace derives
+  ChunkEncoder encoder;
+  encoder.begin({});
+  encoder.append(events, series, {}, ChunkEncoder::Series::derived);
+  EXPECT_EQ(decode_chunk(encoder.finish(), "test").series, derive_series(events));
+}
+
 // A trace that holds a few blocks at a time in one segment, however long: what the store keeps
 // of its state (the segment map, memory by category) stays small.
 std::vector<TraceEvent> steady_trace(std::size_t count) {
