@@ -721,7 +721,7 @@ struct CachingAllocator::Impl : AllocatorState {
     // neighbours decide it).
     const std::int64_t split = block->is_split() ? 1 : 0;
     net_blocks += split;
-    net_bytes += to_signed(block->size) & -split;
+    net_bytes += split * to_signed(block->size);
     if (!block->segment->expandable) {
       change(stats.inactive_split, kind, net_blocks);
       change(stats.inactive_split_bytes, kind, net_bytes);

@@ -56,6 +56,7 @@ class PackedRequests {
     if (fits && payload < kPayloadLimit) [[likely]] {
       // Every slot taken is compared, without a branch on which one matches: requests of
       // several streams interleave, and guessing the previous request's slot mispredicted.
+      // Only the taken slots: an unused one holds 0, which is a real stream id too.
       unsigned matches = 0;  // bit k: slot k holds the stream
       for (std::size_t k = 0; k < streams_used_; ++k)
         matches |= static_cast<unsigned>(streams_[k] == request.stream.value) << k;

@@ -36,6 +36,23 @@ constexpr std::size_t kMaxVarint33Bytes = 5;
 // room a batch may need stays small (40 KiB a column).
 constexpr std::size_t kEventsPerBatch = 4096;
 
+constexpr bool is_residual(std::size_t column) {
+  return column >= kResidualAllocated && column <= kResidualRequested;
+}
+
+// Appends `count` varint zeros to `column`.
+void put_zeros(ByteColumn& column, std::size_t count) {
+  std::uint8_t* at = column.room(count);
+  std::fill_n(at, count, std::uint8_t{0});
+  column.commit(at + count);
+}
+
+// Appends `count` zeros to each residual column.
+void put_residual_zeros(std::span<ByteColumn> columns, std::size_t count) {
+  for (std::size_t c = kResidualAllocated; c <= kResidualRequested; ++c)
+    put_zeros(columns[c], count);
+}
+
 }  // namespace
 
 std::vector<SeriesPoint> derive_series(std::span<const TraceEvent> events, SeriesPoint start) {
@@ -75,26 +92,16 @@ void ChunkEncoder::begin(const SeriesPoint& start) {
   previous_ = start;
 }
 
-namespace {
-// Appends `count` varint zeros to `column`.
-void put_zeros(ByteColumn& column, std::size_t count) {
-  std::uint8_t* at = column.room(count);
-  std::fill_n(at, count, std::uint8_t{0});
-  column.commit(at + count);
-}
-}  // namespace
-
 void ChunkEncoder::append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-                          std::span<const LabelId> labels, Series source) {
+                          std::span<const LabelId> labels, SeriesSource source) {
   static_assert(kColumns == kColumnCount);
   auto& out = columns_;
   if (!labels.empty() && !has_labels_) {
     put_zeros(out[kLabel], count_);  // the chunk's events before its first labelled part
     has_labels_ = true;
   }
-  if (source == Series::producer && !has_residuals_) {
-    for (std::size_t c = kResidualAllocated; c <= kResidualRequested; ++c)
-      put_zeros(out[c], count_);  // the chunk's events before, all derived
+  if (source == SeriesSource::producer && !has_residuals_) {
+    put_residual_zeros(out, count_);  // the chunk's events before, all derived
     has_residuals_ = true;
   }
   for (std::size_t first = 0; first < events.size(); first += kEventsPerBatch) {
@@ -107,7 +114,7 @@ void ChunkEncoder::append(std::span<const TraceEvent> events, std::span<const Se
 
 void ChunkEncoder::append_batch(std::span<const TraceEvent> events,
                                 std::span<const SeriesPoint> series,
-                                std::span<const LabelId> labels, Series source) {
+                                std::span<const LabelId> labels, SeriesSource source) {
   // A column at a time: each loop keeps its output and the previous value in registers.
   auto& out = columns_;
   const std::size_t n = events.size();
@@ -152,11 +159,9 @@ void ChunkEncoder::append_batch(std::span<const TraceEvent> events,
       at = put_varint(at, labels.empty() ? 0 : labels[i].value);
     out[kLabel].commit(at);
   }
-  if (source == Series::derived) {
-    if (has_residuals_) {
-      for (std::size_t c = kResidualAllocated; c <= kResidualRequested; ++c)
-        put_zeros(out[c], n);
-    }
+  if (source == SeriesSource::derived) {
+    if (has_residuals_)
+      put_residual_zeros(out, n);
   } else {
     // Only what the trace alone cannot predict is stored: zero for trace-derived series.
     std::uint8_t* allocated = out[kResidualAllocated].room(n * kMaxVarintBytes);
@@ -196,8 +201,7 @@ std::span<const std::uint8_t> ChunkEncoder::finish(BlobCodec codec) {
   std::uint64_t zero_columns = 0;
   for (std::size_t c = kAddress; c < kColumnCount; ++c) {
     const auto bytes = columns_[c].bytes();
-    const bool residual = c >= kResidualAllocated && c <= kResidualRequested;
-    if (residual && !has_residuals_) {
+    if (is_residual(c) && !has_residuals_) {
       zero_columns |= std::uint64_t{1} << c;  // every series derived: no residual written
       continue;
     }

@@ -104,13 +104,14 @@ class ChunkEncoder {
 
   // Starts a chunk whose series before its first event is `start`.
   void begin(const SeriesPoint& start);
-  // Where a part's series come from: `derived` ones are derive_series' (trace_delta from the
-  // series before), so their residuals are zero and are not computed.
-  enum class Series : std::uint8_t { producer, derived };
+  // Where a part's series come from. `derived` promises that each point is
+  // plus(the point before, trace_delta(its event)), chained from begin()'s start through the
+  // parts before: its residuals are then zero, and are not computed (nor checked).
+  enum class SeriesSource : std::uint8_t { producer, derived };
   // The chunk's next events, the series after each, and their labels (empty: unlabelled). Once
   // any part is labelled the chunk is: the events before it and the unlabelled ones after read 0.
   void append(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-              std::span<const LabelId> labels, Series source = Series::producer);
+              std::span<const LabelId> labels, SeriesSource source = SeriesSource::producer);
   std::size_t count() const { return count_; }
   // The blob of the events appended since begin(), valid until the next encode(), begin() or
   // finish().
@@ -119,7 +120,7 @@ class ChunkEncoder {
  private:
   // append() of up to event_chunk.cpp's kEventsPerBatch events.
   void append_batch(std::span<const TraceEvent> events, std::span<const SeriesPoint> series,
-                    std::span<const LabelId> labels, Series source);
+                    std::span<const LabelId> labels, SeriesSource source);
 
   static constexpr std::size_t kColumns = 11;
   std::array<ByteColumn, kColumns> columns_;  // written a column at a time (append_batch)

@@ -91,7 +91,7 @@ struct RunWriter::Ingest {
   std::int64_t chunk_last_time_us = 0;
   EventChunk buffer;  // the part being filled (its `start` unused: the chunk's is chunk_start)
   // derived while every event in `buffer` came without producer series.
-  ChunkEncoder::Series buffer_series = ChunkEncoder::Series::derived;
+  ChunkEncoder::SeriesSource buffer_series_source = ChunkEncoder::SeriesSource::derived;
   SeriesPoint chunk_start;  // the series before the chunk being built
   SeriesPoint current;      // the series after the last event
   SeriesPoint peak;
@@ -145,7 +145,8 @@ struct RunWriter::Ingest {
   // vectors, where fresh ones were pages to fault in for every part.
   struct PartWork {
     EventChunk part;
-    ChunkEncoder::Series series = ChunkEncoder::Series::producer;  // where part.series came from
+    // Where part.series came from.
+    ChunkEncoder::SeriesSource series_source = ChunkEncoder::SeriesSource::producer;
     PackedCategoryChunk categories;  // of the chunk's events, when the part ends it
     std::vector<std::uint8_t> category_blob;
     std::vector<std::uint8_t> keyframe;  // `segments` after the chunk's events

@@ -145,7 +145,7 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     } else {
       const auto series = columns.series.subspan(done, count);
       buffer.series.insert(buffer.series.end(), series.begin(), series.end());
-      ingest.buffer_series = ChunkEncoder::Series::producer;
+      ingest.buffer_series_source = ChunkEncoder::SeriesSource::producer;
     }
     const std::span<const SeriesPoint> after(buffer.series.data() + series_first, count);
     SeriesPoint peak = ingest.peak;
@@ -203,8 +203,8 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
   }
   // The part goes to the work; the buffer takes the work's emptied vectors, capacity and all.
   std::swap(pending.work->part, buffer);
-  pending.work->series = ingest.buffer_series;
-  ingest.buffer_series = ChunkEncoder::Series::derived;
+  pending.work->series_source = ingest.buffer_series_source;
+  ingest.buffer_series_source = ChunkEncoder::SeriesSource::derived;
   if (ends_chunk)
     std::swap(pending.work->categories, ingest.category_buffer);
   std::swap(pending.work->timeline_rows, ingest.timeline_rows);
@@ -215,7 +215,8 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
         if (starts_chunk)
           encoder->begin(start);
         segments->apply_all(work->part.events);
-        encoder->append(work->part.events, work->part.series, work->part.labels, work->series);
+        const EventChunk& part = work->part;
+        encoder->append(part.events, part.series, part.labels, work->series_source);
         work->encode_level_rows();
         if (!ends_chunk)
           return {};

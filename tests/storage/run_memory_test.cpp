@@ -80,7 +80,8 @@ TEST(RunMemory, AChunkEncodedInPartsIsTheWholeChunksBlob) {
 
 // A part whose series ingest derived from the trace (no producer series) has zero residuals, so
 // the encoder writes none for it: the chunk's blob is still the whole chunk's, whichever of its
-// parts came with producer series, and the residual columns are left out when none did.
+// parts came with producer series, and the residual columns are left out when none did. Every
+// mix of sources is tried, over parts that include an empty one (the repeated cut).
 TEST(RunMemory, PartsWithDerivedSeriesGiveTheWholeChunksBlob) {
   const auto events = test::synthetic_trace(50000, 11);
   const SeriesPoint start{1 << 20, 1 << 22, 1 << 20, 1 << 20};
@@ -88,33 +89,45 @@ TEST(RunMemory, PartsWithDerivedSeriesGiveTheWholeChunksBlob) {
   chunk.start = start;
   chunk.events = events;
   chunk.series = derive_series(events, start);
-  const std::vector<std::size_t> cuts = {1, 16384, 16385, 40000};
-  const auto encoded = [&](const std::vector<ChunkEncoder::Series>& sources) {
+  const std::vector<std::size_t> cuts = {1, 16384, 16384, 16385, 40000};
+  const std::size_t parts = cuts.size() + 1;
+  using enum ChunkEncoder::SeriesSource;
+  // Part p is a producer part when bit p of `producers` is set.
+  const auto encoded = [&](unsigned producers) {
     ChunkEncoder encoder;
     encoder.begin(chunk.start);
     std::size_t first = 0;
-    for (std::size_t part = 0; part <= cuts.size(); ++part) {
+    for (std::size_t part = 0; part < parts; ++part) {
       const std::size_t end = part < cuts.size() ? cuts[part] : chunk.events.size();
       encoder.append(std::span(chunk.events).subspan(first, end - first),
-                     std::span(chunk.series).subspan(first, end - first), {}, sources[part]);
+                     std::span(chunk.series).subspan(first, end - first), {},
+                     (producers >> part & 1) != 0 ? producer : derived);
       first = end;
     }
     const auto blob = encoder.finish();
     return std::vector<std::uint8_t>(blob.begin(), blob.end());
   };
-  using enum ChunkEncoder::Series;
-  EXPECT_EQ(encoded({derived, derived, derived, derived, derived}), encode_chunk(chunk));
+  const auto whole = encode_chunk(chunk);
+  for (unsigned producers = 0; producers < 1u << parts; ++producers)
+    ASSERT_EQ(encoded(producers), whole) << "producer parts " << producers;
 
-  // Producer series with residuals in the third and fifth parts (the series after them follow).
+  // Producer series with residuals in the fourth and sixth parts (the series after them follow):
+  // those two parts must be producer parts, the others may be either.
   for (const std::size_t i : {16384, 45000}) {
     chunk.series[i].allocated += 4096;
     chunk.series[i].requested -= 512;
     for (std::size_t j = i + 1; j < chunk.series.size(); ++j)
       chunk.series[j] = plus(chunk.series[j - 1], trace_delta(chunk.events[j]));
   }
-  const auto blob = encoded({derived, derived, producer, derived, producer});
-  EXPECT_EQ(blob, encode_chunk(chunk));
-  EXPECT_EQ(decode_chunk(blob, "test").series, chunk.series);
+  const auto with_residuals = encode_chunk(chunk);
+  constexpr unsigned kResidualParts = 1u << 3 | 1u << 5;
+  for (unsigned producers = 0; producers < 1u << parts; ++producers) {
+    if ((producers & kResidualParts) != kResidualParts)
+      continue;
+    const auto blob = encoded(producers);
+    ASSERT_EQ(blob, with_residuals) << "producer parts " << producers;
+    ASSERT_EQ(decode_chunk(blob, "test").series, chunk.series) << "producer parts " << producers;
+  }
 }
 
 // The encoder takes a part's word that its series are derived: it computes no residual for it.
@@ -125,7 +138,7 @@ TEST(RunMemory, APartDeclaredDerivedStoresNoResiduals) {
     point.active += 1000;  // not what the trace derives
   ChunkEncoder encoder;
   encoder.begin({});
-  encoder.append(events, series, {}, ChunkEncoder::Series::derived);
+  encoder.append(events, series, {}, ChunkEncoder::SeriesSource::derived);
   EXPECT_EQ(decode_chunk(encoder.finish(), "test").series, derive_series(events));
 }
 
