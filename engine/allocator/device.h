@@ -26,6 +26,17 @@ struct DeviceCallCounts {
   std::uint64_t map_failures = 0;            // maps that reported out of memory
   std::uint64_t unmaps = 0;                  // page-range unmaps
   friend bool operator==(const DeviceCallCounts&, const DeviceCallCounts&) = default;
+  // The calls made between two readings of Device::calls(), `before` taken first.
+  friend DeviceCallCounts operator-(const DeviceCallCounts& after, const DeviceCallCounts& before) {
+    return {after.segment_allocs - before.segment_allocs,
+            after.segment_alloc_failures - before.segment_alloc_failures,
+            after.segment_frees - before.segment_frees,
+            after.reserves - before.reserves,
+            after.releases - before.releases,
+            after.maps - before.maps,
+            after.map_failures - before.map_failures,
+            after.unmaps - before.unmaps};
+  }
 };
 
 class Device {

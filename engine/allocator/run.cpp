@@ -346,16 +346,7 @@ RunResult run_all(const Requests& requests, const AllocatorConfig& config, Devic
   result.peak_allocated =
       static_cast<Bytes>(result.stats.allocated_bytes[StatType::aggregate].peak);
   result.peak_reserved = static_cast<Bytes>(result.stats.reserved_bytes[StatType::aggregate].peak);
-  const DeviceCallCounts& after = device.calls();
-  result.device_calls =
-      DeviceCallCounts{after.segment_allocs - calls_before.segment_allocs,
-                       after.segment_alloc_failures - calls_before.segment_alloc_failures,
-                       after.segment_frees - calls_before.segment_frees,
-                       after.reserves - calls_before.reserves,
-                       after.releases - calls_before.releases,
-                       after.maps - calls_before.maps,
-                       after.map_failures - calls_before.map_failures,
-                       after.unmaps - calls_before.unmaps};
+  result.device_calls = device.calls() - calls_before;
   return result;
 }
 

@@ -700,17 +700,7 @@ std::optional<alloc::RunResult> PoolRouter::run_result(bool keep_final_segments)
       static_cast<Bytes>(result.stats.allocated_bytes[alloc::StatType::aggregate].peak);
   result.peak_reserved =
       static_cast<Bytes>(result.stats.reserved_bytes[alloc::StatType::aggregate].peak);
-  const alloc::DeviceCallCounts& after = gpu_.device().calls();
-  const alloc::DeviceCallCounts& before = calls_at_start_;
-  result.device_calls =
-      alloc::DeviceCallCounts{after.segment_allocs - before.segment_allocs,
-                              after.segment_alloc_failures - before.segment_alloc_failures,
-                              after.segment_frees - before.segment_frees,
-                              after.reserves - before.reserves,
-                              after.releases - before.releases,
-                              after.maps - before.maps,
-                              after.map_failures - before.map_failures,
-                              after.unmaps - before.unmaps};
+  result.device_calls = gpu_.device().calls() - calls_at_start_;
   return result;
 }
 

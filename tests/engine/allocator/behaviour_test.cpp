@@ -125,6 +125,15 @@ TEST(Devices, SimulatedDeviceReusesFreedRangesAndFailsAtCapacity) {
   EXPECT_EQ(device.calls().segment_alloc_failures, 1u);
 }
 
+// A run's device calls are two readings of Device::calls() apart: every counter is the difference
+// of its two readings, none taken from a neighbour.
+TEST(Devices, CallCountsBetweenTwoReadingsAreEachCountersDifference) {
+  const DeviceCallCounts before{1, 2, 3, 4, 5, 6, 7, 8};
+  const DeviceCallCounts after{11, 22, 33, 44, 55, 66, 77, 88};
+  EXPECT_EQ(after - before, (DeviceCallCounts{10, 20, 30, 40, 50, 60, 70, 80}));
+  EXPECT_EQ(after - after, DeviceCallCounts{});
+}
+
 TEST(Devices, RecordedAddressDeviceFallsBackAfterAMismatch) {
   SimulatedDevice upstream(1_GiB);
   RecordedAddressDevice device({{0x7f0000000000, 20_MiB}, {0x7f0002000000, 2_MiB}}, upstream);
