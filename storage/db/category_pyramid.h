@@ -134,47 +134,31 @@ class CategoryTracker {
 
 // Builds the category pyramid while a run's events stream in: add() after each event. The
 // level-0 bucket being filled is kept as its range, times and peak (the first event of its
-// highest total), its categories copied only when the total rises past the peak, and it goes to
-// the levels once full. The same buckets as a bucket per event merged into level 0, which built
-// and merged 96 bytes per event: ~40 % of the ingest thread.
-class CategoryPyramidBuilder {
+// highest total), its categories copied only when the total rises past the peak. A bucket per
+// event merged into level 0 built and merged 96 bytes per event: ~40 % of the ingest thread.
+class CategoryPyramidBuilder : public OpenBucketLevels<CategoryBucket> {
  public:
-  using Row = LevelBuilder<CategoryBucket>::Row;
-
   // Event `index` at `time_us`, with `tracker` already past it.
   void add(std::uint64_t index, std::int64_t time_us, const CategoryTracker& tracker) {
     const std::int64_t total = tracker.total();
-    if (open_events_ == 0) {
-      open_.first_event = index;
-      open_.t0_us = time_us;
+    CategoryBucket& open = open_bucket();
+    const bool opens = opens_bucket();
+    if (opens) {
+      open.first_event = index;
+      open.t0_us = time_us;
     }
-    if (open_events_ == 0 || total > open_total_) {
-      open_.peak_event = index;
-      open_.bytes = tracker.bytes();
+    if (opens || total > open_total_) {
+      open.peak_event = index;
+      open.bytes = tracker.bytes();
       open_total_ = total;
     }
-    open_.end_event = index + 1;
-    open_.t1_us = time_us;
-    if (++open_events_ == kLevel0Events) {
-      levels_.add_merged(open_, open_events_);
-      open_events_ = 0;
-    }
-  }
-  // Rows that are full and can be written now.
-  std::vector<Row> take_full_rows() { return levels_.take_full_rows(); }
-  // Closes the partial buckets at the end of the run and returns every row not yet taken.
-  std::vector<Row> finish() {
-    if (open_events_ != 0)
-      levels_.add_merged(open_, open_events_);
-    open_events_ = 0;
-    return levels_.finish();
+    open.end_event = index + 1;
+    open.t1_us = time_us;
+    event_added();
   }
 
  private:
-  CategoryBucket open_;          // the level-0 bucket being filled
-  std::int64_t open_total_ = 0;  // its peak's total
-  std::uint64_t open_events_ = 0;
-  LevelBuilder<CategoryBucket> levels_;
+  std::int64_t open_total_ = 0;  // the open bucket's peak total
 };
 
 }  // namespace fragscope::storage

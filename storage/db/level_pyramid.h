@@ -99,6 +99,42 @@ class LevelBuilder {
   std::vector<Row> ready_;
 };
 
+// A LevelBuilder fed an event at a time through the level-0 bucket being filled, which the
+// derived builder keeps open and extends in place (open_bucket()): the same buckets as add()ing
+// a bucket per event, without building and merging a bucket for every event.
+template <typename Bucket>
+class OpenBucketLevels {
+ public:
+  using Row = typename LevelBuilder<Bucket>::Row;
+
+  // Rows that are full and can be written now.
+  std::vector<Row> take_full_rows() { return levels_.take_full_rows(); }
+  // Closes the partial buckets at the end of the run and returns every row not yet taken.
+  std::vector<Row> finish() {
+    if (open_events_ != 0)
+      levels_.add_merged(open_, open_events_);
+    open_events_ = 0;
+    return levels_.finish();
+  }
+
+ protected:
+  // Whether the next event starts a level-0 bucket (open_bucket() still holds the last one's).
+  bool opens_bucket() const { return open_events_ == 0; }
+  Bucket& open_bucket() { return open_; }
+  // The event just written into open_bucket() counts; a full bucket goes to the levels.
+  void event_added() {
+    if (++open_events_ == kLevel0Events) {
+      levels_.add_merged(open_, open_events_);
+      open_events_ = 0;
+    }
+  }
+
+ private:
+  Bucket open_;
+  std::uint64_t open_events_ = 0;
+  LevelBuilder<Bucket> levels_;
+};
+
 // Merges `source` (ordered, adjacent buckets) into at most `count` buckets over the event range
 // [first, end): a source bucket goes to the output bucket its first event falls in (a bucket
 // straddling `first` goes to the first). Empty output buckets are dropped.

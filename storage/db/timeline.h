@@ -54,41 +54,22 @@ std::vector<TimelineBucket> regroup_buckets(std::span<const TimelineBucket> sour
                                             std::size_t count);
 
 // Builds every level of the timeline pyramid while a run's events stream in.
-class TimelineBuilder {
+class TimelineBuilder : public OpenBucketLevels<TimelineBucket> {
  public:
-  using Row = LevelBuilder<TimelineBucket>::Row;
-
-  // Event `index` with the series after it. The level-0 bucket being filled is kept open and
-  // extended in place, and goes to the levels once full: the same buckets as a bucket per event
-  // merged into level 0, which built and copied a 96-byte bucket twice for every event.
+  // Event `index` with the series after it. The level-0 bucket being filled is extended in
+  // place: a bucket per event merged into level 0 built and copied 96 bytes twice an event.
   void add(std::uint64_t index, const TraceEvent& event, const SeriesPoint& after) {
-    if (open_events_ == 0) {
-      open_ = bucket_of(index, event, after);
+    TimelineBucket& open = open_bucket();
+    if (opens_bucket()) {
+      open = bucket_of(index, event, after);
     } else {
-      open_.end_event = index + 1;
-      open_.t1_us = event.time_us;
-      open_.max = series_max(open_.max, after);
-      open_.min = series_min(open_.min, after);
+      open.end_event = index + 1;
+      open.t1_us = event.time_us;
+      open.max = series_max(open.max, after);
+      open.min = series_min(open.min, after);
     }
-    if (++open_events_ == kLevel0Events) {
-      levels_.add_merged(open_, open_events_);
-      open_events_ = 0;
-    }
+    event_added();
   }
-  // Rows that are full and can be written now.
-  std::vector<Row> take_full_rows() { return levels_.take_full_rows(); }
-  // Closes the partial buckets at the end of the run and returns every row not yet taken.
-  std::vector<Row> finish() {
-    if (open_events_ != 0)
-      levels_.add_merged(open_, open_events_);
-    open_events_ = 0;
-    return levels_.finish();
-  }
-
- private:
-  TimelineBucket open_;  // the level-0 bucket being filled
-  std::uint64_t open_events_ = 0;
-  LevelBuilder<TimelineBucket> levels_;
 };
 
 }  // namespace fragscope::storage
