@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "engine/analysis/recorded_environment.h"
@@ -43,6 +44,59 @@ SeriesPoint series_of(const SegmentMap& state) {
 SeriesPoint point_of(const MemorySample& sample) {
   return {static_cast<std::int64_t>(sample.allocated), static_cast<std::int64_t>(sample.reserved),
           static_cast<std::int64_t>(sample.active), static_cast<std::int64_t>(sample.requested)};
+}
+
+// What the replays of the stored run read of its summary (stats_replay_setup): the recorded
+// settings, the release, the private pools of the final segments and the recorded cap.
+nlohmann::json replay_summary(const snapshot::Snapshot& snapshot, std::size_t device,
+                              const ImportOptions& options) {
+  nlohmann::json summary = {
+      {"allocator_settings", snapshot.allocator_settings},
+      {"torch_version",
+       {{"range", snapshot.torch_version.range()},
+        {"profile", snapshot.torch_version.profile().to_string()},
+        {"evidence", snapshot.torch_version.evidence},
+        {"from_override", snapshot.torch_version.from_override}}},
+  };
+  // Private pools (CUDA graphs, MemPool) are only in the final segments' segment_pool_id:
+  // kept so an export writes them back and views can tell the pools apart.
+  nlohmann::json segment_pools = nlohmann::json::array();
+  for (const snapshot::Segment& segment : snapshot.segments) {
+    if (segment.device == static_cast<int>(device) &&
+        (segment.pool_id.first != 0 || segment.pool_id.second != 0))
+      segment_pools.push_back(
+          {segment.address, segment.total_size, segment.pool_id.first, segment.pool_id.second});
+  }
+  if (!segment_pools.empty())
+    summary["segment_pools"] = std::move(segment_pools);
+  if (options.recorded_stats && options.recorded_stats->is_object())
+    add_recorded_stats(*options.recorded_stats, summary);
+  return summary;
+}
+
+// The device's trace read forward from its first event, a block at a time (a spooled trace is
+// never unpacked whole), for the keyframe chain.
+RunEventReader trace_reader(const snapshot::Snapshot& snapshot, std::size_t device) {
+  const bool spooled =
+      device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty();
+  struct Position {
+    snapshot::TraceWindow trace;
+    std::size_t next = 0;
+  };
+  auto at = std::make_shared<Position>(Position{
+      spooled
+          ? snapshot::TraceWindow(snapshot.device_spools[device])
+          : snapshot::TraceWindow(std::span<const TraceEvent>(snapshot.device_traces[device]))});
+  return [at](std::size_t count, std::vector<TraceEvent>& out) {
+    const std::size_t first = at->next;
+    while (at->next - first < count && at->next < at->trace.size()) {
+      const std::span<const TraceEvent> run = at->trace.run_from(at->next);
+      const std::size_t take = std::min(run.size(), count - (at->next - first));
+      out.insert(out.end(), run.begin(), run.begin() + static_cast<std::ptrdiff_t>(take));
+      at->next += take;
+    }
+    return at->next - first;
+  };
 }
 
 }  // namespace
@@ -284,6 +338,8 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   ImportResult result;
   result.events = event_count;
   result.segments = final_state.segments().size();
+  // A run from an empty start gets its keyframe chain built meanwhile, on a thread of its own.
+  std::optional<KeyframeChainInAdvance> chain_in_advance;
 
   try {
     // The exact series (rounded block sizes, as memory_stats() counts them) come from replaying
@@ -301,12 +357,20 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         start_assumed_empty = header.start_assumed_empty;
         writer.begin(record, initial(), point_of(header.initial));
         storing = false;
+        if (run_has_stats_keyframes(event_count) && initial().segments().empty() &&
+            initial().blocks().empty()) {
+          RunRecord stored = record;  // as finish_run will have stored it
+          stored.event_count = event_count;
+          stored.summary = replay_summary(snapshot, device, options);
+          chain_in_advance.emplace(stored, final_state, trace_reader(snapshot, device));
+        }
       };
       sinks.on_restart = [&] {
         storing = true;
         writer.cancel();
         start_assumed_empty = false;
         storing = false;
+        chain_in_advance.reset();  // it took the start to be empty
       };
       sinks.on_samples = [&](std::span<const TraceEvent> slice,
                              std::span<const MemorySample> samples, std::size_t first) {
@@ -330,6 +394,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     } catch (const InputError& e) {
       if (storing)
         throw;
+      chain_in_advance.reset();
       writer.cancel();
       writer.stage("layout", 1, 1);
       start_assumed_empty = false;
@@ -357,7 +422,6 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
     nlohmann::json summary = {
         {"source_file", options.source_file},
         {"device", device},
-        {"allocator_settings", snapshot.allocator_settings},
         {"segments", result.segments},
         {"truncated", result.truncated},
         {"ooms", result.ooms},
@@ -368,26 +432,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"state_only", event_count == 0},
         {"device_count", snapshot.device_count()},
         {"allocator_settings_recorded", snapshot.allocator_settings_recorded},
-        {"torch_version",
-         {{"range", snapshot.torch_version.range()},
-          {"profile", snapshot.torch_version.profile().to_string()},
-          {"evidence", snapshot.torch_version.evidence},
-          {"from_override", snapshot.torch_version.from_override}}},
         {"series", series_info},
     };
-    // Private pools (CUDA graphs, MemPool) are only in the final segments' segment_pool_id:
-    // kept so an export writes them back and views can tell the pools apart.
-    nlohmann::json segment_pools = nlohmann::json::array();
-    for (const snapshot::Segment& segment : snapshot.segments) {
-      if (segment.device == static_cast<int>(device) &&
-          (segment.pool_id.first != 0 || segment.pool_id.second != 0))
-        segment_pools.push_back(
-            {segment.address, segment.total_size, segment.pool_id.first, segment.pool_id.second});
-    }
-    if (!segment_pools.empty())
-      summary["segment_pools"] = std::move(segment_pools);
-    if (options.recorded_stats && options.recorded_stats->is_object())
-      add_recorded_stats(*options.recorded_stats, summary);
+    summary.update(replay_summary(snapshot, device, options));
     writer.stage("commit", 0, 1);
     store.finish_run(writer.run(), result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
                      control.cancel);
@@ -398,29 +445,17 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   }
   result.run = writer.run();
   // The run is committed; its allocator-state keyframes follow in their own transaction (a
-  // cancel here leaves the run without them, replayed from event 0 when asked).
+  // cancel here leaves the run without them, replayed from event 0 when asked). The run's events
+  // are the device's trace as it is, read from the snapshot rather than back from the store.
   if (run_has_stats_keyframes(event_count)) {
-    // The run's events are the device's trace as it is: read from the snapshot, a block at a
-    // time, rather than back from the store.
-    const bool spooled =
-        device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty();
-    const snapshot::TraceWindow trace =
-        spooled
-            ? snapshot::TraceWindow(snapshot.device_spools[device])
-            : snapshot::TraceWindow(std::span<const TraceEvent>(snapshot.device_traces[device]));
-    std::size_t next = 0;
-    const RunEventReader read = [&](std::size_t count, std::vector<TraceEvent>& out) {
-      const std::size_t first = next;
-      while (next - first < count && next < trace.size()) {
-        const std::span<const TraceEvent> run = trace.run_from(next);
-        const std::size_t take = std::min(run.size(), count - (next - first));
-        out.insert(out.end(), run.begin(), run.begin() + static_cast<std::ptrdiff_t>(take));
-        next += take;
-      }
-      return next - first;
-    };
     try {
-      store_stats_keyframes(store, result.run, read, kStatsKeyframeInterval, control.cancel);
+      if (chain_in_advance) {
+        chain_in_advance->store(store, result.run, trace_reader(snapshot, device), control.cancel);
+        result.keyframes_built_in_advance = chain_in_advance->taken();
+      } else {
+        store_stats_keyframes(store, result.run, trace_reader(snapshot, device),
+                              kStatsKeyframeInterval, control.cancel);
+      }
     } catch (const Cancelled&) {
     }
   }

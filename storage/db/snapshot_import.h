@@ -64,6 +64,9 @@ struct ImportResult {
   // segments): the run is stored with the series the trace alone gives, and these say why.
   // Also in the run's summary["warnings"].
   std::vector<std::string> warnings;
+  // The allocator-state keyframes are the chain built while the events were stored (the run's
+  // stored inputs were the ones it was built from), not a chain built after the commit.
+  bool keyframes_built_in_advance = false;
 };
 
 // The snapshot's segments on `device` as a SegmentMap (blocks by request size, as the trace).

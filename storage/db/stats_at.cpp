@@ -168,9 +168,8 @@ RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t>
   return out;
 }
 
-// The run's final segments with their pools (summary["segment_pools"] holds the private ones),
-// for the replay's pool inference, as replay_snapshot passes a snapshot's.
-std::vector<replay::SegmentPool> final_segments_of(RunStore& store, const RunRecord& record) {
+std::vector<replay::SegmentPool> final_segments_of(const SegmentMap& at_end,
+                                                   const RunRecord& record) {
   std::map<std::uint64_t, MempoolId> private_pools;
   const auto pools = record.summary.find("segment_pools");
   if (pools != record.summary.end() && pools->is_array()) {
@@ -181,8 +180,7 @@ std::vector<replay::SegmentPool> final_segments_of(RunStore& store, const RunRec
     }
   }
   std::vector<replay::SegmentPool> out;
-  const SegmentStateAt at_end = store.segment_state(record.id, record.event_count);
-  for (const auto& [base, range] : at_end.state.segments()) {
+  for (const auto& [base, range] : at_end.segments()) {
     if (range.expandable)
       continue;
     const auto pool = private_pools.find(base);
@@ -192,6 +190,18 @@ std::vector<replay::SegmentPool> final_segments_of(RunStore& store, const RunRec
 }
 
 StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace) {
+  const RunRecord& record = trace.record;
+  return stats_replay_setup(
+      trace,
+      trace.recorded_config
+          ? final_segments_of(store.segment_state(record.id, record.event_count).state, record)
+          : std::vector<replay::SegmentPool>{});
+}
+
+// KeyframeChainInAdvance compares what this sets (same_inputs, stats_keyframes.cpp): a field
+// set here belongs there too.
+StatsReplaySetup stats_replay_setup(const RunTrace& trace,
+                                    std::vector<replay::SegmentPool> final_segments) {
   const RunRecord& record = trace.record;
   StatsReplaySetup setup;
   setup.recorded = trace.recorded_config;
@@ -206,7 +216,7 @@ StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace) {
   if (record.environment.gpu_memory > 0)
     setup.options.total_memory = record.environment.gpu_memory;
   if (setup.recorded)
-    setup.options.final_segments = final_segments_of(store, record);
+    setup.options.final_segments = std::move(final_segments);
   return setup;
 }
 

@@ -106,5 +106,13 @@ struct StatsReplaySetup {
   bool recorded = false;
 };
 StatsReplaySetup stats_replay_setup(RunStore& store, const RunTrace& trace);
+// The same with the run's final segments given (final_segments_of), for a run not stored yet.
+StatsReplaySetup stats_replay_setup(const RunTrace& trace,
+                                    std::vector<replay::SegmentPool> final_segments);
+// The segments of `at_end` (a run's state after its last event) with their pools
+// (record.summary["segment_pools"] holds the private ones), for the replay's pool inference, as
+// replay_snapshot passes a snapshot's. Expandable segments are left out.
+std::vector<replay::SegmentPool> final_segments_of(const SegmentMap& at_end,
+                                                   const RunRecord& record);
 
 }  // namespace fragscope::storage

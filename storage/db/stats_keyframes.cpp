@@ -1,8 +1,11 @@
 #include "storage/db/stats_keyframes.h"
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <map>
 #include <memory>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -19,17 +22,6 @@ constexpr std::uint64_t kFormat = 1;
 
 // How far past a target the events of its allocator call may reach (its segment events are few).
 constexpr std::uint64_t kCallLookahead = 4096;
-
-// Why the keyframe chain cannot follow this run, from its config and start (see the header).
-std::string why_no_keyframes(const RunTrace& trace) {
-  if (!trace.initial.segment_map().empty())
-    return "the trace starts mid-run (its start state is inferred)";
-  if (trace.config.expandable_segments)
-    return "expandable segments";
-  if (trace.config.garbage_collection_threshold > 0)
-    return "a garbage_collection_threshold";
-  return {};
-}
 
 constexpr const char* kPrivatePools = "private pools that the replay infers";
 
@@ -235,105 +227,191 @@ StatsKeyframe decode_stats_keyframe(std::span<const std::uint8_t> blob,
 
 namespace {
 
-std::size_t store_keyframe_chain(RunStore& store, RunId run, const RunEventReader& events,
-                                 std::uint64_t interval, const CancelToken& cancel) {
-  // The config, the release and the start state; the events are read a window at a time, so
-  // the chain's memory does not grow with the run.
+// Everything the keyframe chain reads of a run besides its events.
+struct ChainInputs {
+  std::uint64_t event_count = 0;
+  alloc::AllocatorConfig config;
+  bool starts_empty = true;  // no segment or block before the first event
+  StatsReplaySetup setup;
+};
+
+ChainInputs chain_inputs(const RunTrace& trace, StatsReplaySetup setup) {
+  ChainInputs inputs;
+  inputs.event_count = trace.record.event_count;
+  inputs.config = trace.config;
+  inputs.starts_empty = trace.initial.segment_map().empty();
+  inputs.setup = std::move(setup);
+  return inputs;
+}
+
+// The stored run's: the config, the release and the start state (its events are read a window
+// at a time, so the chain's memory does not grow with the run).
+ChainInputs chain_inputs(RunStore& store, RunId run) {
   const RunTrace trace = load_run_trace(store, run, 0);
-  const StatsReplaySetup setup = stats_replay_setup(store, trace);
-  const std::uint64_t count = trace.record.event_count;
-  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(trace.config);
-  std::string why = why_no_keyframes(trace);
-  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> blobs;
-  std::optional<StatsKeyframe> last;
-  std::uint64_t target = interval;
-  // The run's events read once, in order: `part` holds the events from `from` on, and what a
-  // window read past its cut starts the next window.
-  std::vector<TraceEvent> part;
-  std::vector<TraceEvent> ahead;
-  while (why.empty()) {
-    cancel.throw_if_cancelled();
-    const std::uint64_t from = last ? last->event_index : 0;
-    // The events up to the end of the allocator call at the target, or to the run's end (the
-    // last window is replayed only to check that the model follows the recording to the end).
-    const std::uint64_t window_end = std::min(count, std::min(target, count) + kCallLookahead);
-    if (from + part.size() < window_end) {
-      const auto wanted = static_cast<std::size_t>(window_end - from - part.size());
-      if (events(wanted, part) != wanted)
-        throw DatabaseError(store.database_path() + ": run " + std::to_string(run.value) +
-                            ": its events (the store's, or the trace it was imported from) end "
-                            "before the " +
-                            std::to_string(count) + " its record counts");
+  return chain_inputs(trace, stats_replay_setup(store, trace));
+}
+
+// Whether two runs give the chain the same inputs: the fields stats_replay_setup sets.
+bool same_inputs(const ChainInputs& a, const ChainInputs& b) {
+  const replay::ReplayOptions& x = a.setup.options;
+  const replay::ReplayOptions& y = b.setup.options;
+  const auto same_segment = [](const replay::SegmentPool& p, const replay::SegmentPool& q) {
+    return p.address == q.address && p.size == q.size && p.pool == q.pool;
+  };
+  return a.event_count == b.event_count && a.config == b.config &&
+         a.starts_empty == b.starts_empty && a.setup.recorded == b.setup.recorded &&
+         a.setup.settings == b.setup.settings && x.config == y.config &&
+         x.torch_version == y.torch_version && x.allowed_memory == y.allowed_memory &&
+         x.total_memory == y.total_memory &&
+         std::equal(x.final_segments.begin(), x.final_segments.end(), y.final_segments.begin(),
+                    y.final_segments.end(), same_segment);
+}
+
+// Why the chain cannot follow a run, from its config and start (see the header).
+std::string why_no_keyframes(const ChainInputs& inputs) {
+  if (!inputs.starts_empty)
+    return "the trace starts mid-run (its start state is inferred)";
+  if (inputs.config.expandable_segments)
+    return "expandable segments";
+  if (inputs.config.garbage_collection_threshold > 0)
+    return "a garbage_collection_threshold";
+  return {};
+}
+
+// The keyframes of a run (event index, blob), or why it has none.
+struct KeyframeChain {
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> keyframes;
+  std::string why;
+};
+
+// Replays the run from `inputs` window by window, a keyframe at each cut. `what` names the run
+// in errors. A trace the model cannot replay gives no keyframes, and says why.
+KeyframeChain build_keyframe_chain(const ChainInputs& inputs, const RunEventReader& events,
+                                   std::uint64_t interval, const CancelToken& cancel,
+                                   const std::string& what) {
+  const StatsReplaySetup& setup = inputs.setup;
+  const std::uint64_t count = inputs.event_count;
+  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(inputs.config);
+  KeyframeChain chain;
+  chain.why = why_no_keyframes(inputs);
+  try {
+    std::optional<StatsKeyframe> last;
+    std::uint64_t target = interval;
+    // The run's events read once, in order: `part` holds the events from `from` on, and what a
+    // window read past its cut starts the next window.
+    std::vector<TraceEvent> part;
+    std::vector<TraceEvent> ahead;
+    while (chain.why.empty()) {
+      cancel.throw_if_cancelled();
+      const std::uint64_t from = last ? last->event_index : 0;
+      // The events up to the end of the allocator call at the target, or to the run's end (the
+      // last window is replayed only to check that the model follows the recording to the end).
+      const std::uint64_t window_end = std::min(count, std::min(target, count) + kCallLookahead);
+      if (from + part.size() < window_end) {
+        const auto wanted = static_cast<std::size_t>(window_end - from - part.size());
+        if (events(wanted, part) != wanted)
+          throw DatabaseError(what +
+                              ": its events (the store's, or the trace it was imported "
+                              "from) end before the " +
+                              std::to_string(count) + " its record counts");
+      }
+      std::uint64_t cut = std::min(target, count) - from;
+      // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
+      // segment_free entries, which the replay infers one call from).
+      auto inside_segment_events = [&part](std::uint64_t at) {
+        return at > 0 && at < part.size() && is_segment_action(part[at - 1].action) &&
+               is_segment_action(part[at].action);
+      };
+      while (cut < part.size() &&
+             (end_of_allocator_call(part, cut) != cut || inside_segment_events(cut)))
+        ++cut;
+      if (cut == part.size() && from + cut < count) {
+        chain.why = "an allocator call longer than " + std::to_string(kCallLookahead) + " events";
+        break;
+      }
+      ahead.assign(part.begin() + static_cast<std::ptrdiff_t>(cut), part.end());
+      part.resize(static_cast<std::size_t>(cut));
+      if (chain.why = why_no_keyframes(part, setup); !chain.why.empty())
+        break;
+      replay::ReplayOptions options = setup.options;
+      options.keep_final_segments = true;
+      options.keep_events = options.config.has_value();  // not compared: follows_trace checks them
+      if (last)
+        options.initial_stats = last->stats;
+      const replay::ReplayResult result =
+          replay::replay_trace(part, setup.settings, options, last ? &last->state : nullptr);
+      if (result.compared && result.first_divergence) {
+        chain.why = "the model diverged from the recording";
+        break;
+      }
+      if (!result.compared && !follows_trace(result.events, part)) {
+        chain.why = "the model does not make the trace's allocations";
+        break;
+      }
+      if (result.pools && (result.pools->private_allocations > 0 ||
+                           result.pools->pool_requests > 0 || !result.pools->pools.empty())) {
+        chain.why = kPrivatePools;
+        break;
+      }
+      if (from + cut >= count)
+        break;
+      StatsKeyframe keyframe;
+      keyframe.event_index = from + cut;
+      keyframe.state = state_of(result.run.final_segments, rules);
+      keyframe.stats = result.run.stats;
+      chain.keyframes.emplace_back(keyframe.event_index, encode_stats_keyframe(keyframe));
+      last = std::move(keyframe);
+      part.swap(ahead);
+      target = std::max(target + interval, from + cut + 1);
     }
-    std::uint64_t cut = std::min(target, count) - from;
-    // Not inside an allocator call, nor inside a burst of segment events (an empty_cache's
-    // segment_free entries, which the replay infers one call from).
-    auto inside_segment_events = [&part](std::uint64_t at) {
-      return at > 0 && at < part.size() && is_segment_action(part[at - 1].action) &&
-             is_segment_action(part[at].action);
-    };
-    while (cut < part.size() &&
-           (end_of_allocator_call(part, cut) != cut || inside_segment_events(cut)))
-      ++cut;
-    if (cut == part.size() && from + cut < count) {
-      why = "an allocator call longer than " + std::to_string(kCallLookahead) + " events";
-      break;
-    }
-    ahead.assign(part.begin() + static_cast<std::ptrdiff_t>(cut), part.end());
-    part.resize(static_cast<std::size_t>(cut));
-    if (why = why_no_keyframes(part, setup); !why.empty())
-      break;
-    replay::ReplayOptions options = setup.options;
-    options.keep_final_segments = true;
-    options.keep_events = options.config.has_value();  // not compared: follows_trace checks them
-    if (last)
-      options.initial_stats = last->stats;
-    const replay::ReplayResult result =
-        replay::replay_trace(part, setup.settings, options, last ? &last->state : nullptr);
-    if (result.compared && result.first_divergence) {
-      why = "the model diverged from the recording";
-      break;
-    }
-    if (!result.compared && !follows_trace(result.events, part)) {
-      why = "the model does not make the trace's allocations";
-      break;
-    }
-    if (result.pools && (result.pools->private_allocations > 0 || result.pools->pool_requests > 0 ||
-                         !result.pools->pools.empty())) {
-      why = kPrivatePools;
-      break;
-    }
-    if (from + cut >= count)
-      break;
-    StatsKeyframe keyframe;
-    keyframe.event_index = from + cut;
-    keyframe.state = state_of(result.run.final_segments, rules);
-    keyframe.stats = result.run.stats;
-    blobs.emplace_back(keyframe.event_index, encode_stats_keyframe(keyframe));
-    last = std::move(keyframe);
-    part.swap(ahead);
-    target = std::max(target + interval, from + cut + 1);
+  } catch (const InputError& error) {
+    chain.why = std::string("the replay failed: ") + error.what();
   }
+  if (!chain.why.empty())
+    chain.keyframes.clear();
+  return chain;
+}
+
+// Replaces the run's keyframes with `chain`'s and records the outcome.
+std::size_t write_keyframe_chain(RunStore& store, RunId run, const KeyframeChain& chain,
+                                 std::uint64_t interval, const CancelToken& cancel) {
   Transaction transaction(store.database());
   erase_keyframes(store, run);
-  if (!why.empty()) {
-    record_outcome(store, run, {{"none", why}});
+  if (!chain.why.empty()) {
+    record_outcome(store, run, {{"none", chain.why}});
     transaction.commit();
     return 0;
   }
   auto insert = store.database().prepare(
       "INSERT INTO stats_keyframes(run_id, event_index, data) VALUES (?, ?, ?)");
-  for (const auto& [event_index, blob] : blobs) {
+  for (const auto& [event_index, blob] : chain.keyframes) {
     insert.bind_int(1, run.value)
         .bind_int(2, static_cast<std::int64_t>(event_index))
         .bind_blob(3, blob);
     insert.run();
     insert.reset();
   }
-  record_outcome(store, run, {{"interval", interval}, {"count", blobs.size()}});
+  record_outcome(store, run, {{"interval", interval}, {"count", chain.keyframes.size()}});
   cancel.throw_if_cancelled();
   transaction.commit();
-  return blobs.size();
+  return chain.keyframes.size();
+}
+
+std::string run_events_name(RunStore& store, RunId run) {
+  return store.database_path() + ": run " + std::to_string(run.value);
+}
+
+// A stored run whose config or start state does not read: imported all the same; its Summary
+// says why when asked.
+std::size_t record_unreadable_run(RunStore& store, RunId run, const InputError& error) {
+  KeyframeChain none;
+  none.why = std::string("the replay failed: ") + error.what();
+  return write_keyframe_chain(store, run, none, 0, {});
+}
+
+void check_interval(std::uint64_t interval) {
+  if (interval == 0)
+    throw InputError("store_stats_keyframes: the interval must be at least one event");
 }
 
 }  // namespace
@@ -351,18 +429,88 @@ std::size_t store_stats_keyframes(RunStore& store, RunId run, std::uint64_t inte
 
 std::size_t store_stats_keyframes(RunStore& store, RunId run, const RunEventReader& events,
                                   std::uint64_t interval, const CancelToken& cancel) {
-  if (interval == 0)
-    throw InputError("store_stats_keyframes: the interval must be at least one event");
+  check_interval(interval);
+  ChainInputs inputs;
   try {
-    return store_keyframe_chain(store, run, events, interval, cancel);
+    inputs = chain_inputs(store, run);
   } catch (const InputError& error) {
-    // A trace the model cannot replay imports all the same; its Summary says why when asked.
-    Transaction transaction(store.database());
-    erase_keyframes(store, run);
-    record_outcome(store, run, {{"none", std::string("the replay failed: ") + error.what()}});
-    transaction.commit();
-    return 0;
+    return record_unreadable_run(store, run, error);
   }
+  const KeyframeChain chain =
+      build_keyframe_chain(inputs, events, interval, cancel, run_events_name(store, run));
+  return write_keyframe_chain(store, run, chain, interval, cancel);
+}
+
+struct KeyframeChainInAdvance::Job {
+  ChainInputs expected;
+  CancelToken stop = CancelToken::make();
+  std::future<KeyframeChain> chain;
+  ~Job() {
+    stop.cancel();
+    if (chain.valid())
+      chain.wait();
+  }
+};
+
+KeyframeChainInAdvance::KeyframeChainInAdvance(const RunRecord& record,
+                                               const SegmentMap& final_state, RunEventReader events,
+                                               std::uint64_t interval)
+    : interval_(interval) {
+  check_interval(interval);
+  auto job = std::make_unique<Job>();
+  try {
+    RunTrace trace;
+    trace.record = record;
+    RunAllocatorConfig config = allocator_config_of(record);
+    trace.config = std::move(config.config);
+    trace.recorded_config = config.recorded;
+    trace.profile = profile_choice_of(record);
+    trace.initial = snapshot::SegmentState(snapshot::LayoutRules::from_config(trace.config));
+    std::vector<replay::SegmentPool> final_segments;
+    if (trace.recorded_config)
+      final_segments = final_segments_of(final_state, record);
+    job->expected = chain_inputs(trace, stats_replay_setup(trace, std::move(final_segments)));
+  } catch (const InputError&) {
+    return;  // store() reads the stored run's config again and reports it
+  }
+  try {
+    job->chain = std::async(std::launch::async, [inputs = job->expected, events = std::move(events),
+                                                 interval, stop = job->stop] {
+      return build_keyframe_chain(inputs, events, interval, stop, "the imported trace");
+    });
+  } catch (const std::system_error&) {
+    return;  // no thread to be had: store() builds the chain after the commit, as before
+  }
+  job_ = std::move(job);
+}
+
+KeyframeChainInAdvance::~KeyframeChainInAdvance() = default;
+
+std::size_t KeyframeChainInAdvance::store(RunStore& store, RunId run,
+                                          const RunEventReader& events_again,
+                                          const CancelToken& cancel) {
+  std::unique_ptr<Job> job = std::move(job_);
+  ChainInputs stored;
+  try {
+    stored = chain_inputs(store, run);
+  } catch (const InputError& error) {
+    return record_unreadable_run(store, run, error);
+  }
+  std::optional<KeyframeChain> chain;
+  if (job && same_inputs(job->expected, stored)) {
+    // The caller's cancel reaches the chain's thread through the job's own token.
+    while (job->chain.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (cancel.cancelled())
+        job->stop.cancel();
+    }
+    chain = job->chain.get();
+    taken_ = true;
+  }
+  job.reset();  // a chain built from other inputs is stopped and dropped
+  if (!chain)
+    chain =
+        build_keyframe_chain(stored, events_again, interval_, cancel, run_events_name(store, run));
+  return write_keyframe_chain(store, run, *chain, interval_, cancel);
 }
 
 bool stats_keyframes_missing(const RunRecord& record) {

@@ -15,6 +15,7 @@
 // make (its blocks would not be the trace's: a synthetic trace, say).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +59,38 @@ using RunEventReader = std::function<std::size_t(std::size_t count, std::vector<
 std::size_t store_stats_keyframes(RunStore& store, RunId run, const RunEventReader& events,
                                   std::uint64_t interval = kStatsKeyframeInterval,
                                   const CancelToken& cancel = {});
+
+// An import's keyframe chain, built on a thread of its own while the import stores the run's
+// events: the chain replays the whole run, a third of an import's work, which another core does
+// meanwhile. It is built from what the run is about to be stored with; store() keeps it only when
+// the stored run gives the chain the same inputs, and otherwise builds the chain again from the
+// store, so the keyframes are always store_stats_keyframes'.
+class KeyframeChainInAdvance {
+ public:
+  // `record`: the run as it will be stored (its event_count, capacity, environment, alloc_conf,
+  // and the summary's allocator_settings, torch_version, segment_pools and allowed_bytes);
+  // `final_state`: its segments after the last event; `events`: its events from the first, read
+  // on the chain's thread. The run is taken to start with no segment. No thread starts when the
+  // record's config does not read (store() reads the stored one and says so).
+  KeyframeChainInAdvance(const RunRecord& record, const SegmentMap& final_state,
+                         RunEventReader events, std::uint64_t interval = kStatsKeyframeInterval);
+  ~KeyframeChainInAdvance();  // stops the chain's thread and waits for it
+  KeyframeChainInAdvance(const KeyframeChainInAdvance&) = delete;
+  KeyframeChainInAdvance& operator=(const KeyframeChainInAdvance&) = delete;
+
+  // store_stats_keyframes(store, run, events_again, interval, cancel), with the chain built in
+  // advance when the stored run gives the same inputs; `cancel` reaches the chain's thread.
+  std::size_t store(RunStore& store, RunId run, const RunEventReader& events_again,
+                    const CancelToken& cancel = {});
+  // Whether store() kept the chain built in advance.
+  bool taken() const { return taken_; }
+
+ private:
+  struct Job;
+  std::unique_ptr<Job> job_;
+  std::uint64_t interval_;
+  bool taken_ = false;
+};
 
 // Keyframes for a run stored before FragScope kept them (its summary has no "stats_keyframes"
 // outcome), built once through a writer on the database at `path`, so that this Summary and

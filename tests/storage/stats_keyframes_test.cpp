@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 
 #include "engine/allocator/summary.h"
@@ -122,7 +123,10 @@ TEST(StatsKeyframesStored, ImportMakesThemFromItsTraceAsTheStoredRunWouldGiveThe
     RunStore store(":memory:");
     const snapshot::Snapshot snap =
         spooled ? snapshot::read_snapshot_spooled(path) : snapshot::read_snapshot(path);
-    const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+    const ImportResult imported = import_snapshot(store, snap, test::import_options("gpt"));
+    const RunId run = imported.run;
+    // Built while the events were stored, from the inputs the stored run then gave.
+    EXPECT_TRUE(imported.keyframes_built_in_advance);
     const auto from_import = keyframe_blobs(store, run);
     ASSERT_GT(from_import.size(), 2u);
     const nlohmann::json outcome = store.run(run).summary.at("stats_keyframes");
@@ -130,6 +134,55 @@ TEST(StatsKeyframesStored, ImportMakesThemFromItsTraceAsTheStoredRunWouldGiveThe
     EXPECT_EQ(keyframe_blobs(store, run), from_import);
     EXPECT_EQ(store.run(run).summary.at("stats_keyframes"), outcome);
   }
+}
+
+// A chain built in advance from inputs the stored run does not give (here a cap it was not
+// stored with) is dropped: the keyframes are the stored run's, built again.
+TEST(StatsKeyframesStored, AChainBuiltInAdvanceFromOtherInputsIsBuiltAgain) {
+  RunStore store(":memory:");
+  const snapshot::Snapshot snap =
+      snapshot::read_snapshot(fixture("gpt_fixedlen_default", ".pickle.gz"));
+  const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+  const auto stored_chain = keyframe_blobs(store, run);
+  ASSERT_GT(stored_chain.size(), 2u);
+  const auto events = [&] {
+    auto stream = std::make_shared<RunReader::EventStream>(store.event_stream(run, 0));
+    return RunEventReader([stream](std::size_t count, std::vector<TraceEvent>& out) {
+      return stream->read(count, out);
+    });
+  };
+  const SegmentMap final_state = segment_map_of(snap, 0);
+  for (const bool same : {true, false}) {
+    SCOPED_TRACE(same ? "the stored run's record" : "a record with a cap");
+    RunRecord record = store.run(run);
+    if (!same)
+      record.summary["allowed_bytes"] = Bytes{1} << 30;
+    KeyframeChainInAdvance chain(record, final_state, events());
+    EXPECT_EQ(chain.store(store, run, events()), stored_chain.size());
+    EXPECT_EQ(chain.taken(), same);
+    EXPECT_EQ(keyframe_blobs(store, run), stored_chain);
+  }
+}
+
+// A chain built in advance stops when its owner goes away unused, and store() gives up with
+// Cancelled when the import is cancelled while it waits for the chain.
+TEST(StatsKeyframesStored, AChainBuiltInAdvanceStopsUnusedOrCancelled) {
+  RunStore store(":memory:");
+  const snapshot::Snapshot snap =
+      snapshot::read_snapshot(fixture("gpt_fixedlen_default", ".pickle.gz"));
+  const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+  const auto events = [&] {
+    auto stream = std::make_shared<RunReader::EventStream>(store.event_stream(run, 0));
+    return RunEventReader([stream](std::size_t count, std::vector<TraceEvent>& out) {
+      return stream->read(count, out);
+    });
+  };
+  const SegmentMap final_state = segment_map_of(snap, 0);
+  { KeyframeChainInAdvance unused(store.run(run), final_state, events()); }
+  KeyframeChainInAdvance chain(store.run(run), final_state, events());
+  const CancelToken cancel = CancelToken::make();
+  cancel.cancel();
+  EXPECT_THROW(chain.store(store, run, events(), cancel), Cancelled);
 }
 
 // The device imported is not device 0 (--device, or the busiest of several): the
