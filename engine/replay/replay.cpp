@@ -489,8 +489,8 @@ TraceRequests requests_from_trace(const snapshot::Snapshot& snapshot, std::size_
   static const std::vector<TraceEvent> kNoEvents;
   TraceSource source{device < snapshot.device_traces.size() ? &snapshot.device_traces[device]
                                                             : &kNoEvents};
-  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty())
-    source = TraceSource{nullptr, &snapshot.device_spools[device]};
+  if (const snapshot::EventSpool* spool = snapshot.spool(device))
+    source = TraceSource{nullptr, spool};
   TraceRequests out;
   extract_into(source, initial, nullptr, nullptr, out, requests);
   return out;
@@ -800,8 +800,8 @@ ReplayResult replay_snapshot(const snapshot::Snapshot& snapshot, const ReplayOpt
   // whole, also by the pool inference: replaying a real 1.2M-entry trace then holds its requests
   // packed, not its 48 MB of entries as well.
   TraceSource trace{&snapshot.device_traces[device]};
-  if (device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty())
-    trace = TraceSource{nullptr, &snapshot.device_spools[device]};
+  if (const snapshot::EventSpool* spool = snapshot.spool(device))
+    trace = TraceSource{nullptr, spool};
   const bool infer_pools = needs_inference(trace, options);
   // A trace recorded from the process's start touches no block or segment from before it: its
   // start state is empty, which extracting its requests proves, without initial_state's walk

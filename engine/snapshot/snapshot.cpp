@@ -101,17 +101,22 @@ std::size_t Snapshot::device_count() const {
 }
 
 std::size_t Snapshot::trace_size(std::size_t device) const {
-  if (device < device_spools.size() && !device_spools[device].empty())
-    return device_spools[device].size();
+  if (const EventSpool* packed = spool(device))
+    return packed->size();
   return device < device_traces.size() ? device_traces[device].size() : 0;
 }
 
 TraceBlocks Snapshot::trace_blocks(std::size_t device) const {
-  if (device < device_spools.size() && !device_spools[device].empty())
-    return TraceBlocks(device_spools[device]);
+  if (const EventSpool* packed = spool(device))
+    return TraceBlocks(*packed);
   if (device < device_traces.size())
     return TraceBlocks(device_traces[device]);
   return TraceBlocks();
+}
+
+const EventSpool* Snapshot::spool(std::size_t device) const {
+  return device < device_spools.size() && !device_spools[device].empty() ? &device_spools[device]
+                                                                         : nullptr;
 }
 
 std::size_t Snapshot::busiest_device() const {

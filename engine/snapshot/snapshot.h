@@ -176,6 +176,9 @@ struct Snapshot {
   // The entries of one device's trace, in either form (0 / none for a device without one).
   std::size_t trace_size(std::size_t device) const;
   TraceBlocks trace_blocks(std::size_t device) const;
+  // The device's trace when it is packed in a spool (read_snapshot_spooled); nullptr when it is
+  // a vector in device_traces, or the device has none.
+  const EventSpool* spool(std::size_t device) const;
   // The compile_context / user_metadata of entry `index` of `device` ("" when absent).
   std::string_view compile_context(std::size_t device, std::size_t index) const;
   std::string_view user_metadata(std::size_t device, std::size_t index) const;

@@ -299,8 +299,8 @@ std::optional<std::vector<TraceEvent>> noted_segment_events(const Snapshot& snap
   if (device < 0)
     return std::nullopt;
   const auto d = static_cast<std::size_t>(device);
-  if (d < snapshot.device_spools.size() && !snapshot.device_spools[d].empty()) {
-    const auto noted = snapshot.device_spools[d].segment_events();
+  if (const EventSpool* spool = snapshot.spool(d)) {
+    const auto noted = spool->segment_events();
     if (!noted)
       return std::nullopt;
     return std::vector<TraceEvent>(noted->begin(), noted->end());

@@ -77,15 +77,14 @@ nlohmann::json replay_summary(const snapshot::Snapshot& snapshot, std::size_t de
 // The device's trace read forward from its first event, a block at a time (a spooled trace is
 // never unpacked whole), for the keyframe chain.
 RunEventReader trace_reader(const snapshot::Snapshot& snapshot, std::size_t device) {
-  const bool spooled =
-      device < snapshot.device_spools.size() && !snapshot.device_spools[device].empty();
+  const snapshot::EventSpool* spool = snapshot.spool(device);
   struct Position {
     snapshot::TraceWindow trace;
     std::size_t next = 0;
   };
   auto at = std::make_shared<Position>(Position{
-      spooled
-          ? snapshot::TraceWindow(snapshot.device_spools[device])
+      spool != nullptr
+          ? snapshot::TraceWindow(*spool)
           : snapshot::TraceWindow(std::span<const TraceEvent>(snapshot.device_traces[device]))});
   return [at](std::size_t count, std::vector<TraceEvent>& out) {
     const std::size_t first = at->next;

@@ -622,7 +622,13 @@ TEST(SpooledRead, HoldsTheSameTracesAsThePlainRead) {
     for (std::size_t d = 0; d < plain.device_traces.size(); ++d) {
       EXPECT_TRUE(spooled.device_traces[d].empty());
       EXPECT_EQ(spooled.device_spools[d].to_vector(), plain.device_traces[d]) << d;
+      // spool(d): the packed trace where it has entries, never a plain snapshot's.
+      EXPECT_EQ(spooled.spool(d),
+                plain.device_traces[d].empty() ? nullptr : &spooled.device_spools[d])
+          << d;
+      EXPECT_EQ(plain.spool(d), nullptr) << d;
     }
+    EXPECT_EQ(spooled.spool(plain.device_traces.size()), nullptr);
   }
 }
 
