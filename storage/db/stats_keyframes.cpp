@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <map>
 #include <memory>
@@ -401,12 +402,22 @@ std::string run_events_name(RunStore& store, RunId run) {
   return store.database_path() + ": run " + std::to_string(run.value);
 }
 
-// A stored run whose config or start state does not read: imported all the same; its Summary
-// says why when asked.
-std::size_t record_unreadable_run(RunStore& store, RunId run, const InputError& error) {
+// A run whose config or start state does not read, or whose keyframes the database refused:
+// imported all the same; its Summary says why when asked.
+std::size_t record_replay_failure(RunStore& store, RunId run, const InputError& error) {
   KeyframeChain none;
   none.why = std::string("the replay failed: ") + error.what();
   return write_keyframe_chain(store, run, none, 0, {});
+}
+
+// write_keyframe_chain, or the failure recorded when the database refuses the keyframes.
+std::size_t store_chain(RunStore& store, RunId run, const KeyframeChain& chain,
+                        std::uint64_t interval, const CancelToken& cancel) {
+  try {
+    return write_keyframe_chain(store, run, chain, interval, cancel);
+  } catch (const InputError& error) {  // DatabaseError is one
+    return record_replay_failure(store, run, error);
+  }
 }
 
 void check_interval(std::uint64_t interval) {
@@ -434,11 +445,11 @@ std::size_t store_stats_keyframes(RunStore& store, RunId run, const RunEventRead
   try {
     inputs = chain_inputs(store, run);
   } catch (const InputError& error) {
-    return record_unreadable_run(store, run, error);
+    return record_replay_failure(store, run, error);
   }
   const KeyframeChain chain =
       build_keyframe_chain(inputs, events, interval, cancel, run_events_name(store, run));
-  return write_keyframe_chain(store, run, chain, interval, cancel);
+  return store_chain(store, run, chain, interval, cancel);
 }
 
 struct KeyframeChainInAdvance::Job {
@@ -470,8 +481,8 @@ KeyframeChainInAdvance::KeyframeChainInAdvance(const RunRecord& record,
     if (trace.recorded_config)
       final_segments = final_segments_of(final_state, record);
     job->expected = chain_inputs(trace, stats_replay_setup(trace, std::move(final_segments)));
-  } catch (const InputError&) {
-    return;  // store() reads the stored run's config again and reports it
+  } catch (const std::exception&) {
+    return;  // store() reads the stored run's inputs again and reports what does not read
   }
   try {
     job->chain = std::async(std::launch::async, [inputs = job->expected, events = std::move(events),
@@ -490,11 +501,12 @@ std::size_t KeyframeChainInAdvance::store(RunStore& store, RunId run,
                                           const RunEventReader& events_again,
                                           const CancelToken& cancel) {
   std::unique_ptr<Job> job = std::move(job_);
+  taken_ = false;
   ChainInputs stored;
   try {
     stored = chain_inputs(store, run);
   } catch (const InputError& error) {
-    return record_unreadable_run(store, run, error);
+    return record_replay_failure(store, run, error);
   }
   std::optional<KeyframeChain> chain;
   if (job && same_inputs(job->expected, stored)) {
@@ -510,7 +522,7 @@ std::size_t KeyframeChainInAdvance::store(RunStore& store, RunId run,
   if (!chain)
     chain =
         build_keyframe_chain(stored, events_again, interval_, cancel, run_events_name(store, run));
-  return write_keyframe_chain(store, run, *chain, interval_, cancel);
+  return store_chain(store, run, *chain, interval_, cancel);
 }
 
 bool stats_keyframes_missing(const RunRecord& record) {

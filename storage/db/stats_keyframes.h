@@ -70,8 +70,9 @@ class KeyframeChainInAdvance {
   // `record`: the run as it will be stored (its event_count, capacity, environment, alloc_conf,
   // and the summary's allocator_settings, torch_version, segment_pools and allowed_bytes);
   // `final_state`: its segments after the last event; `events`: its events from the first, read
-  // on the chain's thread. The run is taken to start with no segment. No thread starts when the
-  // record's config does not read (store() reads the stored one and says so).
+  // on the chain's thread, so it must not touch what the caller uses meanwhile (the store: read
+  // the snapshot's trace). The run is taken to start with no segment. No thread starts when the
+  // record's inputs do not read (store() reads the stored ones and says so).
   KeyframeChainInAdvance(const RunRecord& record, const SegmentMap& final_state,
                          RunEventReader events, std::uint64_t interval = kStatsKeyframeInterval);
   ~KeyframeChainInAdvance();  // stops the chain's thread and waits for it

@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "engine/allocator/summary.h"
 #include "engine/snapshot/snapshot.h"
@@ -136,53 +140,95 @@ TEST(StatsKeyframesStored, ImportMakesThemFromItsTraceAsTheStoredRunWouldGiveThe
   }
 }
 
-// A chain built in advance from inputs the stored run does not give (here a cap it was not
-// stored with) is dropped: the keyframes are the stored run's, built again.
+// A trace read forward from memory, as the import reads its snapshot's (a chain built in advance
+// reads on its own thread, where the store must not be used). Each read is counted in `reads`
+// and waits `delay` first, when given.
+RunEventReader reader_of(std::shared_ptr<const std::vector<TraceEvent>> trace,
+                         std::shared_ptr<std::atomic<int>> reads = nullptr,
+                         std::chrono::milliseconds delay = {}) {
+  auto next = std::make_shared<std::size_t>(0);
+  return [trace, next, reads, delay](std::size_t count, std::vector<TraceEvent>& out) {
+    if (reads)
+      ++*reads;
+    std::this_thread::sleep_for(delay);
+    const std::size_t take = std::min(count, trace->size() - *next);
+    const auto first = trace->begin() + static_cast<std::ptrdiff_t>(*next);
+    out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(take));
+    *next += take;
+    return take;
+  };
+}
+
+struct ImportedFixture {
+  RunStore store{":memory:"};
+  snapshot::Snapshot snap = snapshot::read_snapshot(fixture("gpt_fixedlen_default", ".pickle.gz"));
+  RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+  std::shared_ptr<const std::vector<TraceEvent>> trace =
+      std::make_shared<const std::vector<TraceEvent>>(snap.device_traces.at(0));
+  SegmentMap final_state = segment_map_of(snap, 0);
+};
+
+// A chain built in advance from inputs the stored run does not give is dropped: the keyframes
+// are the stored run's, built again. Each input the chain reads is changed in turn.
 TEST(StatsKeyframesStored, AChainBuiltInAdvanceFromOtherInputsIsBuiltAgain) {
-  RunStore store(":memory:");
-  const snapshot::Snapshot snap =
-      snapshot::read_snapshot(fixture("gpt_fixedlen_default", ".pickle.gz"));
-  const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
+  ImportedFixture imported;
+  RunStore& store = imported.store;
+  const RunId run = imported.run;
   const auto stored_chain = keyframe_blobs(store, run);
   ASSERT_GT(stored_chain.size(), 2u);
-  const auto events = [&] {
-    auto stream = std::make_shared<RunReader::EventStream>(store.event_stream(run, 0));
-    return RunEventReader([stream](std::size_t count, std::vector<TraceEvent>& out) {
-      return stream->read(count, out);
-    });
+  const auto& [first_segment, first_range] = *imported.final_state.segments().begin();
+  const std::vector<std::pair<std::string, std::function<void(RunRecord&)>>> records = {
+      {"as stored", [](RunRecord&) {}},
+      {"a cap", [](RunRecord& r) { r.summary["allowed_bytes"] = Bytes{1} << 30; }},
+      {"a max_split_size",
+       [](RunRecord& r) { r.summary["allocator_settings"]["max_split_size"] = Bytes{256} << 20; }},
+      {"another release", [](RunRecord& r) { r.summary["torch_version"]["profile"] = "2.8"; }},
+      {"a private pool",
+       [&](RunRecord& r) {
+         r.summary["segment_pools"] = {{first_segment, first_range.size, 1, 2}};
+       }},
+      {"a device size", [](RunRecord& r) { r.environment.gpu_memory = Bytes{40} << 30; }},
+      {"fewer events", [](RunRecord& r) { r.event_count -= 1; }},
   };
-  const SegmentMap final_state = segment_map_of(snap, 0);
-  for (const bool same : {true, false}) {
-    SCOPED_TRACE(same ? "the stored run's record" : "a record with a cap");
+  for (const auto& [name, change] : records) {
+    SCOPED_TRACE(name);
     RunRecord record = store.run(run);
-    if (!same)
-      record.summary["allowed_bytes"] = Bytes{1} << 30;
-    KeyframeChainInAdvance chain(record, final_state, events());
-    EXPECT_EQ(chain.store(store, run, events()), stored_chain.size());
-    EXPECT_EQ(chain.taken(), same);
+    change(record);
+    KeyframeChainInAdvance chain(record, imported.final_state, reader_of(imported.trace));
+    EXPECT_EQ(chain.store(store, run, reader_of(imported.trace)), stored_chain.size());
+    EXPECT_EQ(chain.taken(), name == "as stored");
     EXPECT_EQ(keyframe_blobs(store, run), stored_chain);
   }
 }
 
-// A chain built in advance stops when its owner goes away unused, and store() gives up with
-// Cancelled when the import is cancelled while it waits for the chain.
+// A chain built in advance stops when its owner goes away unused, and when the import is
+// cancelled while store() waits for it (store() then gives up with Cancelled): it reads less of
+// the trace than a whole chain does. Each read waits 100 ms, so the stops are seen in time.
 TEST(StatsKeyframesStored, AChainBuiltInAdvanceStopsUnusedOrCancelled) {
-  RunStore store(":memory:");
-  const snapshot::Snapshot snap =
-      snapshot::read_snapshot(fixture("gpt_fixedlen_default", ".pickle.gz"));
-  const RunId run = import_snapshot(store, snap, test::import_options("gpt")).run;
-  const auto events = [&] {
-    auto stream = std::make_shared<RunReader::EventStream>(store.event_stream(run, 0));
-    return RunEventReader([stream](std::size_t count, std::vector<TraceEvent>& out) {
-      return stream->read(count, out);
-    });
-  };
-  const SegmentMap final_state = segment_map_of(snap, 0);
-  { KeyframeChainInAdvance unused(store.run(run), final_state, events()); }
-  KeyframeChainInAdvance chain(store.run(run), final_state, events());
+  ImportedFixture imported;
+  RunStore& store = imported.store;
+  const RunId run = imported.run;
+  const RunRecord record = store.run(run);
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  {
+    KeyframeChainInAdvance whole(record, imported.final_state, reader_of(imported.trace, reads));
+    ASSERT_GT(whole.store(store, run, reader_of(imported.trace)), 2u);
+    ASSERT_TRUE(whole.taken());
+  }
+  const int whole_chain_reads = reads->exchange(0);
+  ASSERT_GT(whole_chain_reads, 2);
+  constexpr std::chrono::milliseconds kSlowRead{100};
+  {
+    KeyframeChainInAdvance unused(record, imported.final_state,
+                                  reader_of(imported.trace, reads, kSlowRead));
+  }
+  EXPECT_LT(reads->exchange(0), whole_chain_reads);
+  KeyframeChainInAdvance chain(record, imported.final_state,
+                               reader_of(imported.trace, reads, kSlowRead));
   const CancelToken cancel = CancelToken::make();
   cancel.cancel();
-  EXPECT_THROW(chain.store(store, run, events(), cancel), Cancelled);
+  EXPECT_THROW(chain.store(store, run, reader_of(imported.trace), cancel), Cancelled);
+  EXPECT_LT(reads->load(), whole_chain_reads);
 }
 
 // The device imported is not device 0 (--device, or the busiest of several): the
