@@ -176,7 +176,9 @@ TEST(StatsKeyframesStored, AChainBuiltInAdvanceFromOtherInputsIsBuiltAgain) {
   const RunId run = imported.run;
   const auto stored_chain = keyframe_blobs(store, run);
   ASSERT_GT(stored_chain.size(), 2u);
-  const auto& [first_segment, first_range] = *imported.final_state.segments().begin();
+  // A lambda captures no structured binding in clang 14.
+  const std::uint64_t first_segment = imported.final_state.segments().begin()->first;
+  const Bytes first_size = imported.final_state.segments().begin()->second.size;
   const std::vector<std::pair<std::string, std::function<void(RunRecord&)>>> records = {
       {"as stored", [](RunRecord&) {}},
       {"a cap", [](RunRecord& r) { r.summary["allowed_bytes"] = Bytes{1} << 30; }},
@@ -185,7 +187,7 @@ TEST(StatsKeyframesStored, AChainBuiltInAdvanceFromOtherInputsIsBuiltAgain) {
       {"another release", [](RunRecord& r) { r.summary["torch_version"]["profile"] = "2.8"; }},
       {"a private pool",
        [&](RunRecord& r) {
-         r.summary["segment_pools"] = {{first_segment, first_range.size, 1, 2}};
+         r.summary["segment_pools"] = {{first_segment, first_size, 1, 2}};
        }},
       {"a device size", [](RunRecord& r) { r.environment.gpu_memory = Bytes{40} << 30; }},
       {"fewer events", [](RunRecord& r) { r.event_count -= 1; }},
