@@ -3,6 +3,7 @@
 // snapshot).
 #include "storage/db/snapshot_import.h"
 #include "storage/db/stats_at.h"
+#include "storage/db/stats_keyframes.h"
 
 #include <gtest/gtest.h>
 
@@ -254,6 +255,12 @@ TEST(Import, AnEmptyStartContradictedHalfWayIsStoredOnce) {
     EXPECT_EQ(store.events(result.run, 0, trace.size()), trace);
     EXPECT_EQ(store.series(result.run, 0, trace.size()), derive_series(trace));
     EXPECT_TRUE(store.segment_state(result.run, 0).state.segments().empty());
+    // The keyframe chain begun with the walk from the empty start was stopped with it: the one
+    // stored was built after the commit, and says what a chain built now says.
+    EXPECT_FALSE(result.keyframes_built_in_advance);
+    const nlohmann::json outcome = record.summary.at("stats_keyframes");
+    store_stats_keyframes(store, result.run);
+    EXPECT_EQ(store.run(result.run).summary.at("stats_keyframes"), outcome);
   }
 }
 
