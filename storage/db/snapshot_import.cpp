@@ -337,7 +337,9 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
   ImportResult result;
   result.events = event_count;
   result.segments = final_state.segments().size();
-  // A run from an empty start gets its keyframe chain built meanwhile, on a thread of its own.
+  // What the run's replays read of its summary: given to the keyframe chain built meanwhile, on
+  // a thread of its own, for a run from an empty start, and stored with the summary.
+  const nlohmann::json summary_for_replays = replay_summary(snapshot, device, options);
   std::optional<KeyframeChainInAdvance> chain_in_advance;
 
   try {
@@ -360,7 +362,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
             initial().blocks().empty()) {
           RunRecord stored = record;  // as finish_run will have stored it
           stored.event_count = event_count;
-          stored.summary = replay_summary(snapshot, device, options);
+          stored.summary = summary_for_replays;
           chain_in_advance.emplace(stored, final_state, trace_reader(snapshot, device));
         }
       };
@@ -433,7 +435,7 @@ ImportResult import_snapshot(RunStore& store, const snapshot::Snapshot& snapshot
         {"allocator_settings_recorded", snapshot.allocator_settings_recorded},
         {"series", series_info},
     };
-    summary.update(replay_summary(snapshot, device, options));
+    summary.update(summary_for_replays);
     writer.stage("commit", 0, 1);
     store.finish_run(writer.run(), result.ooms > 0 ? RunStatus::oom : RunStatus::ok, summary, 0,
                      control.cancel);

@@ -113,21 +113,28 @@ nlohmann::json to_json(const alloc::ProfileChoice& choice) {
           {"describe", choice.describe()}};
 }
 
-RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t> event_count) {
+RunTrace run_trace_of(RunRecord record) {
   RunTrace out;
-  out.record = store.run(run);
+  out.record = std::move(record);
   out.profile = profile_choice_of(out.record);
-  out.events = store.events(
-      run, 0, std::min(event_count.value_or(out.record.event_count), out.record.event_count));
   RunAllocatorConfig config = allocator_config_of(out.record);
   out.config = std::move(config.config);
   out.recorded_config = config.recorded;
   if (!config.note.empty())
     out.notes.push_back(std::move(config.note));
+  out.initial = snapshot::SegmentState(snapshot::LayoutRules::from_config(out.config));
+  return out;
+}
+
+RunTrace load_run_trace(RunStore& store, RunId run, std::optional<std::uint64_t> event_count) {
+  RunRecord record = store.run(run);
+  std::vector<TraceEvent> events =
+      store.events(run, 0, std::min(event_count.value_or(record.event_count), record.event_count));
+  RunTrace out = run_trace_of(std::move(record));
+  out.events = std::move(events);
   // The stored start state has request sizes; its blocks get the block size the config's split
   // rule gives them inside the gap up to the next live block.
-  const snapshot::LayoutRules rules = snapshot::LayoutRules::from_config(out.config);
-  out.initial = snapshot::SegmentState(rules);
+  const snapshot::LayoutRules rules = out.initial.rules();
   const SegmentMap start = store.segment_state(run, 0).state;
   try {
     for (const auto& [base, range] : start.segments()) {

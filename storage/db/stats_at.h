@@ -73,6 +73,9 @@ struct RunTrace {
   snapshot::SegmentState initial;
   std::vector<std::string> notes;  // e.g. allocator_settings that lacked keys
 };
+// A run's trace as its record gives it, without events, and with an empty start state laid out
+// with its config's rules; InputError naming the run when its config does not parse.
+RunTrace run_trace_of(RunRecord record);
 // `event_count`: how many events to load (default all). InputError naming the run when its
 // config does not parse or its stored start state contradicts itself.
 RunTrace load_run_trace(RunStore& store, RunId run,

@@ -470,13 +470,7 @@ KeyframeChainInAdvance::KeyframeChainInAdvance(const RunRecord& record,
   check_interval(interval);
   auto job = std::make_unique<Job>();
   try {
-    RunTrace trace;
-    trace.record = record;
-    RunAllocatorConfig config = allocator_config_of(record);
-    trace.config = std::move(config.config);
-    trace.recorded_config = config.recorded;
-    trace.profile = profile_choice_of(record);
-    trace.initial = snapshot::SegmentState(snapshot::LayoutRules::from_config(trace.config));
+    const RunTrace trace = run_trace_of(record);
     std::vector<replay::SegmentPool> final_segments;
     if (trace.recorded_config)
       final_segments = final_segments_of(final_state, record);
