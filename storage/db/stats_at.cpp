@@ -19,9 +19,6 @@ std::string run_name(RunId run) {
   return "run " + std::to_string(run.value);
 }
 
-// How far past a cut the events of one allocator call may reach (its segment events are few).
-constexpr std::uint64_t kCallLookahead = 4096;
-
 }  // namespace
 
 std::uint64_t end_of_allocator_call(std::span<const TraceEvent> events, std::uint64_t cut) {

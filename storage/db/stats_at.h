@@ -101,6 +101,10 @@ MemoryStatsAt memory_stats_at(RunStore& store, RunId run, std::uint64_t event_in
 // `cut` itself when it lies between calls.
 std::uint64_t end_of_allocator_call(std::span<const TraceEvent> events, std::uint64_t cut);
 
+// How far past a cut the events of the allocator call it falls inside may reach (its segment
+// events are few): the events read beyond a cut to find that call's end.
+inline constexpr std::uint64_t kCallLookahead = 4096;
+
 // How memory_stats_at replays a run (and the keyframes that shortcut it): the options and the
 // recorded allocator_settings when the run is a recording replayed under its own config.
 struct StatsReplaySetup {

@@ -21,9 +21,6 @@ namespace {
 
 constexpr std::uint64_t kFormat = 1;
 
-// How far past a target the events of its allocator call may reach (its segment events are few).
-constexpr std::uint64_t kCallLookahead = 4096;
-
 constexpr const char* kPrivatePools = "private pools that the replay infers";
 
 // Why the chain cannot follow the events between two keyframes (each window starts at the end of
