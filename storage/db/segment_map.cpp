@@ -14,8 +14,8 @@ constexpr std::uint8_t kKeyframeFormat = 1;
 void SegmentMap::apply(const TraceEvent& event) {
   switch (event.action) {
     case TraceAction::alloc:
-      blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
-                                      BlockState::active_allocated, event.frames};
+      put_block(LiveBlock{event.addr, event.size, event.stream, BlockState::active_allocated,
+                          event.frames});
       break;
     case TraceAction::free_requested:
       if (auto it = blocks_.find(event.addr); it != blocks_.end())
@@ -24,7 +24,7 @@ void SegmentMap::apply(const TraceEvent& event) {
         ++unmatched_;
       break;
     case TraceAction::free_completed:
-      if (blocks_.erase(event.addr) == 0)
+      if (!drop_block(event.addr))
         ++unmatched_;
       break;
     case TraceAction::segment_alloc:
@@ -46,45 +46,55 @@ void SegmentMap::apply(const TraceEvent& event) {
   }
 }
 
-namespace {
-// A block's state after the events so far, where they touched it: live (with its record) or
-// gone. Blocks not in it are as the ordered map holds them.
-struct BlockChange {
-  bool live = false;
-  LiveBlock block;
-};
-using BlockChanges = alloc::FlatAddressMap<BlockChange>;
+void SegmentMap::put_block(const LiveBlock& block) {
+  blocks_[block.addr] = block;
+  if (batch_.tables && batch_.tables->indexed)
+    batch_.tables->index.insert_or_assign(block.addr, true);
+}
 
-// The change of the block at `addr`, made from the ordered map's entry (live or gone) where the
-// events so far have not touched it: one probe when they have, as they have for most blocks.
-BlockChange& change_of(BlockChanges& changes, const std::map<std::uint64_t, LiveBlock>& blocks,
-                       std::uint64_t addr) {
+bool SegmentMap::drop_block(std::uint64_t addr) {
+  if (batch_.tables && batch_.tables->indexed && !batch_.tables->index.erase(addr))
+    return false;  // not there: no descent of the tree to learn it
+  return blocks_.erase(addr) != 0;
+}
+
+SegmentMap::BatchTables& SegmentMap::batch_tables() {
+  if (!batch_.tables)
+    batch_.tables = std::make_unique<BatchTables>();
+  BatchTables& tables = *batch_.tables;
+  if (!tables.indexed) {
+    tables.index = alloc::FlatAddressMap<bool>(std::max<std::size_t>(1024, 2 * blocks_.size()));
+    for (const auto& entry : blocks_)
+      tables.index.insert_or_assign(entry.first, true);
+    tables.indexed = true;
+  }
+  return tables;
+}
+
+SegmentMap::BlockChange& SegmentMap::change_of(std::uint64_t addr) {
+  alloc::FlatAddressMap<BlockChange>& changes = batch_.tables->changes;
   if (BlockChange* change = changes.find(addr))
     return *change;
-  const auto it = blocks.find(addr);
-  changes.insert_or_assign(addr,
-                           it == blocks.end() ? BlockChange{} : BlockChange{true, it->second});
+  BlockChange change;
+  if (batch_.tables->index.contains(addr))
+    change = BlockChange{true, blocks_.find(addr)->second};
+  changes.insert_or_assign(addr, change);
   return *changes.find(addr);
 }
 
-void commit_changes(BlockChanges& changes, std::map<std::uint64_t, LiveBlock>& blocks) {
-  changes.for_each([&blocks](std::uint64_t addr, const BlockChange& change) {
+void SegmentMap::commit_changes() {
+  alloc::FlatAddressMap<BlockChange>& changes = batch_.tables->changes;
+  changes.for_each([this](std::uint64_t addr, const BlockChange& change) {
     if (change.live)
-      blocks[addr] = change.block;
+      put_block(change.block);
     else
-      blocks.erase(addr);
+      drop_block(addr);
   });
   changes.clear();
 }
 
-// A hash map for about `entries` changes (grown at half load), 1,024 slots at least.
-BlockChanges changes_for(std::size_t entries) {
-  return BlockChanges(std::max<std::size_t>(1024, 2 * entries + 2));
-}
-}  // namespace
-
 void SegmentMap::apply_all(std::span<const TraceEvent> events) {
-  BlockChanges changes = changes_for(std::min(changes_hint_, events.size()));
+  alloc::FlatAddressMap<BlockChange>& changes = batch_tables().changes;
   for (const TraceEvent& event : events) {
     switch (event.action) {
       case TraceAction::alloc:
@@ -93,7 +103,7 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
                                                     BlockState::active_allocated, event.frames}});
         break;
       case TraceAction::free_requested: {
-        BlockChange& change = change_of(changes, blocks_, event.addr);
+        BlockChange& change = change_of(event.addr);
         if (change.live)
           change.block.state = BlockState::active_pending_free;
         else
@@ -101,7 +111,7 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
         break;
       }
       case TraceAction::free_completed: {
-        BlockChange& change = change_of(changes, blocks_, event.addr);
+        BlockChange& change = change_of(event.addr);
         if (change.live)
           change.live = false;
         else
@@ -113,15 +123,14 @@ void SegmentMap::apply_all(std::span<const TraceEvent> events) {
         break;
     }
   }
-  changes_hint_ = changes.size();
-  commit_changes(changes, blocks_);
+  commit_changes();
 }
 
 void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
   // Committed every kWindow events, so the hash map stays small on any trace; most blocks a
   // window frees it also allocates, and those never reach the ordered map.
   constexpr std::size_t kWindow = std::size_t{1} << 14;
-  BlockChanges changes(1024);
+  alloc::FlatAddressMap<BlockChange>& changes = batch_tables().changes;
   std::size_t in_window = 0;
   events.for_each_backward([&](const TraceEvent& event, std::size_t) {
     switch (event.action) {
@@ -129,7 +138,7 @@ void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
         changes.insert_or_assign(event.addr, BlockChange{});
         break;
       case TraceAction::free_requested: {
-        BlockChange& change = change_of(changes, blocks_, event.addr);
+        BlockChange& change = change_of(event.addr);
         if (change.live)
           change.block.state = BlockState::active_allocated;
         else
@@ -152,29 +161,29 @@ void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
         break;
     }
     if (++in_window == kWindow) {
-      commit_changes(changes, blocks_);
+      commit_changes();
       in_window = 0;
     }
   });
-  commit_changes(changes, blocks_);
+  commit_changes();
 }
 
 void SegmentMap::unapply(const TraceEvent& event) {
   switch (event.action) {
     case TraceAction::alloc:
-      blocks_.erase(event.addr);
+      drop_block(event.addr);
       break;
     case TraceAction::free_requested:
       if (auto it = blocks_.find(event.addr); it != blocks_.end())
         it->second.state = BlockState::active_allocated;
       else
-        blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
-                                        BlockState::active_allocated, FrameStackId{}};
+        put_block(LiveBlock{event.addr, event.size, event.stream, BlockState::active_allocated,
+                            FrameStackId{}});
       break;
     case TraceAction::free_completed:
       // The stack of a free event is the free's, not the allocation's: unknown here.
-      blocks_[event.addr] = LiveBlock{event.addr, event.size, event.stream,
-                                      BlockState::active_pending_free, FrameStackId{}};
+      put_block(LiveBlock{event.addr, event.size, event.stream, BlockState::active_pending_free,
+                          FrameStackId{}});
       break;
     case TraceAction::segment_alloc:
       segments_.erase(event.addr);

@@ -8,10 +8,12 @@
 // trace does not carry the rounded block size).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/allocator/flat_map.h"
 #include "engine/core/block_state.h"
 #include "engine/core/trace.h"
 #include "engine/snapshot/event_spool.h"
@@ -74,7 +76,7 @@ class SegmentMap {
   // Adds state that existed before the first event (an imported trace that does not start at
   // an empty allocator).
   void add_segment(const SegmentRange& segment) { segments_[segment.base] = segment; }
-  void add_block(const LiveBlock& block) { blocks_[block.addr] = block; }
+  void add_block(const LiveBlock& block) { put_block(block); }
 
   // Undoes one event: the state before `event`, given the state after it. Rewinding a final
   // state through a whole trace gives the state the trace started from.
@@ -93,15 +95,54 @@ class SegmentMap {
   }
 
  private:
+  // A block's state after the events of a batch so far, where they touched it: live (with its
+  // record) or gone. Blocks not in the table are as the ordered map holds them.
+  struct BlockChange {
+    bool live = false;
+    LiveBlock block;
+  };
+  // What apply_all and unapply_all work with, kept between batches: ingest applies chunk after
+  // chunk of one run, each changing about as many blocks, so the change table is sized once.
+  struct BatchTables {
+    alloc::FlatAddressMap<BlockChange> changes;
+    // The addresses blocks_ holds, while `indexed`: most blocks a batch touches it also allocates
+    // and frees, and one probe here says they never reached blocks_, where a descent of the tree
+    // per block said the same.
+    alloc::FlatAddressMap<bool> index;
+    bool indexed = false;
+  };
+  // Scratch, not state: made by the first batch; a copy of the map starts without it.
+  struct Scratch {
+    Scratch() = default;
+    Scratch(const Scratch&) {}
+    Scratch& operator=(const Scratch&) {
+      tables.reset();
+      return *this;
+    }
+    Scratch(Scratch&&) noexcept = default;
+    Scratch& operator=(Scratch&&) noexcept = default;
+    ~Scratch() = default;
+    std::unique_ptr<BatchTables> tables;
+  };
+
   void map_range(const SegmentRange& range);
   void unmap_range(std::uint64_t base, Bytes size);
+  // Every change of blocks_ goes through these two, which keep the batch index while it is
+  // valid; drop_block: whether the block was there.
+  void put_block(const LiveBlock& block);
+  bool drop_block(std::uint64_t addr);
+  // The batch's change of the block at `addr`, made from the ordered map where the batch has not
+  // touched it yet.
+  BlockChange& change_of(std::uint64_t addr);
+  // The batch's net changes into the ordered map; the table is left empty for the next batch.
+  void commit_changes();
+  // The batch tables, their index as blocks_ holds them.
+  BatchTables& batch_tables();
 
   std::map<std::uint64_t, SegmentRange> segments_;
   std::map<std::uint64_t, LiveBlock> blocks_;
   std::uint64_t unmatched_ = 0;
-  // How many blocks the last apply_all changed: the next one's hash map starts that large (ingest
-  // applies chunk after chunk of one run, each changing about as many).
-  std::size_t changes_hint_ = 0;
+  Scratch batch_;
 };
 
 // The state before the first of `events`, given `final_state` after the last (a snapshot's

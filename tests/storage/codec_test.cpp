@@ -224,6 +224,59 @@ TEST(SegmentMap, ApplyAllIsApplyEventByEvent) {
   EXPECT_EQ(chunked.blocks(), one_by_one.blocks());
 }
 
+// A map's batches keep an index of the blocks they find in the ordered map; every other change
+// of the map (apply, unapply, add_block, a copy or an assignment) between batches must reach it,
+// or a later batch misses a block that is there or finds one that is gone.
+TEST(SegmentMap, BatchesBetweenOneEventChangesAndCopiesAreApplyEventByEvent) {
+  const std::vector<TraceEvent> events = synthetic_trace(40000, 21);
+  SegmentMap one_by_one;
+  SegmentMap mixed;
+  auto both_apply = [&](std::size_t first, std::size_t last, bool batch) {
+    for (std::size_t i = first; i < last; ++i)
+      one_by_one.apply(events[i]);
+    if (batch) {
+      mixed.apply_all(std::span(events).subspan(first, last - first));
+    } else {
+      for (std::size_t i = first; i < last; ++i)
+        mixed.apply(events[i]);
+    }
+  };
+  both_apply(0, 5000, true);
+  both_apply(5000, 9000, false);  // allocs and frees the index has not seen
+  both_apply(9000, 14000, true);
+  // A block added by hand, then freed by a batch; one the batch never frees.
+  const LiveBlock added{0x5eed000, 256, StreamId{}, BlockState::active_allocated, FrameStackId{7}};
+  const LiveBlock kept{0x5eee000, 512, StreamId{}, BlockState::active_allocated, FrameStackId{8}};
+  for (SegmentMap* map : {&one_by_one, &mixed}) {
+    map->add_block(added);
+    map->add_block(kept);
+  }
+  std::vector<TraceEvent> frees = {
+      {TraceAction::free_requested, added.addr, added.size, StreamId{}, 0, FrameStackId{}},
+      {TraceAction::free_completed, added.addr, added.size, StreamId{}, 0, FrameStackId{}}};
+  for (const TraceEvent& event : frees)
+    one_by_one.apply(event);
+  mixed.apply_all(frees);
+  // Undone one by one, then walked forward again in a batch.
+  for (std::size_t i = 14000; i-- > 12000;) {
+    one_by_one.unapply(events[i]);
+    mixed.unapply(events[i]);
+  }
+  both_apply(12000, 20000, true);
+  EXPECT_EQ(mixed, one_by_one);
+  // A copy batches on its own; an assignment takes the other map's blocks.
+  SegmentMap copy = mixed;
+  for (std::size_t i = 20000; i < 30000; ++i)
+    one_by_one.apply(events[i]);
+  copy.apply_all(std::span(events).subspan(20000, 10000));
+  EXPECT_EQ(copy, one_by_one);
+  mixed = copy;
+  both_apply(30000, events.size(), true);
+  EXPECT_EQ(mixed, one_by_one);
+  EXPECT_EQ(mixed.blocks().at(kept.addr), kept);
+  EXPECT_FALSE(mixed.blocks().contains(added.addr));
+}
+
 TEST(SegmentMap, ExpandableRangesMergeAndSplit) {
   SegmentMap map;
   const std::uint64_t base = 0x7f0000000000;
