@@ -8,9 +8,11 @@ the same order (so a noisy machine spreads over all of them); the medians over t
 their ratios to pickle.load's are printed, wall and CPU (user + sys) seconds apart, with the
 load average before and after.
 
-The peers are timed inside their interpreter, around pickle.load (and trace_plot) alone, not
-python's start or torch's import; fragscope-cli is timed as the whole process, start included.
-Not a test: a measurement to quote with the load.
+pickle.load is timed inside its interpreter, around the load alone. trace_plot is timed twice:
+inside its interpreter around the load, trace_plot and the HTML's write ("trace_plot"), and as
+the whole command users run, `python3 -m torch.cuda._memory_viz trace_plot FILE -o OUT.html`,
+torch's import included ("trace_plot_cmd"). fragscope-cli is timed as the whole process, start
+included. Not a test: a measurement to quote with the load.
 
 usage: vs_pickle_load.py CLI SNAPSHOT [--rounds N] [--json OUT.json] [--no-trace-plot]
   CLI: fragscope-cli (build/release/bin/fragscope-cli)
@@ -58,7 +60,7 @@ def children_cpu():
 
 
 def run_cli(argv):
-    """Wall and CPU seconds of one whole fragscope-cli process."""
+    """Wall and CPU seconds of one whole process (fragscope-cli, or a peer's command)."""
     cpu = children_cpu()
     wall = time.perf_counter()
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -126,8 +128,12 @@ def main():
                     print(f"trace_plot left out: {error[0]}", file=sys.stderr)
                     trace_plot = False
                     samples.pop("trace_plot", None)
+                    samples.pop("trace_plot_cmd", None)
                 else:
                     samples.setdefault("trace_plot", []).append(measured)
+                    command = [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot",
+                               args.snapshot, "-o", html]
+                    samples.setdefault("trace_plot_cmd", []).append(run_cli(command))
     load_after = load_average()
 
     medians = {name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
@@ -139,11 +145,12 @@ def main():
     print(f"{'command':<12} {'wall_s':>8} {'cpu_s':>8} {'wall/pickle':>12} {'cpu/pickle':>11}")
     for name, (wall, cpu) in medians.items():
         print(f"{name:<12} {wall:8.3f} {cpu:8.3f} {wall / base_wall:12.3f} {cpu / base_cpu:11.3f}")
-    if "trace_plot" in medians:
-        plot_wall, plot_cpu = medians["trace_plot"]
-        import_wall, import_cpu = medians["import"]
-        print(f"import / trace_plot: wall {import_wall / plot_wall:.3f}, "
-              f"cpu {import_cpu / plot_cpu:.3f}")
+    import_wall, import_cpu = medians["import"]
+    for peer in ("trace_plot", "trace_plot_cmd"):
+        if peer in medians:
+            plot_wall, plot_cpu = medians[peer]
+            print(f"import / {peer}: wall {import_wall / plot_wall:.3f}, "
+                  f"cpu {import_cpu / plot_cpu:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"snapshot": args.snapshot, "bytes": os.path.getsize(args.snapshot),
