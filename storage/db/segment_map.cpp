@@ -1,6 +1,8 @@
 #include "storage/db/segment_map.h"
 
 #include <algorithm>
+#include <exception>
+#include <memory>
 #include <utility>
 
 #include "engine/allocator/flat_map.h"
@@ -9,6 +11,29 @@
 namespace fragscope::storage {
 namespace {
 constexpr std::uint8_t kKeyframeFormat = 1;
+
+// A batch's change table is kept for the next batch up to this many entries (ingest's parts of
+// 16k events, unapply_all's windows); one made for a larger batch (a whole trace at once) is let
+// go, so that later batches do not sweep its slots at every commit.
+constexpr std::size_t kKeptChanges = std::size_t{1} << 16;
+
+// Lets a map's batch tables go when the batch throws (memory): its half-filled change table must
+// not reach the next batch's commit, and an index that missed a change must not be trusted.
+template <typename Tables>
+class DropOnThrow {
+ public:
+  explicit DropOnThrow(std::unique_ptr<Tables>& tables) : tables_(tables) {}
+  DropOnThrow(const DropOnThrow&) = delete;
+  DropOnThrow& operator=(const DropOnThrow&) = delete;
+  ~DropOnThrow() {
+    if (std::uncaught_exceptions() > exceptions_)
+      tables_.reset();
+  }
+
+ private:
+  std::unique_ptr<Tables>& tables_;
+  int exceptions_ = std::uncaught_exceptions();
+};
 }  // namespace
 
 void SegmentMap::apply(const TraceEvent& event) {
@@ -48,8 +73,10 @@ void SegmentMap::apply(const TraceEvent& event) {
 
 void SegmentMap::put_block(const LiveBlock& block) {
   blocks_[block.addr] = block;
-  if (batch_.tables && batch_.tables->indexed)
+  if (batch_.tables && batch_.tables->indexed) {
+    DropOnThrow drop(batch_.tables);
     batch_.tables->index.insert_or_assign(block.addr, true);
+  }
 }
 
 bool SegmentMap::drop_block(std::uint64_t addr) {
@@ -77,7 +104,8 @@ SegmentMap::BlockChange& SegmentMap::change_of(std::uint64_t addr) {
     return *change;
   BlockChange change;
   if (batch_.tables->index.contains(addr))
-    change = BlockChange{true, blocks_.find(addr)->second};
+    if (const auto it = blocks_.find(addr); it != blocks_.end())
+      change = BlockChange{true, it->second};
   changes.insert_or_assign(addr, change);
   return *changes.find(addr);
 }
@@ -90,11 +118,15 @@ void SegmentMap::commit_changes() {
     else
       drop_block(addr);
   });
-  changes.clear();
+  if (changes.size() > kKeptChanges)
+    changes = alloc::FlatAddressMap<BlockChange>();
+  else
+    changes.clear();
 }
 
 void SegmentMap::apply_all(std::span<const TraceEvent> events) {
   alloc::FlatAddressMap<BlockChange>& changes = batch_tables().changes;
+  DropOnThrow drop(batch_.tables);
   for (const TraceEvent& event : events) {
     switch (event.action) {
       case TraceAction::alloc:
@@ -131,6 +163,7 @@ void SegmentMap::unapply_all(const snapshot::TraceBlocks& events) {
   // window frees it also allocates, and those never reach the ordered map.
   constexpr std::size_t kWindow = std::size_t{1} << 14;
   alloc::FlatAddressMap<BlockChange>& changes = batch_tables().changes;
+  DropOnThrow drop(batch_.tables);
   std::size_t in_window = 0;
   events.for_each_backward([&](const TraceEvent& event, std::size_t) {
     switch (event.action) {
@@ -337,6 +370,7 @@ SegmentMap SegmentMap::deserialize(std::span<const std::uint8_t> blob, const std
       in.fail("unknown block state " + std::to_string(state));
     block.state = static_cast<BlockState>(state);
     block.frames = FrameStackId{static_cast<std::uint32_t>(in.varint())};
+    // Not put_block: a new map has no batch index to keep.
     map.blocks_.emplace_hint(map.blocks_.end(), block.addr, block);
   }
   if (!in.at_end())

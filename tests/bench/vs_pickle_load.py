@@ -20,9 +20,11 @@ usage: vs_pickle_load.py CLI SNAPSHOT [--rounds N] [--json OUT.json] [--no-trace
 """
 
 import argparse
+import gzip
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,16 +61,25 @@ def children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
-def run_cli(argv):
-    """Wall and CPU seconds of one whole process (fragscope-cli, or a peer's command)."""
+def run_process(argv):
+    """Wall and CPU seconds of one whole process, or None and why it failed."""
     cpu = children_cpu()
     wall = time.perf_counter()
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - wall
     cpu = children_cpu() - cpu
     if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
-    return wall, cpu
+        lines = done.stderr.strip().splitlines()
+        return None, f"{' '.join(argv)} failed ({done.returncode}): {lines[-1] if lines else ''}"
+    return (wall, cpu), None
+
+
+def run_cli(argv):
+    """Wall and CPU seconds of one fragscope-cli process; its failure ends the measurement."""
+    measured, error = run_process(argv)
+    if error:
+        sys.exit(error)
+    return measured
 
 
 def run_peer(script, args):
@@ -108,6 +119,12 @@ def main():
     samples = {}
     load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="fragscope-vs-pickle.") as work:
+        # _memory_viz's command reads a plain pickle: it is given one decompressed here, once.
+        plain = args.snapshot
+        if trace_plot and args.snapshot.endswith(".gz"):
+            plain = os.path.join(work, "snapshot.pickle")
+            with gzip.open(args.snapshot, "rb") as source, open(plain, "wb") as target:
+                shutil.copyfileobj(source, target)
         for round_index in range(args.rounds):
             measured, error = run_peer(PICKLE_LOAD, [args.snapshot])
             if error:
@@ -121,6 +138,9 @@ def main():
             }
             for name, argv in commands.items():
                 samples.setdefault(name, []).append(run_cli(argv))
+            for leftover in (db, db + "-wal", db + "-shm"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
             if trace_plot:
                 html = os.path.join(work, "trace_plot.html")
                 measured, error = run_peer(TRACE_PLOT, [args.snapshot, html])
@@ -132,8 +152,15 @@ def main():
                 else:
                     samples.setdefault("trace_plot", []).append(measured)
                     command = [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot",
-                               args.snapshot, "-o", html]
-                    samples.setdefault("trace_plot_cmd", []).append(run_cli(command))
+                               plain, "-o", html]
+                    measured, error = run_process(command)
+                    if error:
+                        print(f"trace_plot's command left out: {error}", file=sys.stderr)
+                        trace_plot = False
+                        samples.pop("trace_plot", None)
+                        samples.pop("trace_plot_cmd", None)
+                    else:
+                        samples.setdefault("trace_plot_cmd", []).append(measured)
     load_after = load_average()
 
     medians = {name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
@@ -142,9 +169,9 @@ def main():
     size_mb = os.path.getsize(args.snapshot) / 1e6
     print(f"{args.snapshot}: {size_mb:.1f} MB, {args.rounds} rounds, medians; "
           f"load {load_before} before, {load_after} after; python {sys.version.split()[0]}")
-    print(f"{'command':<12} {'wall_s':>8} {'cpu_s':>8} {'wall/pickle':>12} {'cpu/pickle':>11}")
+    print(f"{'command':<15} {'wall_s':>8} {'cpu_s':>8} {'wall/pickle':>12} {'cpu/pickle':>11}")
     for name, (wall, cpu) in medians.items():
-        print(f"{name:<12} {wall:8.3f} {cpu:8.3f} {wall / base_wall:12.3f} {cpu / base_cpu:11.3f}")
+        print(f"{name:<15} {wall:8.3f} {cpu:8.3f} {wall / base_wall:12.3f} {cpu / base_cpu:11.3f}")
     import_wall, import_cpu = medians["import"]
     for peer in ("trace_plot", "trace_plot_cmd"):
         if peer in medians:

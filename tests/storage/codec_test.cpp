@@ -212,7 +212,7 @@ TEST(SegmentMap, ApplyAllIsApplyEventByEvent) {
     EXPECT_EQ(batched.unmatched_events(), one_by_one.unmatched_events());
     EXPECT_EQ(batched.blocks(), one_by_one.blocks());
   }
-  // Chunk after chunk, as ingest applies them (each chunk's hash map sized by the last's).
+  // Chunk after chunk, as ingest applies them (one change table, kept from chunk to chunk).
   SegmentMap one_by_one;
   SegmentMap chunked;
   for (const TraceEvent& event : events)
@@ -271,10 +271,34 @@ TEST(SegmentMap, BatchesBetweenOneEventChangesAndCopiesAreApplyEventByEvent) {
   copy.apply_all(std::span(events).subspan(20000, 10000));
   EXPECT_EQ(copy, one_by_one);
   mixed = copy;
-  both_apply(30000, events.size(), true);
+  both_apply(30000, 35000, true);
   EXPECT_EQ(mixed, one_by_one);
   EXPECT_EQ(mixed.blocks().at(kept.addr), kept);
   EXPECT_FALSE(mixed.blocks().contains(added.addr));
+  // A block at address 0 (kept beside the hash tables) allocated by one batch, freed by the next;
+  // then the map moved, batching on.
+  const std::vector<TraceEvent> at_zero = {
+      {TraceAction::alloc, 0, 64, StreamId{}, 0, FrameStackId{9}},
+      {TraceAction::free_requested, 0, 64, StreamId{}, 0, FrameStackId{}},
+      {TraceAction::free_completed, 0, 64, StreamId{}, 0, FrameStackId{}}};
+  one_by_one.apply(at_zero[0]);
+  mixed.apply_all(std::span(at_zero).first(1));
+  ASSERT_TRUE(mixed.blocks().contains(0));
+  one_by_one.apply(at_zero[1]);
+  one_by_one.apply(at_zero[2]);
+  mixed.apply_all(std::span(at_zero).subspan(1));
+  SegmentMap moved = std::move(mixed);
+  for (std::size_t i = 35000; i < events.size(); ++i)
+    one_by_one.apply(events[i]);
+  moved.apply_all(std::span(events).subspan(35000));
+  EXPECT_EQ(moved, one_by_one);
+  EXPECT_FALSE(moved.blocks().contains(0));
+  // Walked back by a batch after the batches forward, as one by one.
+  const auto walked = std::span(events).subspan(25000);
+  moved.unapply_all(snapshot::TraceBlocks(walked));
+  for (std::size_t i = walked.size(); i-- > 0;)
+    one_by_one.unapply(walked[i]);
+  EXPECT_EQ(moved, one_by_one);
 }
 
 TEST(SegmentMap, ExpandableRangesMergeAndSplit) {

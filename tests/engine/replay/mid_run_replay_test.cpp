@@ -254,8 +254,8 @@ TEST(MidRunReplay, AnythingFromBeforeTheTraceIsSeededOrReported) {
   EXPECT_FALSE(rebuild_failed(result));
   EXPECT_TRUE(result.segment_events_match);
 
-  // Each contradiction is reported as well when the trace returns a segment (empty_cache), so
-  // that the replay infers the pools and its first pass, not the extraction, tries the proof.
+  // Each contradiction is reported as well when the trace returns a segment (empty_cache): the
+  // replay then infers the pools, and the proof goes the inference's way (StartProof).
   struct Contradiction {
     const char* what;
     std::vector<TraceEvent> trace;
