@@ -83,12 +83,26 @@ def run_cli(argv):
 
 
 def run_peer(script, args):
-    """Wall and CPU seconds the peer's script prints for its own work."""
+    """Wall and CPU seconds the peer's script prints for its own work, or None and why not."""
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
     if done.returncode != 0:
-        return None, done.stderr.strip().splitlines()[-1:] or ["failed"]
+        lines = done.stderr.strip().splitlines()
+        return None, lines[-1] if lines else "failed"
     wall, cpu = (float(x) for x in done.stdout.split())
     return (wall, cpu), None
+
+
+def time_trace_plot(snapshot, plain, html):
+    """A round's two trace_plot samples (inside the interpreter, the whole command), or None and
+    why one failed."""
+    inside, error = run_peer(TRACE_PLOT, [snapshot, html])
+    if error:
+        return None, error
+    command = [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot", plain, "-o", html]
+    whole, error = run_process(command)
+    if error:
+        return None, error
+    return (inside, whole), None
 
 
 def has_trace_plot():
@@ -128,7 +142,7 @@ def main():
         for round_index in range(args.rounds):
             measured, error = run_peer(PICKLE_LOAD, [args.snapshot])
             if error:
-                sys.exit(f"pickle.load of {args.snapshot} failed: {error[0]}")
+                sys.exit(f"pickle.load of {args.snapshot} failed: {error}")
             samples.setdefault("pickle.load", []).append(measured)
             db = os.path.join(work, f"round{round_index}.db")
             commands = {
@@ -143,24 +157,15 @@ def main():
                     os.remove(leftover)
             if trace_plot:
                 html = os.path.join(work, "trace_plot.html")
-                measured, error = run_peer(TRACE_PLOT, [args.snapshot, html])
+                measured, error = time_trace_plot(args.snapshot, plain, html)
                 if error:
-                    print(f"trace_plot left out: {error[0]}", file=sys.stderr)
+                    print(f"trace_plot left out: {error}", file=sys.stderr)
                     trace_plot = False
                     samples.pop("trace_plot", None)
                     samples.pop("trace_plot_cmd", None)
                 else:
-                    samples.setdefault("trace_plot", []).append(measured)
-                    command = [sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot",
-                               plain, "-o", html]
-                    measured, error = run_process(command)
-                    if error:
-                        print(f"trace_plot's command left out: {error}", file=sys.stderr)
-                        trace_plot = False
-                        samples.pop("trace_plot", None)
-                        samples.pop("trace_plot_cmd", None)
-                    else:
-                        samples.setdefault("trace_plot_cmd", []).append(measured)
+                    samples.setdefault("trace_plot", []).append(measured[0])
+                    samples.setdefault("trace_plot_cmd", []).append(measured[1])
     load_after = load_average()
 
     medians = {name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
