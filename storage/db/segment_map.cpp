@@ -73,29 +73,28 @@ void SegmentMap::apply(const TraceEvent& event) {
 
 void SegmentMap::put_block(const LiveBlock& block) {
   blocks_[block.addr] = block;
-  if (batch_.tables && batch_.tables->indexed) {
+  if (batch_.tables) {
     DropOnThrow drop(batch_.tables);
     batch_.tables->index.insert_or_assign(block.addr, true);
   }
 }
 
 bool SegmentMap::drop_block(std::uint64_t addr) {
-  if (batch_.tables && batch_.tables->indexed && !batch_.tables->index.erase(addr))
+  if (batch_.tables && !batch_.tables->index.erase(addr))
     return false;  // not there: no descent of the tree to learn it
   return blocks_.erase(addr) != 0;
 }
 
 SegmentMap::BatchTables& SegmentMap::batch_tables() {
-  if (!batch_.tables)
-    batch_.tables = std::make_unique<BatchTables>();
-  BatchTables& tables = *batch_.tables;
-  if (!tables.indexed) {
-    tables.index = alloc::FlatAddressMap<bool>(std::max<std::size_t>(1024, 2 * blocks_.size()));
+  if (!batch_.tables) {
+    // Kept only once whole: while a map has tables, their index holds every block.
+    auto tables = std::make_unique<BatchTables>();
+    tables->index = alloc::FlatAddressMap<bool>(std::max<std::size_t>(1024, 2 * blocks_.size()));
     for (const auto& entry : blocks_)
-      tables.index.insert_or_assign(entry.first, true);
-    tables.indexed = true;
+      tables->index.insert_or_assign(entry.first, true);
+    batch_.tables = std::move(tables);
   }
-  return tables;
+  return *batch_.tables;
 }
 
 SegmentMap::BlockChange& SegmentMap::change_of(std::uint64_t addr) {

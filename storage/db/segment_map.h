@@ -105,11 +105,10 @@ class SegmentMap {
   // chunk of one run, each changing about as many blocks, so the change table is sized once.
   struct BatchTables {
     alloc::FlatAddressMap<BlockChange> changes;
-    // The addresses blocks_ holds, while `indexed`: most blocks a batch touches it also allocates
-    // and frees, and one probe here says they never reached blocks_, where a descent of the tree
-    // per block said the same.
+    // The addresses blocks_ holds: most blocks a batch touches it also allocates and frees, and
+    // one probe here says they never reached blocks_, where a descent of the tree per block said
+    // the same.
     alloc::FlatAddressMap<bool> index;
-    bool indexed = false;
   };
   // Scratch, not state: made by the first batch; a copy of the map starts without it.
   struct Scratch {
@@ -127,8 +126,8 @@ class SegmentMap {
 
   void map_range(const SegmentRange& range);
   void unmap_range(std::uint64_t base, Bytes size);
-  // Every change of blocks_ goes through these two, which keep the batch index while it is
-  // valid; drop_block: whether the block was there.
+  // Every change of blocks_ goes through these two, which keep the batch index while the map
+  // has its tables; drop_block: whether the block was there.
   void put_block(const LiveBlock& block);
   bool drop_block(std::uint64_t addr);
   // The batch's change of the block at `addr`, made from the ordered map where the batch has not
@@ -136,7 +135,7 @@ class SegmentMap {
   BlockChange& change_of(std::uint64_t addr);
   // The batch's net changes into the ordered map; the table is left empty for the next batch.
   void commit_changes();
-  // The batch tables, their index as blocks_ holds them.
+  // The batch tables, made (their index from blocks_) where the map has none.
   BatchTables& batch_tables();
 
   std::map<std::uint64_t, SegmentRange> segments_;
