@@ -16,11 +16,8 @@ using run_store_detail::category_from_string;
 void RunWriter::track_categories(Ingest& ingest, std::uint64_t index, const TraceEvent& event,
                                  LabelId label) {
   Category category = Category::unknown;
-  if (label.value != 0) {
-    ingest.labelled_events = true;
-    if (label.value < ingest.category_of_label.size())
-      category = ingest.category_of_label[label.value];
-  }
+  if (label.value != 0 && label.value < ingest.category_of_label.size())
+    category = ingest.category_of_label[label.value];
   const auto change = ingest.categories.apply(event, category);
   ingest.category_buffer.push_back(event.time_us, change.category, change.delta);
   ingest.category_levels.add(index, event.time_us, ingest.categories);

@@ -134,6 +134,9 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     } else if (!buffer.labels.empty()) {
       buffer.labels.resize(buffer.labels.size() + count);
     }
+    if (!ingest.labelled_events)
+      ingest.labelled_events =
+          std::any_of(labels.begin(), labels.end(), [](LabelId label) { return label.value != 0; });
     buffer.events.insert(buffer.events.end(), part.begin(), part.end());
     const std::size_t series_first = buffer.series.size();
     if (columns.series.empty()) {
@@ -161,7 +164,8 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
       }
       peak = series_max(peak, after[i]);
       ingest.timeline.add(index, event, after[i]);
-      track_categories(ingest, index, event, labels.empty() ? LabelId{} : labels[i]);
+      if (ingest.tracks_categories)
+        track_categories(ingest, index, event, labels.empty() ? LabelId{} : labels[i]);
     }
     ingest.peak = peak;
     if (count != 0)
@@ -301,6 +305,10 @@ void RunWriter::set_labels(RunId run, std::span<const RequestLabel> labels) {
   ingest.category_of_label.clear();
   for (const auto& label : labels)
     ingest.category_of_label.push_back(label.category);
+  // Only a table that comes before the events can stack all of them; a later one leaves the run
+  // without category rows, and its category timeline is replayed.
+  if (!labels.empty() && ingest.event_count() == 0)
+    ingest.tracks_categories = true;
 }
 
 void RunWriter::write_labels(RunId run, std::span<const RequestLabel> labels) {

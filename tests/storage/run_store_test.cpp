@@ -204,6 +204,7 @@ TEST(RunStore, BatchesOfAnyLengthStoreTheSameRows) {
 
 // Level rows that fill go to the worker with the next part, which encodes them. A run whose rows
 // fill in its last batch, which ends a part, leaves no part to take them: the commit writes them.
+// (The run has a label table, so that it stores memory by category.)
 TEST(RunStore, LevelRowsThatFillAtTheLastPartAreStored) {
   constexpr std::size_t kRowEvents = kBucketsPerRow * kLevel0Events;  // level 0's first row
   static_assert(kRowEvents % (kEventsPerChunk / 4) == 0, "the row ends where a part does");
@@ -211,6 +212,7 @@ TEST(RunStore, LevelRowsThatFillAtTheLastPartAreStored) {
   for (const std::size_t batch : {kRowEvents, std::size_t{4999}}) {
     RunStore store(":memory:");
     const RunId id = store.begin_run(simulated_run("rows"));
+    store.set_labels(id, std::vector<RequestLabel>{{}, {Category::parameter, "w", 0}});
     for (std::size_t first = 0; first < events.size(); first += batch)
       store.append_events(id,
                           std::span(events).subspan(first, std::min(batch, events.size() - first)));
