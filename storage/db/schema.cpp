@@ -301,6 +301,11 @@ std::unique_ptr<Database> open_store_database(const std::string& path, OpenMode 
     return db;
   }
   if (path != ":memory:" && !path.empty()) {
+    // A new file's pages are 16 KiB: ingest writes megabytes of blobs, and with 4 KiB pages
+    // SQLite's work per page (WAL frames, the checkpoint's copies) made the writing thread's CPU
+    // time 1.4 times as long. A file that exists keeps the size it was made with.
+    if (version == 0)
+      db->exec("PRAGMA page_size = " + std::to_string(kNewFilePageSize));
     // WAL lets the GUI read while a run is being written; NORMAL sync is crash-safe in WAL mode.
     db->exec("PRAGMA journal_mode = WAL");
     db->exec("PRAGMA synchronous = NORMAL");

@@ -12,6 +12,9 @@ namespace fragscope::storage {
 // Marks the file as FragScope's (PRAGMA application_id, "FRSG").
 inline constexpr int kApplicationId = 0x46525347;
 
+// The page size open_store_database gives a file it creates (PRAGMA page_size).
+inline constexpr int kNewFilePageSize = 16384;
+
 // Thrown for a database whose schema is newer than this build understands. Nothing was written.
 class SchemaTooNewError : public DatabaseError {
  public:
@@ -29,7 +32,8 @@ int schema_version(Database& db);
 void migrate_to(Database& db, int target);
 
 // Opens `path` for the store: refuses newer schemas and foreign SQLite files, switches a writable
-// database to WAL with foreign keys on, and migrates it to latest_schema_version(). A read-only
+// database to WAL with foreign keys on (a new file with kNewFilePageSize pages first), and
+// migrates it to latest_schema_version(). A read-only
 // database must already be at the latest version.
 std::unique_ptr<Database> open_store_database(const std::string& path,
                                               OpenMode mode = OpenMode::read_write_create);

@@ -20,6 +20,7 @@ TEST(Schema, NewDatabaseIsCreatedAtTheLatestVersionInWalMode) {
   auto mode = db.prepare("PRAGMA journal_mode");
   ASSERT_TRUE(mode.step());
   EXPECT_EQ(mode.column_text(0), "wal");
+  EXPECT_EQ(db.query_int("PRAGMA page_size"), kNewFilePageSize);
   auto store = open_store_database(path);
   EXPECT_EQ(store->query_int("PRAGMA foreign_keys"), 1);
 }
@@ -49,6 +50,10 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
     }
     RunStore store(path);
     EXPECT_EQ(schema_version(store.database()), latest_schema_version());
+    // A file made before kNewFilePageSize keeps its pages (SQLite's default, 4 KiB), except the
+    // empty one of version 0, which the store creates.
+    EXPECT_EQ(store.database().query_int("PRAGMA page_size"),
+              version == 0 ? kNewFilePageSize : 4096);
     if (version >= 1) {
       ASSERT_EQ(store.run_count(), 1);
       EXPECT_EQ(store.run(RunId{1}).name, "old run");
