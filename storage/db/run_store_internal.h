@@ -95,7 +95,7 @@ struct RunWriter::Ingest {
   SeriesPoint chunk_start;  // the series before the chunk being built
   SeriesPoint current;      // the series after the last event
   SeriesPoint peak;
-  SegmentMap segments;  // after the last flushed part; the worker's while a part is pending
+  SegmentMap segments;  // after the last flushed part; keyframe_worker's while a part is pending
   // The chunk being built, packed; the worker's while a part is pending.
   ChunkEncoder encoder;
   TimelineBuilder timeline;
@@ -176,6 +176,7 @@ struct RunWriter::Ingest {
     std::int64_t last_time_us = 0;
     std::unique_ptr<PartWork> work;
     std::future<std::span<const std::uint8_t>> blob;  // in `encoder` when the part ends a chunk
+    std::future<void> keyframe;                       // work->keyframe, when the part ends a chunk
   };
   std::deque<PendingPart> pending;
   std::vector<std::unique_ptr<PartWork>> spare_work;  // written parts, emptied
@@ -193,7 +194,10 @@ struct RunWriter::Ingest {
   void write_pending_chunks(std::size_t keep) {
     while (pending.size() > keep) {
       PendingPart& oldest = pending.front();
+      // The part leaves `pending` only once both its tasks are done: when one throws, the part
+      // stays there for the other, and outlives it (the workers stop first).
       const auto blob = oldest.blob.get();
+      oldest.keyframe.get();
       std::unique_ptr<PartWork> work = std::move(oldest.work);
       if (oldest.ends_chunk) {
         insert_chunk.bind_int(1, run.value)
@@ -240,9 +244,11 @@ struct RunWriter::Ingest {
     insert_keyframe.reset();
   }
 
-  // Runs the parts' work. Last: destroyed first, it finishes the part running before the
-  // segments, encoder and parts that part uses go.
+  // Run the parts' work: `worker` packs and compresses, `keyframe_worker` applies them to
+  // `segments`. Last: destroyed first, they finish the parts running before the segments,
+  // encoder and parts those use go.
   SerialWorker worker;
+  SerialWorker keyframe_worker;
 };
 
 }  // namespace fragscope::storage

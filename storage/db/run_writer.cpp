@@ -186,7 +186,7 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
     return;
   ingest.write_pending_chunks(Ingest::kMaxPending - 1);
   // Packing and compressing a chunk, its categories and the segment keyframe after it are most of
-  // the ingest cost: they run on another core while this thread fills the next part. Rows are
+  // the ingest cost: they run on other cores while this thread fills the next part. Rows are
   // still written in order, on this connection's thread.
   const bool starts_chunk = ingest.flushed == ingest.chunk_first;
   if (starts_chunk)
@@ -213,24 +213,32 @@ void RunWriter::flush_part(Ingest& ingest, bool ends_chunk) {
     std::swap(pending.work->categories, ingest.category_buffer);
   std::swap(pending.work->timeline_rows, ingest.timeline_rows);
   std::swap(pending.work->category_rows, ingest.category_rows);
-  pending.blob = ingest.worker.submit(
-      [work = pending.work.get(), segments = &ingest.segments, encoder = &ingest.encoder,
-       start = ingest.chunk_start, starts_chunk, ends_chunk]() -> std::span<const std::uint8_t> {
-        if (starts_chunk)
-          encoder->begin(start);
-        segments->apply_all(work->part.events);
-        const EventChunk& part = work->part;
-        encoder->append(part.events, part.series, part.labels, work->series_source);
-        work->encode_level_rows();
-        if (!ends_chunk)
-          return {};
-        work->keyframe = segments->serialize();
-        if (work->categories.size() != 0)
-          work->category_blob = work->categories.encode();
-        return encoder->finish();
-      });
+  // Queued before its tasks start: were a submit to throw, the part they use stays alive until
+  // the Ingest goes, and its workers go first.
   ingest.flushed += pending.work->part.events.size();
   ingest.pending.push_back(std::move(pending));
+  Ingest::PendingPart& queued = ingest.pending.back();
+  Ingest::PartWork* const work = queued.work.get();
+  queued.blob = ingest.worker.submit([work, encoder = &ingest.encoder, start = ingest.chunk_start,
+                                      starts_chunk, ends_chunk]() -> std::span<const std::uint8_t> {
+    if (starts_chunk)
+      encoder->begin(start);
+    const EventChunk& part = work->part;
+    encoder->append(part.events, part.series, part.labels, work->series_source);
+    work->encode_level_rows();
+    if (!ends_chunk)
+      return {};
+    if (work->categories.size() != 0)
+      work->category_blob = work->categories.encode();
+    return encoder->finish();
+  });
+  // The keyframes' segment map beside it, on a core of its own: it was half the one worker's
+  // time, and that worker the ingest's slowest stage. The two read the part, and write apart.
+  queued.keyframe = ingest.keyframe_worker.submit([work, segments = &ingest.segments, ends_chunk] {
+    segments->apply_all(work->part.events);
+    if (ends_chunk)
+      work->keyframe = segments->serialize();
+  });
   if (ends_chunk) {
     ingest.chunk_first = ingest.flushed;
     ingest.chunk_start = ingest.current;
