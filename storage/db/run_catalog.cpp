@@ -11,6 +11,7 @@
 
 #include "fragscope/version.h"
 #include "storage/db/run_store_internal.h"
+#include "storage/db/schema.h"
 
 namespace fragscope::storage {
 
@@ -337,11 +338,52 @@ ReportRecord RunCatalog::report(ReportId id) {
   throw DatabaseError(db_.path() + ": no report with id " + std::to_string(id.value));
 }
 
+namespace {
+
+// PRAGMA journal_mode = `mode`, true when the file is in it after: leaving WAL needs the file to
+// this connection alone, and with `wait` false another's connection makes it fail at once.
+bool set_journal_mode(Database& db, const std::string& mode, bool wait) {
+  const std::int64_t timeout = db.query_int("PRAGMA busy_timeout");
+  if (!wait)
+    db.exec("PRAGMA busy_timeout = 0");
+  bool done = false;
+  try {
+    auto query = db.prepare("PRAGMA journal_mode = " + mode);
+    done = query.step() && query.column_text(0) == mode;
+  } catch (const DatabaseError&) {
+    done = false;  // busy or locked: the file stays as it was
+  }
+  db.exec("PRAGMA busy_timeout = " + std::to_string(timeout));
+  return done;
+}
+
+}  // namespace
+
 void RunCatalog::vacuum() {
   if (db_.in_transaction())
     throw DatabaseError(db_.path() + ": cannot vacuum while a run is being written");
-  db_.exec("VACUUM");
-  if (db_.path() != ":memory:")
-    db_.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  if (db_.path() == ":memory:") {
+    db_.exec("VACUUM");
+    return;
+  }
+  // A store made with smaller pages is rebuilt with kNewFilePageSize's, which its ingest writes
+  // faster (schema.cpp). SQLite changes the page size only outside WAL, so only when no other
+  // connection has the file open; otherwise the file keeps its pages.
+  const bool resize = db_.query_int("PRAGMA page_size") != kNewFilePageSize &&
+                      set_journal_mode(db_, "delete", false);
+  if (resize)
+    db_.exec("PRAGMA page_size = " + std::to_string(kNewFilePageSize));
+  try {
+    db_.exec("VACUUM");
+  } catch (...) {
+    if (resize)
+      set_journal_mode(db_, "wal", true);
+    throw;
+  }
+  // Back to WAL; were another connection to have opened the file meanwhile, the next writable
+  // open (open_store_database) switches it.
+  if (resize)
+    set_journal_mode(db_, "wal", true);
+  db_.exec("PRAGMA wal_checkpoint(TRUNCATE)");
 }
 }  // namespace fragscope::storage

@@ -139,7 +139,8 @@ class RunCatalog {
   std::vector<ReportRecord> list_reports();
   ReportRecord report(ReportId id);
 
-  // Rebuilds the file to its smallest size (not while a run is being written on this connection).
+  // Rebuilds the file to its smallest size (not while a run is being written on this connection),
+  // with kNewFilePageSize pages when no other connection has it open.
   void vacuum();
 
  private:

@@ -142,6 +142,34 @@ TEST_F(StorageCli, VacuumShrinksAfterDelete) {
   EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
 }
 
+// A store made with 4 KiB pages (SQLite's default, before kNewFilePageSize) gets the new size,
+// and says so; while another connection has it open, it says why not.
+TEST_F(StorageCli, VacuumGivesAStoreOfSmallerPagesTheNewSize) {
+  {
+    storage::Database raw(db);
+    raw.exec("PRAGMA page_size = 4096");
+    storage::migrate_to(raw, storage::latest_schema_version());
+  }
+  add_run("old", 1000);
+  {
+    storage::Database reader(db, storage::OpenMode::read_only);
+    ASSERT_EQ(reader.query_int("SELECT count(*) FROM runs"), 1);
+    const auto kept = run_cli({"vacuum", "--db", db});
+    EXPECT_EQ(kept.exit_code, 0) << kept.err;
+    EXPECT_NE(kept.out.find("pages stay 4096 bytes (another program has the file open"),
+              std::string::npos)
+        << kept.out;
+  }
+  const auto resized = run_cli({"vacuum", "--db", db});
+  EXPECT_EQ(resized.exit_code, 0) << resized.err;
+  EXPECT_NE(resized.out.find("; pages 4096 -> " + std::to_string(storage::kNewFilePageSize)),
+            std::string::npos)
+      << resized.out;
+  const auto again = run_cli({"vacuum", "--db", db});
+  EXPECT_EQ(again.out.find("pages"), std::string::npos) << again.out;
+  EXPECT_EQ(run_cli({"runs", "--db", db, "--count"}).out, "1\n");
+}
+
 std::string fixture(const std::string& name) {
   return std::string(FRAGSCOPE_FIXTURES) + "/" + name;
 }

@@ -71,6 +71,50 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
   }
 }
 
+std::string journal_mode(Database& db) {
+  auto mode = db.prepare("PRAGMA journal_mode");
+  return mode.step() ? mode.column_text(0) : std::string();
+}
+
+// A store made with SQLite's default 4 KiB pages gets kNewFilePageSize's from vacuum, once no
+// other connection has it open, and stays in WAL mode with its runs as they were.
+TEST(Schema, VacuumGivesAStoreOfSmallerPagesTheNewSize) {
+  TempDir dir;
+  const std::string path = dir.file("old-pages.db");
+  {
+    Database db(path);
+    db.exec("PRAGMA page_size = 4096");
+    migrate_to(db, latest_schema_version());
+  }
+  std::vector<TimelineBucket> before;
+  RunId id;
+  {
+    RunStore store(path);
+    ASSERT_EQ(store.database().query_int("PRAGMA page_size"), 4096);
+    id = store.begin_run(RunRecord{});
+    store.append_events(id, test::synthetic_trace(20'000));
+    store.finish_run(id, RunStatus::ok);
+    before = store.timeline(id, 64);
+    {
+      Database reader(path, OpenMode::read_only);
+      ASSERT_EQ(reader.query_int("SELECT count(*) FROM runs"), 1);
+      store.vacuum();  // does not wait for the reader: keeps the pages
+      EXPECT_EQ(store.database().query_int("PRAGMA page_size"), 4096);
+      EXPECT_EQ(journal_mode(store.database()), "wal");
+    }
+    store.vacuum();
+    EXPECT_EQ(store.database().query_int("PRAGMA page_size"), kNewFilePageSize);
+    EXPECT_EQ(journal_mode(store.database()), "wal");
+    EXPECT_EQ(store.timeline(id, 64), before);
+  }
+  RunStore reopened(path);
+  EXPECT_EQ(reopened.database().query_int("PRAGMA page_size"), kNewFilePageSize);
+  auto check = reopened.database().prepare("PRAGMA integrity_check");
+  ASSERT_TRUE(check.step());
+  EXPECT_EQ(check.column_text(0), "ok");
+  EXPECT_EQ(reopened.timeline(id, 64), before);
+}
+
 TEST(Schema, NewerDatabaseIsRefusedAndNotModified) {
   TempDir dir;
   const std::string path = dir.file("future.db");
