@@ -15,20 +15,20 @@ int run_vacuum(const std::vector<std::string>& argv) {
   args.expect_positional(0, "no positional arguments");
   const std::string path = args.option_or("--db", storage::default_database_path());
   auto store = storage::open_run_store(path, storage::OpenMode::read_write, true);
-  const auto page_size = [&] { return store->database().query_int("PRAGMA page_size"); };
   const auto before = std::filesystem::file_size(path);
-  const auto pages_before = page_size();
-  store->vacuum();
+  const auto result = store->vacuum();
   const auto after = std::filesystem::file_size(path);
-  const auto pages_after = page_size();
   std::cout << "vacuumed " << path << ": " << before << " -> " << after << " bytes";
-  if (pages_after != pages_before)
-    std::cout << "; pages " << pages_before << " -> " << pages_after << " bytes";
-  else if (pages_after != storage::kNewFilePageSize)
-    std::cout << "; pages stay " << pages_after << " bytes (another program has the file open: "
-              << "vacuum again once it is closed for " << storage::kNewFilePageSize
-              << "-byte pages, which imports write faster)";
+  if (result.page_size_after != result.page_size_before)
+    std::cout << "; pages " << result.page_size_before << " -> " << result.page_size_after
+              << " bytes";
+  else if (!result.pages_kept_because.empty())
+    std::cout << "; pages stay " << result.page_size_after << " bytes, not "
+              << storage::kNewFilePageSize << " (" << result.pages_kept_because << ")";
   std::cout << "\n";
+  if (!result.in_wal_mode)
+    std::cout << "note: another program opened the file during the vacuum; it stays in "
+                 "rollback-journal mode until FragScope next opens it for writing\n";
   return 0;
 }
 

@@ -340,50 +340,62 @@ ReportRecord RunCatalog::report(ReportId id) {
 
 namespace {
 
-// PRAGMA journal_mode = `mode`, true when the file is in it after: leaving WAL needs the file to
-// this connection alone, and with `wait` false another's connection makes it fail at once.
-bool set_journal_mode(Database& db, const std::string& mode, bool wait) {
-  const std::int64_t timeout = db.query_int("PRAGMA busy_timeout");
-  if (!wait)
-    db.exec("PRAGMA busy_timeout = 0");
-  bool done = false;
+// PRAGMA journal_mode = `mode`: "" once the file is in it, else why not. Leaving WAL needs the
+// file to this connection alone, and SQLite does not wait for that (no busy handler).
+std::string set_journal_mode(Database& db, const std::string& mode) {
   try {
     auto query = db.prepare("PRAGMA journal_mode = " + mode);
-    done = query.step() && query.column_text(0) == mode;
-  } catch (const DatabaseError&) {
-    done = false;  // busy or locked: the file stays as it was
+    if (query.step() && query.column_text(0) == mode)
+      return "";
+  } catch (const DatabaseError& error) {
+    const std::string what = error.what();
+    if (what.find("locked") == std::string::npos && what.find("busy") == std::string::npos)
+      return what;
   }
-  db.exec("PRAGMA busy_timeout = " + std::to_string(timeout));
-  return done;
+  return "another program is using the file; vacuum again once it is closed";
 }
 
 }  // namespace
 
-void RunCatalog::vacuum() {
+RunCatalog::VacuumResult RunCatalog::vacuum() {
   if (db_.in_transaction())
     throw DatabaseError(db_.path() + ": cannot vacuum while a run is being written");
+  VacuumResult result;
+  result.page_size_before = db_.query_int("PRAGMA page_size");
   if (db_.path() == ":memory:") {
     db_.exec("VACUUM");
-    return;
+    result.page_size_after = result.page_size_before;
+    return result;
   }
   // A store made with smaller pages is rebuilt with kNewFilePageSize's, which its ingest writes
-  // faster (schema.cpp). SQLite changes the page size only outside WAL, so only when no other
-  // connection has the file open; otherwise the file keeps its pages.
-  const bool resize = db_.query_int("PRAGMA page_size") != kNewFilePageSize &&
-                      set_journal_mode(db_, "delete", false);
-  if (resize)
+  // faster (schema.cpp). SQLite changes the page size only outside WAL, where the rebuild syncs
+  // as a rollback journal needs (FULL; WAL's NORMAL is not enough there).
+  bool resize = false;
+  if (result.page_size_before != kNewFilePageSize) {
+    result.pages_kept_because = set_journal_mode(db_, "delete");
+    resize = result.pages_kept_because.empty();
+  }
+  const auto back_to_wal = [&] {
+    db_.exec("PRAGMA synchronous = NORMAL");
+    // Were another connection to have opened the file meanwhile, the next writable open
+    // (open_store_database) switches it.
+    result.in_wal_mode = set_journal_mode(db_, "wal").empty();
+  };
+  if (resize) {
+    db_.exec("PRAGMA synchronous = FULL");
     db_.exec("PRAGMA page_size = " + std::to_string(kNewFilePageSize));
+  }
   try {
     db_.exec("VACUUM");
   } catch (...) {
     if (resize)
-      set_journal_mode(db_, "wal", true);
+      back_to_wal();
     throw;
   }
-  // Back to WAL; were another connection to have opened the file meanwhile, the next writable
-  // open (open_store_database) switches it.
   if (resize)
-    set_journal_mode(db_, "wal", true);
+    back_to_wal();
   db_.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  result.page_size_after = db_.query_int("PRAGMA page_size");
+  return result;
 }
 }  // namespace fragscope::storage

@@ -140,8 +140,17 @@ class RunCatalog {
   ReportRecord report(ReportId id);
 
   // Rebuilds the file to its smallest size (not while a run is being written on this connection),
-  // with kNewFilePageSize pages when no other connection has it open.
-  void vacuum();
+  // with kNewFilePageSize pages when no other connection is using it.
+  struct VacuumResult {
+    std::int64_t page_size_before = 0;
+    std::int64_t page_size_after = 0;
+    // Why the pages kept a size other than kNewFilePageSize's ("" when they did not).
+    std::string pages_kept_because;
+    // False when another connection opened the file while it was out of WAL mode for the new page
+    // size: it stays in rollback-journal mode until the next writable open switches it back.
+    bool in_wal_mode = true;
+  };
+  VacuumResult vacuum();
 
  private:
   Database& db_;

@@ -32,8 +32,10 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
     SCOPED_TRACE("from version " + std::to_string(version));
     TempDir dir;
     const std::string path = dir.file("old.db");
+    std::int64_t page_size = 0;  // SQLite's default, as the file was made before this build
     {
       Database db(path);
+      page_size = db.query_int("PRAGMA page_size");
       migrate_to(db, version);
       EXPECT_EQ(schema_version(db), version);
       if (version >= 1) {
@@ -50,10 +52,10 @@ TEST(Schema, MigratesFromEveryEarlierVersion) {
     }
     RunStore store(path);
     EXPECT_EQ(schema_version(store.database()), latest_schema_version());
-    // A file made before kNewFilePageSize keeps its pages (SQLite's default, 4 KiB), except the
-    // empty one of version 0, which the store creates.
+    // A file made before kNewFilePageSize keeps its pages, except the empty one of version 0,
+    // which the store creates.
     EXPECT_EQ(store.database().query_int("PRAGMA page_size"),
-              version == 0 ? kNewFilePageSize : 4096);
+              version == 0 ? kNewFilePageSize : page_size);
     if (version >= 1) {
       ASSERT_EQ(store.run_count(), 1);
       EXPECT_EQ(store.run(RunId{1}).name, "old run");
@@ -98,11 +100,20 @@ TEST(Schema, VacuumGivesAStoreOfSmallerPagesTheNewSize) {
     {
       Database reader(path, OpenMode::read_only);
       ASSERT_EQ(reader.query_int("SELECT count(*) FROM runs"), 1);
-      store.vacuum();  // does not wait for the reader: keeps the pages
+      const auto kept = store.vacuum();  // does not wait for the reader: keeps the pages
+      EXPECT_EQ(kept.page_size_before, 4096);
+      EXPECT_EQ(kept.page_size_after, 4096);
+      EXPECT_NE(kept.pages_kept_because.find("another program is using the file"),
+                std::string::npos);
+      EXPECT_TRUE(kept.in_wal_mode);
       EXPECT_EQ(store.database().query_int("PRAGMA page_size"), 4096);
       EXPECT_EQ(journal_mode(store.database()), "wal");
     }
-    store.vacuum();
+    const auto resized = store.vacuum();
+    EXPECT_EQ(resized.page_size_after, kNewFilePageSize);
+    EXPECT_EQ(resized.pages_kept_because, "");
+    EXPECT_TRUE(resized.in_wal_mode);
+    EXPECT_EQ(store.database().query_int("PRAGMA synchronous"), 1) << "NORMAL again";
     EXPECT_EQ(store.database().query_int("PRAGMA page_size"), kNewFilePageSize);
     EXPECT_EQ(journal_mode(store.database()), "wal");
     EXPECT_EQ(store.timeline(id, 64), before);
