@@ -164,7 +164,8 @@ std::vector<CategoryBucket> RunReader::category_timeline(RunId run, std::uint64_
   return out;
 }
 
-// Runs stored before the pyramid existed: replay the events from the first one.
+// Runs without category rows (stored before the pyramid existed, or without labels): replay the
+// events from the first one.
 std::vector<CategoryBucket> RunReader::category_timeline_by_replay(RunId run, std::uint64_t first,
                                                                    std::uint64_t end,
                                                                    std::size_t buckets,

@@ -3,7 +3,8 @@
 // run_writer.h): the series after every event, labels, stacks, OOM reports, the recorded
 // environment, peak-preserving timelines and memory by category from their stored pyramids, and
 // the segment map at any event from the nearest keyframe. Reading never replays a run from its
-// first event, except category_timeline() for a run stored before the category pyramid existed.
+// first event, except category_timeline() for a run without category rows: one stored before the
+// category pyramid existed, or one without labels (whose callers do not ask).
 //
 // A reader works on a Database it does not own; readers in other connections on the same file
 // keep working while a run is written (WAL). Use it from one thread at a time, as its Database.
@@ -109,10 +110,10 @@ class RunReader {
   // parameter / gradient / optimizer_state / activation / temporary plot. Allocations without a
   // label (and every allocation of an unlabelled run) count as Category::unknown. Bucketed like
   // timeline(), from the category pyramid stored at ingest; a run stored before the pyramid
-  // existed (schema < 8) is replayed from its first event. `cancel` is polled per chunk or row
-  // read; `progress` is told ("categories", done, total) as the pyramid's pieces are read (a run
-  // replayed: its events), ending at total of total when the buckets are complete
-  // (kCategoryTimelineStages).
+  // existed (schema < 8), or one without labels, is replayed from its first event. `cancel` is
+  // polled per chunk or row read; `progress` is told ("categories", done, total) as the pyramid's
+  // pieces are read (a run replayed: its events), ending at total of total when the buckets are
+  // complete (kCategoryTimelineStages).
   std::vector<CategoryBucket> category_timeline(RunId run, std::uint64_t first, std::uint64_t end,
                                                 std::size_t buckets, const CancelToken& cancel = {},
                                                 const Progress& progress = {});

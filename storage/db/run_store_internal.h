@@ -83,9 +83,9 @@ namespace fragscope::storage {
 struct RunWriter::Ingest {
   RunId run{};
   Transaction transaction;
-  // Events go to the worker a part at a time (kEventsPerPart), and a chunk of the store is
-  // kEventsPerChunk of them: the worker packs each part into the chunk's columns as it comes.
-  std::uint64_t flushed = 0;             // events handed to the worker
+  // Events go to the workers a part at a time (kEventsPerPart), and a chunk of the store is
+  // kEventsPerChunk of them: `worker` packs each part into the chunk's columns as it comes.
+  std::uint64_t flushed = 0;             // events handed to the workers
   std::uint64_t chunk_first = 0;         // the first event of the chunk being built
   std::int64_t chunk_first_time_us = 0;  // the chunk's first and last event's
   std::int64_t chunk_last_time_us = 0;
@@ -106,12 +106,12 @@ struct RunWriter::Ingest {
   Statement insert_category_row;
 
   // Memory by category, built as events come (run_categories.cpp), for a run given a label table
-  // before its first event. Its category plot is the only reader, and only a run with labels has
-  // one: an imported snapshot's memory is all of category unknown, and building it for nothing
-  // was a fifth to a quarter of such an ingest's bytes and of its time.
+  // (before its first event: set_labels). Only a run with labels is read for it (its category
+  // plot, the post-mortem's categories at an OOM): an imported snapshot's memory is all of
+  // category unknown, and building it for nothing was a fifth to a quarter of such an ingest's
+  // bytes and of its time.
   std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
   bool tracks_categories = false;
-  bool labelled_events = false;  // an event with a label was appended
   CategoryTracker categories;
   PackedCategoryChunk category_buffer;  // the categories of the chunk's events so far
   CategoryPyramidBuilder category_levels;
@@ -143,7 +143,7 @@ struct RunWriter::Ingest {
   std::uint64_t event_count() const { return flushed + buffer.events.size(); }
   std::uint64_t chunk_events() const { return event_count() - chunk_first; }
 
-  // A part of a chunk's events, and when it ends the chunk, what the worker derives from the
+  // A part of a chunk's events, and when it ends the chunk, what the workers derive from the
   // whole chunk: the compressed categories and the segment keyframe after it (the compressed
   // events are in `encoder`). Recycled once its rows are written: the next part fills the same
   // vectors, where fresh ones were pages to fault in for every part.
@@ -167,7 +167,7 @@ struct RunWriter::Ingest {
         category_data.push_back(encode_category_buckets(row.buckets));
     }
   };
-  // A part in the worker, with the chunk it ends if it does.
+  // A part in the workers, with the chunk it ends if it does.
   struct PendingPart {
     bool ends_chunk = false;
     std::uint64_t first_event = 0;  // of the chunk
@@ -180,13 +180,13 @@ struct RunWriter::Ingest {
   };
   std::deque<PendingPart> pending;
   std::vector<std::unique_ptr<PartWork>> spare_work;  // written parts, emptied
-  // One part in the worker while this thread fills the next keeps both cores of a small machine
-  // busy (a second one gained no time when parts were whole chunks). The worker owns `segments`
-  // and `encoder` while a part is pending: it runs parts one at a time, in order.
+  // One part in the workers while this thread fills the next keeps the cores busy (a second one
+  // gained no time when parts were whole chunks). While a part is pending, `keyframe_worker` owns
+  // `segments` and `worker` owns `encoder`: each runs parts one at a time, in order.
   static constexpr std::size_t kMaxPending = 1;
   // A quarter of a chunk: the events and series held unpacked are two parts (~2.4 MB), not two
-  // chunks (~9.4 MB), whatever the trace's length; and the part that ends a chunk, which the
-  // worker compresses, still takes this thread longer to fill than the worker takes.
+  // chunks (~9.4 MB), whatever the trace's length; and the part that ends a chunk, which
+  // `worker` compresses, still takes this thread longer to fill than the worker takes.
   static constexpr std::size_t kEventsPerPart = kEventsPerChunk / 4;
   static_assert(kEventsPerChunk % kEventsPerPart == 0);
 

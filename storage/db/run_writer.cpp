@@ -1,5 +1,5 @@
-// RunWriter: a run's events go in as they come (chunks compressed on a worker thread, segment
-// keyframes, timeline levels), committed at finish_run. Memory by category is in
+// RunWriter: a run's events go in as they come (chunks compressed and segment keyframes made on
+// two worker threads, timeline levels), committed at finish_run. Memory by category is in
 // run_categories.cpp, the recorded environment in run_environment.cpp.
 #include "storage/db/run_writer.h"
 
@@ -134,9 +134,6 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
     } else if (!buffer.labels.empty()) {
       buffer.labels.resize(buffer.labels.size() + count);
     }
-    if (!ingest.labelled_events)
-      ingest.labelled_events =
-          std::any_of(labels.begin(), labels.end(), [](LabelId label) { return label.value != 0; });
     buffer.events.insert(buffer.events.end(), part.begin(), part.end());
     const std::size_t series_first = buffer.series.size();
     if (columns.series.empty()) {
@@ -305,18 +302,16 @@ void RunWriter::write_frame_stacks(RunId run, std::span<const std::vector<Frame>
 
 void RunWriter::set_labels(RunId run, std::span<const RequestLabel> labels) {
   Ingest& ingest = ingest_for(run);
-  // Memory by category is built as events come, from the table known then.
-  if (ingest.labelled_events)
+  // Memory by category is built as events come, from the table known then: a later table could
+  // not stack the events before it, and the run's category plot would replay it on every zoom.
+  if (ingest.event_count() != 0)
     throw DatabaseError(db_.path() + ": run " + std::to_string(run.value) +
-                        ": set_labels after labelled events; set the label table first");
+                        ": set_labels after events; set the label table first");
   abort_on_failure([&] { write_labels(run, labels); });
   ingest.category_of_label.clear();
   for (const auto& label : labels)
     ingest.category_of_label.push_back(label.category);
-  // Only a table that comes before the events can stack all of them; a later one leaves the run
-  // without category rows, and its category timeline is replayed.
-  if (!labels.empty() && ingest.event_count() == 0)
-    ingest.tracks_categories = true;
+  ingest.tracks_categories = !labels.empty();
 }
 
 void RunWriter::write_labels(RunId run, std::span<const RequestLabel> labels) {

@@ -50,7 +50,9 @@ class RunWriter {
   void append_events(RunId run, std::span<const TraceEvent> events, EventColumns columns = {});
   // The stacks that events' FrameStackIds refer to: stacks[i] is FrameStackId{i + 1}.
   void set_frame_stacks(RunId run, std::span<const std::vector<Frame>> stacks);
-  void set_labels(RunId run, std::span<const RequestLabel> labels);  // labels[i] is LabelId{i}
+  // labels[i] is LabelId{i}. Before the run's first event (else a DatabaseError): a run given a
+  // table stores its memory by category as events come.
+  void set_labels(RunId run, std::span<const RequestLabel> labels);
   // In the run's ingest transaction when it is being written, else in a transaction of its own.
   void add_oom_report(RunId run, std::uint64_t event_index, const nlohmann::json& report);
   // The environment fingerprint the run was recorded in (NAME.env.json, already checked with

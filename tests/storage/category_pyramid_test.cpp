@@ -206,63 +206,62 @@ TEST_F(CategoryPyramid, ProgressGrowsToOneAndACancelMidwayStops) {
   }
 }
 
-TEST(CategoryPyramidIngest, LabelsComeBeforeTheLabelledEvents) {
+// A table after events, labelled or not, could not stack them: it is refused.
+TEST(CategoryPyramidIngest, LabelsComeBeforeTheEvents) {
   RunStore store(":memory:");
   const LabelledRun run = labelled_run(100, 3);
-  const RunId id = store.begin_run(RunRecord{});
-  store.append_events(id, run.events, {{}, run.labels});
-  EXPECT_THROW(store.set_labels(id, run.table), DatabaseError);
+  for (const bool labelled : {true, false}) {
+    const RunId id = store.begin_run(RunRecord{});
+    store.append_events(id, run.events,
+                        {{}, labelled ? std::span(run.labels) : std::span<const LabelId>()});
+    EXPECT_THROW(store.set_labels(id, run.table), DatabaseError);
+    store.cancel_run(id);
+  }
 }
 
-// Only a run whose label table comes before its events stores memory by category: a run without
-// labels has no category plot to read it, and a table set later could not stack the events before
-// it. Such a run's category timeline is replayed; it is exact, as the stored one of the same run
-// given its table first is.
-TEST(CategoryPyramidIngest, OnlyARunGivenItsLabelsFirstStoresCategories) {
+// Only a run with a label table stores memory by category: a run without labels has nothing to
+// read it. Its category timeline, replayed, is as exact as the stored one of a labelled run.
+TEST(CategoryPyramidIngest, OnlyARunWithLabelsStoresCategories) {
   RunStore store(":memory:");
   const LabelledRun run = labelled_run(kEventsPerChunk + 5'000, 7);
-  const std::size_t half = run.events.size() / 2;
-  // Its first half is appended without labels.
-  LabelledRun expected = run;
-  std::fill_n(expected.labels.begin(), half, LabelId{});
-  expected.after = categories_after(expected);
-  const auto events = std::span(run.events);
-  const auto labels = std::span(run.labels);
+  LabelledRun unlabelled = run;
+  std::fill(unlabelled.labels.begin(), unlabelled.labels.end(), LabelId{});
+  unlabelled.after = categories_after(unlabelled);
   const auto rows = [&](RunId id) {
     const std::string where = " WHERE run_id = " + std::to_string(id.value);
     return store.database().query_int("SELECT count(*) FROM category_chunks" + where) +
            store.database().query_int("SELECT count(*) FROM category_levels" + where);
   };
-  // The table before the events, or after the unlabelled first half, or none at all (an empty one
-  // is none).
-  const auto store_run = [&](bool table_first, bool table_later, bool empty_table_first) {
+  // `table` given before the events; the labels go with them only when it has any.
+  const auto store_run = [&](const std::vector<RequestLabel>& table) {
     const RunId id = store.begin_run(RunRecord{});
-    if (table_first)
-      store.set_labels(id, run.table);
-    if (empty_table_first)
-      store.set_labels(id, std::vector<RequestLabel>{});
-    store.append_events(id, events.first(half));
-    if (table_later)
-      store.set_labels(id, run.table);
-    store.append_events(id, events.subspan(half),
-                        {{}, table_first || table_later ? labels.subspan(half) : labels.first(0)});
+    if (!table.empty())
+      store.set_labels(id, table);
+    store.append_events(
+        id, run.events,
+        {{}, table.size() > 1 ? std::span(run.labels) : std::span<const LabelId>()});
     store.finish_run(id, RunStatus::ok);
     return id;
   };
-  const RunId first = store_run(true, false, false);
-  const RunId later = store_run(false, true, false);
-  const RunId unlabelled = store_run(false, false, false);
-  const RunId empty_table = store_run(false, false, true);
-  EXPECT_GT(rows(first), 0);
-  EXPECT_EQ(rows(later), 0);
-  EXPECT_EQ(rows(unlabelled), 0);
-  EXPECT_EQ(rows(empty_table), 0);
+  const RunId labelled = store_run(run.table);
+  const RunId without = store_run({});
+  const RunId unknown_only = store_run({RequestLabel{}});
+  EXPECT_GT(rows(labelled), 0);
+  EXPECT_EQ(rows(without), 0);
+  EXPECT_GT(rows(unknown_only), 0);
+  const RunId emptied = store.begin_run(RunRecord{});
+  store.set_labels(emptied, run.table);
+  store.set_labels(emptied, {});  // the last table before the events counts
+  store.append_events(emptied, run.events);
+  store.finish_run(emptied, RunStatus::ok);
+  EXPECT_EQ(rows(emptied), 0);
 
   const std::uint64_t n = run.events.size();
   for (const std::size_t buckets : {std::size_t{1}, std::size_t{300}, std::size_t{n}}) {
     SCOPED_TRACE(std::to_string(buckets) + " buckets");
-    expect_exact(store.category_timeline(first, 0, n, buckets), expected, 0, n, buckets);
-    expect_exact(store.category_timeline(later, 0, n, buckets), expected, 0, n, buckets);
+    expect_exact(store.category_timeline(labelled, 0, n, buckets), run, 0, n, buckets);
+    for (const RunId id : {without, unknown_only, emptied})
+      expect_exact(store.category_timeline(id, 0, n, buckets), unlabelled, 0, n, buckets);
   }
 }
 
@@ -271,17 +270,23 @@ TEST(CategoryPyramidIngest, BlocksLiveBeforeTheTraceAreUnknown) {
   SegmentMap initial;
   initial.apply({TraceAction::segment_alloc, 0x1000, 4096, StreamId{}, 1, FrameStackId{}});
   initial.apply({TraceAction::alloc, 0x1000, 1000, StreamId{}, 2, FrameStackId{}});
-  const RunId id = store.begin_run(RunRecord{}, initial);
   const std::vector<TraceEvent> events = {
       {TraceAction::alloc, 0x1400, 24, StreamId{}, 3, FrameStackId{}},
       {TraceAction::free_requested, 0x1000, 1000, StreamId{}, 4, FrameStackId{}},
       {TraceAction::free_completed, 0x1000, 1000, StreamId{}, 4, FrameStackId{}}};
-  store.append_events(id, events);
-  store.finish_run(id, RunStatus::ok);
-  const auto buckets = store.category_timeline(id, 0, 3, 3);
-  ASSERT_EQ(buckets.size(), 3u);
-  EXPECT_EQ(buckets[0].bytes[0], 1024);
-  EXPECT_EQ(buckets[2].bytes[0], 24);
+  // From the rows ingest stores (a run with labels) and by replay (a run without).
+  for (const bool labelled : {true, false}) {
+    SCOPED_TRACE(labelled ? "stored" : "replayed");
+    const RunId id = store.begin_run(RunRecord{}, initial);
+    if (labelled)
+      store.set_labels(id, std::vector<RequestLabel>{{}, {Category::parameter, "w", 0}});
+    store.append_events(id, events);
+    store.finish_run(id, RunStatus::ok);
+    const auto buckets = store.category_timeline(id, 0, 3, 3);
+    ASSERT_EQ(buckets.size(), 3u);
+    EXPECT_EQ(buckets[0].bytes[0], 1024);
+    EXPECT_EQ(buckets[2].bytes[0], 24);
+  }
 }
 
 // The builder keeps a filling bucket as its peak and merges it once full: the same rows, level

@@ -320,9 +320,9 @@ TEST(RunStore, DeletingARunRemovesEveryRowOfIt) {
   RunStore store(":memory:");
   const RunId keep = store_run(store, synthetic_trace(1000), "keep");
   const RunId id = store.begin_run(simulated_run("doomed"));
+  store.set_labels(id, std::vector<RequestLabel>{{}, {Category::gradient, "g", 1}});
   store.append_events(id, synthetic_trace(kEventsPerChunk + 99));
   store.set_frame_stacks(id, std::vector<std::vector<Frame>>{{{"a.py", 1, "f"}}});
-  store.set_labels(id, std::vector<RequestLabel>{{}, {Category::gradient, "g", 1}});
   store.add_oom_report(id, 5, {{"requested", 1024}});
   store.finish_run(id, RunStatus::oom);
   store.set_twin(keep, id);
@@ -454,9 +454,12 @@ TEST(RunStore, CategoryTimelineStacksLabelledMemory) {
   EXPECT_EQ(tail[0].total(), 170);
 }
 
-// A finished unlabelled run a little over one event chunk long.
-RunId store_synthetic_run(RunStore& store, const std::vector<TraceEvent>& events) {
+// A finished run of unlabelled events a little over one event chunk long; with a label table,
+// its categories are stored at ingest, else replayed.
+RunId store_synthetic_run(RunStore& store, const std::vector<TraceEvent>& events, bool table) {
   const RunId id = store.begin_run(RunRecord{});
+  if (table)
+    store.set_labels(id, std::vector<RequestLabel>{{}, {Category::gradient, "g", 1}});
   store.append_events(id, events);
   store.finish_run(id, RunStatus::ok);
   return id;
@@ -465,26 +468,29 @@ RunId store_synthetic_run(RunStore& store, const std::vector<TraceEvent>& events
 TEST(RunStore, CategoryTimelineTotalsMatchTheActiveSeries) {
   RunStore store(":memory:");
   const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
-  const RunId id = store_synthetic_run(store, events);
-  const auto buckets = store.category_timeline(id, 1000, events.size(), 50);
-  ASSERT_EQ(buckets.size(), 50u);
   const auto series = derive_series(events);
-  for (const auto& bucket : buckets) {
-    std::int64_t peak = 0;
-    for (std::uint64_t i = bucket.first_event; i < bucket.end_event; ++i)
-      peak = std::max(peak, series[i].active);
-    EXPECT_EQ(bucket.total(), peak);
-    EXPECT_EQ(bucket.bytes[0], bucket.total()) << "an unlabelled run is all 'unknown'";
+  for (const bool table : {true, false}) {
+    SCOPED_TRACE(table ? "stored" : "replayed");
+    const RunId id = store_synthetic_run(store, events, table);
+    const auto buckets = store.category_timeline(id, 1000, events.size(), 50);
+    ASSERT_EQ(buckets.size(), 50u);
+    for (const auto& bucket : buckets) {
+      std::int64_t peak = 0;
+      for (std::uint64_t i = bucket.first_event; i < bucket.end_event; ++i)
+        peak = std::max(peak, series[i].active);
+      EXPECT_EQ(bucket.total(), peak);
+      EXPECT_EQ(bucket.bytes[0], bucket.total()) << "unlabelled events are all 'unknown'";
+    }
+    EXPECT_EQ(buckets.front().first_event, 1000u);
+    EXPECT_EQ(buckets.back().end_event, events.size());
   }
-  EXPECT_EQ(buckets.front().first_event, 1000u);
-  EXPECT_EQ(buckets.back().end_event, events.size());
 }
 
 // A superseded GUI query stops at the next event chunk instead of reading the run to its end.
 TEST(RunStore, CategoryTimelineStopsWhenCancelled) {
   RunStore store(":memory:");
   const auto events = test::synthetic_trace(kEventsPerChunk + 3000, 23);
-  const RunId id = store_synthetic_run(store, events);
+  const RunId id = store_synthetic_run(store, events, false);
   const CancelToken cancel = CancelToken::make();
   EXPECT_EQ(store.category_timeline(id, 0, events.size(), 10, cancel).size(), 10u);
   cancel.cancel();
