@@ -39,19 +39,49 @@ std::uintmax_t database_bytes(const std::string& path) {
   return total;
 }
 
-RunId ingest(RunStore& store, std::span<const TraceEvent> events) {
+// A simulated run's labels: allocations cycle through five categories, every seventh unlabelled.
+std::vector<RequestLabel> label_table() {
+  std::vector<RequestLabel> table{RequestLabel{}};
+  for (const Category category :
+       {Category::parameter, Category::gradient, Category::optimizer_state, Category::activation,
+        Category::temporary})
+    table.push_back({category, std::string(to_string(category)), -1});
+  return table;
+}
+std::vector<LabelId> labels_of(std::span<const TraceEvent> events) {
+  std::vector<LabelId> labels(events.size());
+  std::uint32_t allocations = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (events[i].action == TraceAction::alloc && ++allocations % 7 != 0)
+      labels[i] = LabelId{1 + allocations % 5};
+  }
+  return labels;
+}
+
+// With `labels`, the run gets label_table() first and stores its memory by category.
+RunId ingest(RunStore& store, std::span<const TraceEvent> events,
+             std::span<const LabelId> labels = {}) {
   RunRecord record;
   record.name = "bench";
   const RunId id = store.begin_run(record);
+  if (!labels.empty())
+    store.set_labels(id, label_table());
   constexpr std::size_t kBatch = 65536;
-  for (std::size_t i = 0; i < events.size(); i += kBatch)
-    store.append_events(id, events.subspan(i, std::min(kBatch, events.size() - i)));
+  for (std::size_t i = 0; i < events.size(); i += kBatch) {
+    const std::size_t count = std::min(kBatch, events.size() - i);
+    store.append_events(id, events.subspan(i, count),
+                        {{}, labels.empty() ? labels : labels.subspan(i, count)});
+  }
   store.finish_run(id, RunStatus::ok);
   return id;
 }
 
+// Arg 0: an imported trace's run (no labels); 1: a simulated run's, with labels, which also
+// stores memory by category.
 void BM_Ingest(benchmark::State& state) {
   const auto& events = trace();
+  const std::vector<LabelId> labels =
+      state.range(0) == 1 ? labels_of(events) : std::vector<LabelId>{};
   double bytes_per_event = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -60,7 +90,7 @@ void BM_Ingest(benchmark::State& state) {
     state.ResumeTiming();
     {
       RunStore store(path);
-      ingest(store, events);
+      ingest(store, events, labels);
     }  // closing checkpoints the WAL into the database file
     state.PauseTiming();
     bytes_per_event =
@@ -70,7 +100,7 @@ void BM_Ingest(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(events.size()));
   state.counters["bytes_per_event"] = bytes_per_event;
 }
-BENCHMARK(BM_Ingest)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK(BM_Ingest)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 
 // A real PyTorch trace (gpt_varlen_default, 77,925 entries, with stacks), repeated back to back
 // up to 1.2M events with times shifted so they keep increasing.
@@ -281,24 +311,9 @@ struct LabelledRun {
   RunId replayed;
   LabelledRun() {
     RunStore store(path);
-    const auto& events = trace();
-    std::vector<RequestLabel> table{RequestLabel{}};
-    for (const Category category :
-         {Category::parameter, Category::gradient, Category::optimizer_state, Category::activation,
-          Category::temporary})
-      table.push_back({category, std::string(to_string(category)), -1});
-    std::vector<LabelId> labels(events.size());
-    std::uint32_t allocations = 0;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (events[i].action == TraceAction::alloc && ++allocations % 7 != 0)
-        labels[i] = LabelId{1 + allocations % 5};
-    }
-    for (RunId* id : {&with_pyramid, &replayed}) {
-      *id = store.begin_run(RunRecord{});
-      store.set_labels(*id, table);
-      store.append_events(*id, events, {{}, labels});
-      store.finish_run(*id, RunStatus::ok);
-    }
+    const auto labels = labels_of(trace());
+    for (RunId* id : {&with_pyramid, &replayed})
+      *id = ingest(store, trace(), labels);
     for (const char* table_name : {"category_levels", "category_chunks"}) {
       auto erase =
           store.database().prepare(std::string("DELETE FROM ") + table_name + " WHERE run_id = ?");
