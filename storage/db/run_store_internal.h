@@ -110,8 +110,7 @@ struct RunWriter::Ingest {
   // plot, the post-mortem's categories at an OOM): an imported snapshot's memory is all of
   // category unknown, and building it for nothing was a fifth to a quarter of such an ingest's
   // bytes and of its time.
-  std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category
-  bool tracks_categories = false;
+  std::vector<Category> category_of_label;  // set_labels' table: LabelId -> Category; empty: none
   CategoryTracker categories;
   PackedCategoryChunk category_buffer;  // the categories of the chunk's events so far
   CategoryPyramidBuilder category_levels;

@@ -161,7 +161,7 @@ void RunWriter::append_to(Ingest& ingest, std::span<const TraceEvent> events,
       }
       peak = series_max(peak, after[i]);
       ingest.timeline.add(index, event, after[i]);
-      if (ingest.tracks_categories)
+      if (!ingest.category_of_label.empty())
         track_categories(ingest, index, event, labels.empty() ? LabelId{} : labels[i]);
     }
     ingest.peak = peak;
@@ -311,7 +311,6 @@ void RunWriter::set_labels(RunId run, std::span<const RequestLabel> labels) {
   ingest.category_of_label.clear();
   for (const auto& label : labels)
     ingest.category_of_label.push_back(label.category);
-  ingest.tracks_categories = !labels.empty();
 }
 
 void RunWriter::write_labels(RunId run, std::span<const RequestLabel> labels) {
